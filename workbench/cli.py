@@ -1,0 +1,269 @@
+"""Command line: ``workbench run``, ``workbench info``, ``workbench bench``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from workbench.md import NeighborSettings
+from workbench.md.reporters import MetricsReporter, TrajectoryReporter, ensure_writable_folder
+from workbench.model.options import PRECISIONS, KernelOptions
+from workbench.runner import (
+    RunSettings,
+    ThroughputMeter,
+    existing_run_files,
+    prepare_run,
+    timed_steps,
+)
+
+KERNEL_PRESETS = {"baseline": KernelOptions.baseline, "all": KernelOptions.all_on}
+FOLDED_Q = 0.8
+
+
+class UsageError(Exception):
+    """A problem with the user's input, reported without a traceback."""
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write text to ``path`` through a temporary file and a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def kernel_options(preset: str, precision: str) -> KernelOptions:
+    """Options from a preset name (or a comma list of technique names) and a precision."""
+    if preset in KERNEL_PRESETS:
+        options = KERNEL_PRESETS[preset]()
+    else:
+        names = [n.strip().replace("-", "_") for n in preset.split(",") if n.strip()]
+        known = set(KernelOptions.__dataclass_fields__) - {"mlp_precision"}
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise UsageError(
+                f"unknown kernel technique(s) {unknown}; use 'baseline', 'all' or a comma list "
+                f"of {sorted(known)}"
+            )
+        options = KernelOptions(**{n: True for n in names})
+    options.mlp_precision = precision
+    return options
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="workbench", description="Coarse-grained neural-network MD engine"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run Langevin MD of many replicas")
+    run.add_argument("--protein", default="cln025", help="bundled name or PDB file")
+    run.add_argument("--mapping", default="five-bead", choices=["five-bead", "ca"])
+    run.add_argument("--replicas", type=int, default=8)
+    run.add_argument("--steps", type=int, default=1000)
+    run.add_argument("--temperature", type=float, default=300.0, help="kelvin")
+    run.add_argument("--dt", type=float, default=4.0, help="time step in fs")
+    run.add_argument("--friction", type=float, default=1.0, help="1/ps")
+    run.add_argument("--save-interval", type=int, default=100, help="steps between saves")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    run.add_argument("--model", default=None, help="saved potential (.pt)")
+    run.add_argument("--kernels", default="baseline", help="baseline, all, or a comma list")
+    run.add_argument("--mlp-precision", default="fp32", choices=PRECISIONS)
+    run.add_argument("--skin", type=float, default=2.0, help="Verlet skin, Å")
+    run.add_argument("--exclude-bonded", action="store_true")
+    run.add_argument("--format", default="dcd", choices=TrajectoryReporter.FORMATS)
+    run.add_argument("--no-trajectory", action="store_true", help="write metrics only")
+    run.add_argument("--out", default=None, help="output folder (default: none written)")
+    run.add_argument("--overwrite", action="store_true", help="replace an earlier run's files")
+    run.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    sub.add_parser("info", help="device, versions and available paths")
+    return parser
+
+
+def _settings(args) -> RunSettings:
+    return RunSettings(
+        protein=args.protein,
+        replicas=args.replicas,
+        steps=args.steps,
+        temperature=args.temperature,
+        timestep_fs=args.dt,
+        friction=args.friction,
+        save_interval=args.save_interval,
+        seed=args.seed,
+        device=args.device,
+        model=args.model,
+        mapping=args.mapping,
+        options=kernel_options(args.kernels, args.mlp_precision),
+        neighbors=NeighborSettings(skin=args.skin, exclude_bonded=args.exclude_bonded),
+    )
+
+
+def _prepare_output(args) -> Path | None:
+    if args.out is None:
+        return None
+    out = ensure_writable_folder(args.out)
+    earlier = existing_run_files(out)
+    if earlier and not (args.overwrite or args.resume):
+        names = ", ".join(p.name for p in earlier)
+        raise UsageError(
+            f"{out} already holds a run ({names}); pass --overwrite to replace it or "
+            "--resume to continue it"
+        )
+    if args.resume and not (out / "checkpoint.pt").is_file():
+        raise UsageError(f"--resume: no checkpoint.pt in {out}")
+    return out
+
+
+def _summary_table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(k) for k, _ in rows)
+    line = "-" * (width + 3 + max(len(v) for _, v in rows))
+    return "\n".join([line, *(f"{k:<{width}} | {v}" for k, v in rows), line])
+
+
+def cmd_run(args) -> int:
+    settings = _settings(args)
+    settings.validate()
+    out = _prepare_output(args)
+    prepared = prepare_run(settings)
+    sim = prepared.simulation
+    for notice in prepared.notices:
+        print(f"NOTE: {notice}")
+    print(
+        f"{prepared.system.name}: {prepared.system.n_beads} beads, {settings.replicas} replicas, "
+        f"{settings.temperature:g} K, dt {settings.timestep_fs:g} fs on {sim.device}; "
+        f"kernels: {', '.join(settings.options.enabled()) or 'baseline (PyTorch)'}"
+    )
+    metrics_reporter = traj_reporter = None
+    if out is not None:
+        if args.resume:
+            sim.load_checkpoint(out / "checkpoint.pt")
+            print(f"resumed from step {sim.step_count}")
+        metrics_reporter = MetricsReporter(out / "metrics.csv", settings.save_interval)
+        sim.reporters.append(metrics_reporter)
+        if not args.no_trajectory:
+            traj_reporter = TrajectoryReporter(
+                out / "trajectory", prepared.system, settings.replicas,
+                settings.save_interval, args.format,
+            )
+            sim.reporters.append(traj_reporter)
+
+    from tqdm import tqdm
+
+    meter = ThroughputMeter(settings.replicas, settings.timestep_fs, sim.device)
+    chunk = settings.save_interval
+    bar = tqdm(total=settings.steps, unit="step", disable=args.quiet, dynamic_ncols=True)
+    done = 0
+    try:
+        while done < settings.steps:
+            n = min(chunk, settings.steps - done)
+            timed_steps(sim, meter, n)
+            done += n
+            q = float(sim.metrics()["q"].mean())
+            rate = meter.timestep_mol_per_s()
+            bar.set_postfix_str(
+                f"{rate / settings.replicas:.1f} steps/s | {rate:,.0f} timestep·mol/s | "
+                f"{meter.ns_per_day():,.1f} ns/day | Q {q:.3f}"
+            )
+            bar.update(n)
+            if out is not None:
+                sim.save_checkpoint(out / "checkpoint.pt")
+    finally:
+        bar.close()
+        for reporter in (metrics_reporter, traj_reporter):
+            if reporter is not None:
+                reporter.close()
+
+    metrics = {k: v.detach().float().cpu() for k, v in sim.metrics().items()}
+    live = ~metrics["frozen"].bool()
+    q, r = metrics["q"], metrics["rmsd"]
+    frozen = sim.frozen_report()
+    peak = meter.peak_memory_gb()
+    summary = {
+        "protein": prepared.system.name,
+        "beads": prepared.system.n_beads,
+        "replicas": settings.replicas,
+        "steps": sim.step_count,
+        "device": str(sim.device),
+        "gpu": torch.cuda.get_device_name(sim.device) if sim.device.type == "cuda" else None,
+        "kernels": settings.options.to_dict(),
+        "timestep_mol_per_s": meter.timestep_mol_per_s(),
+        "ns_per_day": meter.ns_per_day(),
+        "peak_memory_gb": peak,
+        "rmsd_mean": float(r[live].mean()) if live.any() else None,
+        "q_mean": float(q[live].mean()) if live.any() else None,
+        "folded_fraction": float((q[live] > FOLDED_Q).float().mean()) if live.any() else None,
+        "frozen_replicas": frozen,
+        "notices": prepared.notices,
+    }
+    files = []
+    if out is not None:
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+        files = ["metrics.csv", "checkpoint.pt", "summary.json"]
+        if traj_reporter is not None:
+            files.append(f"trajectory/ ({len(traj_reporter.paths)} × .{args.format} + topology.pdb)")
+    rows = [
+        ("throughput", f"{summary['timestep_mol_per_s']:,.1f} timestep·mol/s"),
+        ("", f"{summary['ns_per_day']:,.2f} ns/day (all replicas)"),
+        ("peak memory", "n/a (CPU)" if peak is None else f"{peak:.2f} GB"),
+        ("RMSD (CA)", f"{summary['rmsd_mean']:.2f} Å mean" if live.any() else "n/a"),
+        ("Q", f"{summary['q_mean']:.3f} mean" if live.any() else "n/a"),
+        ("folded (Q > 0.8)", f"{summary['folded_fraction']:.0%}" if live.any() else "n/a"),
+        ("frozen replicas", ", ".join(f"{i}@step {s}" for i, s in frozen) or "none"),
+        ("files", (f"{out}: " + ", ".join(files)) if out else "none (no --out)"),
+    ]
+    print(_summary_table(rows))
+    return 0
+
+
+def _version(module: str) -> str:
+    try:
+        mod = __import__(module)
+    except ImportError:
+        return "not installed"
+    return getattr(mod, "__version__", "installed")
+
+
+def cmd_info(args) -> int:
+    from kernels import triton_available
+
+    cuda = torch.cuda.is_available()
+    rows = [
+        ("python", platform.python_version()),
+        ("torch", torch.__version__),
+        ("triton", _version("triton")),
+        ("numpy", _version("numpy")),
+        ("mdtraj", _version("mdtraj")),
+        ("device", torch.cuda.get_device_name(0) if cuda else "CPU only (no CUDA GPU found)"),
+        ("reference path", "available (PyTorch)"),
+        ("fused Triton path", "available" if triton_available() else "unavailable (needs a GPU)"),
+    ]
+    print(_summary_table(rows))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"run": cmd_run, "info": cmd_info}[args.command]
+    try:
+        return handler(args)
+    except (UsageError, ValueError, FileNotFoundError, PermissionError, ImportError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+"""A simulation: one system, one potential, one integrator, R replicas.
+
+The pieces stay apart as in OpenMM's Python layer: :class:`~workbench.system.CGSystem`
+(what is simulated), :class:`~workbench.model.Potential` (its energy),
+an :class:`~workbench.md.integrators.Integrator` (how it moves), and this class,
+which owns the state, the random generator, the neighbour list and the reporters.
+
+A replica whose positions or forces become non-finite, whose largest force
+exceeds ``max_force`` or whose extent exceeds ``max_extent`` is frozen at its
+last good configuration and reported; the other replicas go on. The check runs
+on the device every step without host synchronisation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from workbench.analysis import fraction_native_contacts, rmsd
+from workbench.md.integrators import Integrator, LangevinIntegrator, maxwell_boltzmann
+from workbench.model.io import atomic_save
+from workbench.model.options import KernelOptions
+from workbench.model.potential import Potential
+from workbench.neighbors import Graph, NeighborList, NeighborListOverflow
+from workbench.system.cg_system import CGSystem
+from workbench.system.topology import bonded_exclusions
+from workbench.units import KB, KCAL_TO_AMU_A2_PS2
+
+CHECKPOINT_FORMAT = "cg-workbench-checkpoint"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not belong to this simulation or is unreadable."""
+
+
+@dataclass
+class NeighborSettings:
+    """How the SchNet graph is built.
+
+    Attributes
+    ----------
+    skin : float
+        Verlet skin, Å.
+    exclude_bonded : bool
+        Leave 1-2, 1-3 and 1-4 bonded pairs out of the SchNet graph.
+    capacity : int or None
+        Fixed number of edge slots (for graph capture); None for exact lists.
+    """
+
+    skin: float = 2.0
+    exclude_bonded: bool = False
+    capacity: int | None = None
+
+
+@dataclass
+class SafetyLimits:
+    """Per-replica blow-up thresholds.
+
+    Attributes
+    ----------
+    max_force : float
+        Largest allowed force component magnitude, kcal/mol/Å.
+    max_extent : float or None
+        Largest allowed distance of a bead from its replica's centroid, Å
+        (None: 50 Å + 4 Å per residue).
+    """
+
+    max_force: float = 1.0e4
+    max_extent: float | None = None
+
+
+class Simulation:
+    """R replicas of one coarse-grained system.
+
+    Parameters
+    ----------
+    system : CGSystem
+    potential : Potential
+    integrator : Integrator
+    replicas : int
+    positions : torch.Tensor, shape (n, 3) or (R, n, 3), optional
+        Starting coordinates (Å); default: the native structure for every replica.
+    device : str or torch.device
+    seed : int
+        Seed of the generator that draws initial velocities and Langevin noise.
+    options : KernelOptions, optional
+        Which fused kernels to use; may be changed between steps.
+    neighbors : NeighborSettings, optional
+    limits : SafetyLimits, optional
+    """
+
+    def __init__(
+        self,
+        system: CGSystem,
+        potential: Potential,
+        integrator: Integrator,
+        replicas: int = 1,
+        positions: torch.Tensor | None = None,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        options: KernelOptions | None = None,
+        neighbors: NeighborSettings | None = None,
+        limits: SafetyLimits | None = None,
+    ):
+        if int(replicas) < 1:
+            raise ValueError(f"need at least one replica, got {replicas}")
+        if potential.n_beads != system.n_beads:
+            raise ValueError(
+                f"potential is for {potential.n_beads} beads, system {system.name} "
+                f"has {system.n_beads}"
+            )
+        self.device = torch.device(device)
+        self.system = system.to(self.device)
+        self.potential = potential.to(self.device)
+        self.integrator = integrator
+        self.replicas = int(replicas)
+        self.seed = int(seed)
+        self.options = options or KernelOptions()
+        self.neighbor_settings = neighbors or NeighborSettings()
+        self.limits = limits or SafetyLimits()
+        if self.limits.max_extent is None:
+            self.limits.max_extent = 50.0 + 4.0 * system.n_residues
+        self.reporters: list = []
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(self.seed)
+        self.inv_mass = (KCAL_TO_AMU_A2_PS2 / self.system.masses.float())[:, None]
+        self.neighbor_list = self._make_neighbor_list()
+        self.graph: Graph | None = None
+
+        pos = self._initial_positions(positions)
+        temperature = getattr(integrator, "temperature", torch.tensor([300.0]))
+        vel = maxwell_boltzmann(self.system.masses.float(), temperature, self.replicas, self.generator)
+        self.positions = pos
+        self.velocities = vel
+        self.step_count = 0
+        self.frozen = torch.zeros(self.replicas, dtype=torch.bool, device=self.device)
+        self.frozen_step = torch.full((self.replicas,), -1, dtype=torch.long, device=self.device)
+        self.energy, self.forces = self._evaluate(pos)
+
+    # -- set-up -------------------------------------------------------------------
+    def _make_neighbor_list(self) -> NeighborList | None:
+        if self.potential.schnet is None:
+            return None
+        settings = self.neighbor_settings
+        exclusions = bonded_exclusions(self.system) if settings.exclude_bonded else None
+        return NeighborList(
+            self.system.n_beads,
+            self.potential.cutoff,
+            skin=settings.skin,
+            exclusions=exclusions,
+            capacity=settings.capacity,
+        )
+
+    def _initial_positions(self, positions: torch.Tensor | None) -> torch.Tensor:
+        n = self.system.n_beads
+        if positions is None:
+            positions = self.system.native_positions
+        positions = torch.as_tensor(positions, dtype=torch.float32, device=self.device)
+        if positions.ndim == 2:
+            positions = positions[None].expand(self.replicas, n, 3)
+        if tuple(positions.shape) != (self.replicas, n, 3):
+            raise ValueError(
+                f"starting positions must have shape ({n}, 3) or ({self.replicas}, {n}, 3), "
+                f"got {tuple(positions.shape)}"
+            )
+        if not torch.isfinite(positions).all():
+            raise ValueError("starting positions contain NaN or infinite coordinates")
+        return positions.contiguous().clone()
+
+    # -- force evaluation ---------------------------------------------------------
+    def _graph_for(self, pos: torch.Tensor) -> Graph | None:
+        if self.neighbor_list is None:
+            return None
+        try:
+            return self.neighbor_list.update(pos)
+        except NeighborListOverflow as overflow:
+            self.neighbor_list.capacity = int(overflow.needed * 1.25) + 1
+            self.neighbor_settings.capacity = self.neighbor_list.capacity
+            return self.neighbor_list.update(pos)
+
+    def _evaluate(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.graph = self._graph_for(pos)
+        return self.potential.energy_and_forces(pos, self.graph, self.options)
+
+    def _force_fn(self, pos: torch.Tensor) -> torch.Tensor:
+        self.energy, forces = self._evaluate(pos)
+        return forces
+
+    # -- stepping -----------------------------------------------------------------
+    def _blown_up(self, pos: torch.Tensor, forces: torch.Tensor) -> torch.Tensor:
+        """Replicas that left the safe region, shape (R,) bool (no host sync)."""
+        finite = torch.isfinite(pos).flatten(1).all(1) & torch.isfinite(forces).flatten(1).all(1)
+        too_strong = forces.abs().flatten(1).amax(1) > self.limits.max_force
+        centred = pos - pos.mean(1, keepdim=True)
+        too_wide = torch.linalg.vector_norm(centred, dim=-1).amax(1) > self.limits.max_extent
+        return ~finite | too_strong | too_wide
+
+    def step(self, steps: int = 1) -> None:
+        """Advance every live replica by ``steps`` integrator steps, calling reporters."""
+        if steps < 0:
+            raise ValueError(f"number of steps must be non-negative, got {steps}")
+        for _ in range(int(steps)):
+            old = (self.positions, self.velocities, self.forces, self.energy)
+            pos, vel, forces = self.integrator.step(
+                self.positions, self.velocities, self.forces, self.inv_mass,
+                self._force_fn, self.generator,
+            )
+            bad = self._blown_up(pos, forces) & ~self.frozen
+            self.frozen_step = torch.where(bad, self.step_count + 1, self.frozen_step)
+            self.frozen = self.frozen | bad
+            keep = self.frozen[:, None, None]
+            self.positions = torch.where(keep, old[0], pos)
+            self.velocities = torch.where(keep, old[1], vel)
+            self.forces = torch.where(keep, old[2], forces)
+            self.energy = torch.where(self.frozen, old[3], self.energy)
+            self.step_count += 1
+            for reporter in self.reporters:
+                if self.step_count % reporter.interval == 0:
+                    reporter.report(self)
+
+    # -- observables --------------------------------------------------------------
+    def kinetic_temperature(self) -> torch.Tensor:
+        """Instantaneous temperature of each replica, K, shape (R,)."""
+        masses = self.system.masses.float()[None, :, None]
+        kinetic = 0.5 * (masses * self.velocities**2).sum((1, 2)) / KCAL_TO_AMU_A2_PS2
+        dof = 3 * self.system.n_beads
+        return 2.0 * kinetic / (dof * KB)
+
+    def kinetic_energy(self) -> torch.Tensor:
+        """Kinetic energy of each replica, kcal/mol, shape (R,)."""
+        masses = self.system.masses.float()[None, :, None]
+        return 0.5 * (masses * self.velocities**2).sum((1, 2)) / KCAL_TO_AMU_A2_PS2
+
+    def metrics(self) -> dict[str, torch.Tensor]:
+        """Per-replica observables on the device, each shape (R,).
+
+        Keys: ``rmsd`` (CA, Å), ``q`` (fraction of native contacts),
+        ``potential_energy``, ``kinetic_energy`` (kcal/mol), ``temperature`` (K),
+        ``frozen`` (bool).
+        """
+        ca = self.positions[:, self.system.ca_index]
+        native_ca = self.system.native_positions[self.system.ca_index]
+        q = fraction_native_contacts(
+            ca, self.system.native_contacts, self.system.native_contact_distances
+        )
+        return {
+            "rmsd": rmsd(ca, native_ca),
+            "q": q,
+            "potential_energy": self.energy,
+            "kinetic_energy": self.kinetic_energy(),
+            "temperature": self.kinetic_temperature(),
+            "frozen": self.frozen,
+        }
+
+    def frozen_report(self) -> list[tuple[int, int]]:
+        """(replica, step at which it was frozen) for every frozen replica."""
+        idx = torch.nonzero(self.frozen).flatten().tolist()
+        steps = self.frozen_step.tolist()
+        return [(i, steps[i]) for i in idx]
+
+    @property
+    def time_ps(self) -> float:
+        """Simulated time per replica, ps."""
+        return self.step_count * self.integrator.timestep
+
+    # -- checkpoints --------------------------------------------------------------
+    def _identity(self) -> dict:
+        return {
+            "system": self.system.name,
+            "n_beads": self.system.n_beads,
+            "replicas": self.replicas,
+            "integrator": self.integrator.config(),
+            "neighbors": asdict(self.neighbor_settings),
+        }
+
+    def save_checkpoint(self, path: str | os.PathLike) -> Path:
+        """Write the whole dynamic state atomically; an old file survives a failed write."""
+        payload = {
+            "format": CHECKPOINT_FORMAT,
+            "identity": json.dumps(self._identity()),
+            "step": self.step_count,
+            "positions": self.positions.cpu(),
+            "velocities": self.velocities.cpu(),
+            "forces": self.forces.cpu(),
+            "energy": self.energy.cpu(),
+            "frozen": self.frozen.cpu(),
+            "frozen_step": self.frozen_step.cpu(),
+            "rng_state": self.generator.get_state(),
+            "neighbor_list": {
+                k: (v.cpu() if torch.is_tensor(v) else v)
+                for k, v in (self.neighbor_list.state_dict() if self.neighbor_list else {}).items()
+            },
+        }
+        return atomic_save(payload, path)
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """Continue from a checkpoint written by :meth:`save_checkpoint` (bitwise)."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no checkpoint at {path}")
+        try:
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unpickling failure is a format error
+            raise CheckpointError(f"{path} is not a readable checkpoint: {exc}") from exc
+        if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(f"{path} is not a {CHECKPOINT_FORMAT} file")
+        identity = json.loads(payload["identity"])
+        mine = self._identity()
+        for key in ("system", "n_beads", "replicas"):
+            if identity[key] != mine[key]:
+                raise CheckpointError(
+                    f"checkpoint {path} is for {key}={identity[key]!r}, "
+                    f"this simulation has {mine[key]!r}"
+                )
+        dev = self.device
+        self.step_count = int(payload["step"])
+        self.positions = payload["positions"].to(dev)
+        self.velocities = payload["velocities"].to(dev)
+        self.forces = payload["forces"].to(dev)
+        self.energy = payload["energy"].to(dev)
+        self.frozen = payload["frozen"].to(dev)
+        self.frozen_step = payload["frozen_step"].to(dev)
+        self.generator.set_state(payload["rng_state"])
+        if self.neighbor_list is not None:
+            state = {
+                k: (v.to(dev) if torch.is_tensor(v) else v)
+                for k, v in payload["neighbor_list"].items()
+            }
+            self.neighbor_list.load_state_dict(state)

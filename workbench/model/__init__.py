@@ -1,0 +1,26 @@
+"""CGSchNet, prior terms and potentials."""
+
+from workbench.model.io import ModelFormatError, load_potential, save_potential
+from workbench.model.potential import Potential
+from workbench.model.priors import (
+    FourierDihedrals,
+    HarmonicAngles,
+    HarmonicBonds,
+    PriorTerm,
+    Repulsion,
+)
+from workbench.model.schnet import CGSchNet, SchNetConfig
+
+__all__ = [
+    "CGSchNet",
+    "FourierDihedrals",
+    "HarmonicAngles",
+    "HarmonicBonds",
+    "ModelFormatError",
+    "Potential",
+    "PriorTerm",
+    "Repulsion",
+    "SchNetConfig",
+    "load_potential",
+    "save_potential",
+]

@@ -1,0 +1,112 @@
+"""Saving and loading potentials: a state dict plus a JSON config in one file.
+
+The file is a ``torch.save`` archive of ``{"format", "version", "config",
+"state_dict"}`` where ``config`` is a JSON string. It is read back with
+``torch.load(weights_only=True)``, so no arbitrary pickle is ever executed.
+Writes are atomic (a temporary file in the same folder, then a rename).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from workbench.model.potential import Potential
+from workbench.model.priors import PRIOR_CLASSES
+from workbench.model.schnet import CGSchNet, SchNetConfig
+
+FORMAT = "cg-workbench-potential"
+VERSION = 1
+
+
+class ModelFormatError(ValueError):
+    """A file is not a potential saved by this project, or is inconsistent."""
+
+
+def atomic_save(obj, path: str | os.PathLike) -> Path:
+    """``torch.save`` to ``path`` atomically; an existing file is untouched on failure."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(obj, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def potential_config(potential: Potential) -> dict:
+    """JSON-able description of a potential's structure (not its numbers)."""
+    schnet = potential.schnet
+    return {
+        "schnet": None if schnet is None else schnet.config.to_dict(),
+        "priors": [{"name": n, "class": type(p).__name__} for n, p in potential.priors.items()],
+        "metadata": getattr(potential, "metadata", {}),
+    }
+
+
+def save_potential(potential: Potential, path: str | os.PathLike) -> Path:
+    """Write ``potential`` to ``path`` (see module docstring)."""
+    state = {k: v.detach().cpu() for k, v in potential.state_dict().items()}
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": json.dumps(potential_config(potential)),
+        "state_dict": state,
+    }
+    return atomic_save(payload, path)
+
+
+def load_potential(path: str | os.PathLike, map_location: str = "cpu") -> Potential:
+    """Read a potential written by :func:`save_potential`.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ModelFormatError
+        Not a file of this format, or tensors that do not match the config.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no model file at {path}")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a format error
+        raise ModelFormatError(f"{path} is not a readable model file: {exc}") from exc
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ModelFormatError(
+            f"{path} is not a {FORMAT} file (published CGSchNet checkpoints are read by "
+            "workbench.model.mlcg_import)"
+        )
+    config = json.loads(payload["config"])
+    state = payload["state_dict"]
+    schnet = None
+    if config["schnet"] is not None:
+        schnet = CGSchNet(SchNetConfig.from_dict(config["schnet"]))
+    priors = {}
+    for entry in config["priors"]:
+        cls = PRIOR_CLASSES.get(entry["class"])
+        if cls is None:
+            raise ModelFormatError(f"unknown prior class {entry['class']!r} in {path}")
+        prefix = f"priors.{entry['name']}."
+        tensors = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+        priors[entry["name"]] = cls(**tensors)
+    potential = Potential(state["bead_types"], schnet, priors)
+    try:
+        potential.load_state_dict(state)
+    except RuntimeError as exc:
+        raise ModelFormatError(f"{path}: tensors do not match the config: {exc}") from exc
+    potential.metadata = config.get("metadata", {})
+    return potential

@@ -1,0 +1,105 @@
+"""Prior terms centred on a native structure, and the untrained demo potential.
+
+Used until trained models exist for a protein: bonds and angles at their native
+values, dihedrals with a single cosine minimum at the native angle, and a soft
+repulsion between non-bonded pairs whose σ never exceeds 90 % of the pair's
+native distance (so the native structure is not pushed apart).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.model.geometry import angle_cosines, bond_lengths, torsions
+from workbench.model.potential import Potential
+from workbench.model.priors import FourierDihedrals, HarmonicAngles, HarmonicBonds, Repulsion
+from workbench.model.schnet import CGSchNet, SchNetConfig
+from workbench.system.cg_system import CGSystem
+from workbench.system.topology import nonbonded_pairs
+
+
+def native_priors(
+    system: CGSystem,
+    bond_k: float = 150.0,
+    angle_k: float = 60.0,
+    dihedral_k: float = 1.0,
+    sigma: float = 3.5,
+) -> dict[str, torch.nn.Module]:
+    """Priors whose minima lie at the native structure.
+
+    Parameters
+    ----------
+    system : CGSystem
+    bond_k : float
+        kcal/mol/Å² (energy ``k (r − r0)²``).
+    angle_k : float
+        kcal/mol (energy ``k (cos θ − cos θ0)²``).
+    dihedral_k : float
+        kcal/mol (energy ``k (1 − cos(φ − φ0))``).
+    sigma : float
+        Largest repulsion radius, Å.
+
+    Returns
+    -------
+    dict of str to PriorTerm
+        ``bonds``, ``angles``, ``dihedrals``, ``repulsion``.
+    """
+    native = system.native_positions[None].double()
+    r0 = bond_lengths(native, system.bonds)[0]
+    cos0 = angle_cosines(native, system.angles)[0]
+    phi0 = torsions(native, system.dihedrals)[0]
+    pairs = nonbonded_pairs(system)
+    pair_native = bond_lengths(native, pairs)[0]
+    n_dih = system.dihedrals.shape[0]
+    return {
+        "bonds": HarmonicBonds(system.bonds, x0=r0, k=torch.full_like(r0, bond_k)),
+        "angles": HarmonicAngles(system.angles, x0=cos0, k=torch.full_like(cos0, angle_k)),
+        "dihedrals": FourierDihedrals(
+            system.dihedrals,
+            k1s=(-dihedral_k * torch.sin(phi0)).reshape(n_dih, 1),
+            k2s=(-dihedral_k * torch.cos(phi0)).reshape(n_dih, 1),
+            v0=torch.full((n_dih,), dihedral_k, dtype=torch.float64),
+        ),
+        "repulsion": Repulsion(pairs, sigma=torch.clamp(0.9 * pair_native, max=sigma)),
+    }
+
+
+def demo_potential(
+    system: CGSystem,
+    config: SchNetConfig | None = None,
+    seed: int = 0,
+    output_scale: float = 0.01,
+) -> Potential:
+    """A randomly initialised CGSchNet with small output weights plus native priors.
+
+    This is not a trained model: it exists to exercise the engine until trained
+    checkpoints ship, and callers must say so to the user
+    (``potential.metadata["trained"]`` is False).
+
+    Parameters
+    ----------
+    system : CGSystem
+    config : SchNetConfig, optional
+        Defaults: hidden 128, filters 128, 3 blocks, 50 Gaussian RBF, cutoff 10 Å.
+    seed : int
+        Seed of the weight initialisation.
+    output_scale : float
+        Factor applied to the last output layer's weights.
+    """
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        schnet = CGSchNet(config or SchNetConfig())
+    finally:
+        torch.random.set_rng_state(generator_state)
+    with torch.no_grad():
+        schnet.output_network.layers[-1].weight.mul_(output_scale)
+    potential = Potential(system.bead_types, schnet, native_priors(system))
+    potential.metadata = {
+        "trained": False,
+        "description": "untrained demo model: random CGSchNet + priors fitted to the native "
+        f"structure of {system.name}",
+        "protein": system.name,
+        "mapping": system.mapping,
+    }
+    return potential

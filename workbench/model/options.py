@@ -1,0 +1,71 @@
+"""Runtime switches for the fused kernels, one per technique.
+
+An options object belongs to one simulation and is read at every force
+evaluation, so switches take effect at the next step. All switches off is the
+PyTorch reference path (the baseline every speedup is measured against).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+@dataclass
+class KernelOptions:
+    """Which fused techniques the force evaluation uses.
+
+    Attributes
+    ----------
+    fused_radial_basis : bool
+        Distance, basis and envelope in one kernel.
+    fused_message_passing : bool
+        Distance → basis → filter MLP → envelope → message → reduction in one
+        kernel; no edge tensor is written to memory.
+    csr_aggregation : bool
+        Destination-grouped segment reductions instead of scatter-add.
+    fused_update : bool
+        Activation and linear layer of the interaction update in one kernel.
+    mlp_precision : str
+        ``"fp32"``, ``"fp16"`` or ``"bf16"`` for the filter, update and output
+        MLPs (channel-wise scaled weights, FP32 accumulation).
+    """
+
+    fused_radial_basis: bool = False
+    fused_message_passing: bool = False
+    csr_aggregation: bool = False
+    fused_update: bool = False
+    mlp_precision: str = "fp32"
+
+    def __post_init__(self):
+        if self.mlp_precision not in PRECISIONS:
+            raise ValueError(
+                f"mlp_precision must be one of {PRECISIONS}, got {self.mlp_precision!r}"
+            )
+
+    @classmethod
+    def baseline(cls) -> KernelOptions:
+        """Everything off: the PyTorch reference path."""
+        return cls()
+
+    @classmethod
+    def all_on(cls, mlp_precision: str = "fp32") -> KernelOptions:
+        """Every fused technique on."""
+        return cls(True, True, True, True, mlp_precision)
+
+    @property
+    def is_baseline(self) -> bool:
+        """True when no fused technique is switched on."""
+        return self == KernelOptions()
+
+    def enabled(self) -> list[str]:
+        """Names of the techniques switched on."""
+        on = [f.name for f in fields(self) if f.type == "bool" and getattr(self, f.name)]
+        if self.mlp_precision != "fp32":
+            on.append(f"mlp_{self.mlp_precision}")
+        return on
+
+    def to_dict(self) -> dict:
+        """Plain-JSON form."""
+        return asdict(self)

@@ -1,0 +1,128 @@
+"""Prior energy terms: harmonic bonds and angles, Fourier dihedrals, repulsion.
+
+Each term holds its bead indices (within one molecule) and one parameter set
+per term, as buffers, and maps positions ``(R, n, 3)`` to energies ``(R,)``
+(kcal/mol). Formulas follow the CGSchNet ecosystem (mlcg-format.md §7):
+no ½ factors, angles harmonic in cos θ.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from workbench.model.geometry import angle_cosines, bond_lengths, torsions
+
+
+class PriorTerm(nn.Module):
+    """Base class: a bonded or pair term with per-term parameter buffers.
+
+    Subclasses set ``order`` (beads per term) and ``parameter_names`` and
+    implement :meth:`term_energies`.
+
+    Parameters
+    ----------
+    index : torch.Tensor, shape (P, order), int64
+        Bead indices of each term.
+    **parameters : torch.Tensor
+        One tensor per name in ``parameter_names``, leading dimension P.
+    """
+
+    order: int = 2
+    parameter_names: tuple[str, ...] = ()
+
+    def __init__(self, index: torch.Tensor, **parameters: torch.Tensor):
+        super().__init__()
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1, self.order)
+        missing = set(self.parameter_names) - set(parameters)
+        extra = set(parameters) - set(self.parameter_names)
+        if missing or extra:
+            raise ValueError(
+                f"{type(self).__name__} takes parameters {self.parameter_names}; "
+                f"missing {sorted(missing)}, unexpected {sorted(extra)}"
+            )
+        self.register_buffer("index", index)
+        for name in self.parameter_names:
+            value = torch.as_tensor(parameters[name], dtype=torch.float32)
+            if value.shape[:1] != index.shape[:1]:
+                raise ValueError(
+                    f"{type(self).__name__}.{name} has leading size {tuple(value.shape)[:1]}, "
+                    f"expected {index.shape[0]} (one per term)"
+                )
+            self.register_buffer(name, value.clone())
+
+    @property
+    def num_terms(self) -> int:
+        """Number of terms P."""
+        return int(self.index.shape[0])
+
+    def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
+        """Energy of every term, shape (R, P)."""
+        raise NotImplementedError
+
+    def forward(self, pos: torch.Tensor) -> torch.Tensor:
+        """Total energy per replica, shape (R,)."""
+        if self.num_terms == 0:
+            return pos.new_zeros(pos.shape[0])
+        return self.term_energies(pos).sum(-1)
+
+    def extra_repr(self) -> str:
+        return f"terms={self.num_terms}"
+
+
+class HarmonicBonds(PriorTerm):
+    """``E = k (r − x0)²`` with ``k`` in kcal/mol/Å², ``x0`` in Å."""
+
+    order = 2
+    parameter_names = ("x0", "k")
+
+    def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
+        return self.k * (bond_lengths(pos, self.index) - self.x0) ** 2
+
+
+class HarmonicAngles(PriorTerm):
+    """``E = k (cos θ − x0)²`` with ``x0 = cos θ0`` and ``k`` in kcal/mol (apex in column 1)."""
+
+    order = 3
+    parameter_names = ("x0", "k")
+
+    def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
+        return self.k * (angle_cosines(pos, self.index) - self.x0) ** 2
+
+
+class FourierDihedrals(PriorTerm):
+    """``E = v0 + Σ_n [k1_n sin(nφ) + k2_n cos(nφ)]``, n = 1..D.
+
+    Buffers ``k1s`` and ``k2s`` have shape (P, D), ``v0`` shape (P,).
+    """
+
+    order = 4
+    parameter_names = ("k1s", "k2s", "v0")
+
+    def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
+        phi = torsions(pos, self.index)
+        n = torch.arange(1, self.k1s.shape[1] + 1, device=pos.device, dtype=pos.dtype)
+        nphi = phi[..., None] * n
+        return self.v0 + (self.k1s * torch.sin(nphi) + self.k2s * torch.cos(nphi)).sum(-1)
+
+
+class Repulsion(PriorTerm):
+    """``E = (σ / r)⁶`` (energy scale 1 kcal/mol, σ in Å) over a fixed pair list."""
+
+    order = 2
+    parameter_names = ("sigma",)
+
+    def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
+        return (self.sigma / bond_lengths(pos, self.index)) ** 6
+
+
+#: Prior classes by name, for saving and loading.
+PRIOR_CLASSES: dict[str, type[PriorTerm]] = {
+    cls.__name__: cls for cls in (HarmonicBonds, HarmonicAngles, FourierDihedrals, Repulsion)
+}
+
+
+def register_prior_class(cls: type[PriorTerm]) -> type[PriorTerm]:
+    """Make a :class:`PriorTerm` subclass known to the model loader (usable as a decorator)."""
+    PRIOR_CLASSES[cls.__name__] = cls
+    return cls

@@ -1,0 +1,224 @@
+"""Batched Verlet neighbour list for many replicas of one molecule.
+
+Pairs are found by dense distance blocks, chunked over replicas so that at most
+``max_block`` pair distances are held at once (CG proteins have hundreds of
+beads, where dense blocks beat cell lists on a GPU). A candidate list within
+``cutoff + skin`` is rebuilt when any bead has moved more than half the skin
+since the last build. Edges never cross replicas and never join a bead to
+itself; they are sorted by destination.
+
+Two output modes:
+
+* exact (``capacity=None``): every call returns the edges with ``d < cutoff``
+  (or the whole candidate list with ``exact=False``), with data-dependent size.
+* fixed capacity (``capacity=C``): the candidate list lives in arrays of static
+  length C; unused slots have ``src = dst = N`` (a padding node one past the
+  last bead) and ``valid = False``. More candidates than C raise
+  :class:`NeighborListOverflow`, with the count needed, so the caller can grow
+  the capacity; nothing is truncated silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+class NeighborListOverflow(RuntimeError):
+    """More candidate edges than the fixed capacity.
+
+    Attributes
+    ----------
+    needed : int
+        Number of candidate edges found.
+    capacity : int
+        Capacity that was exceeded.
+    """
+
+    def __init__(self, needed: int, capacity: int):
+        super().__init__(
+            f"neighbour list overflow: {needed} candidate edges for a capacity of {capacity}"
+        )
+        self.needed = needed
+        self.capacity = capacity
+
+
+@dataclass
+class Graph:
+    """Directed edges over flattened beads ``g = replica * n + i``.
+
+    Attributes
+    ----------
+    src, dst : torch.Tensor, shape (E,), int64
+        Message from ``src`` into ``dst``; sorted by ``dst`` (valid edges).
+    num_nodes : int
+        ``R * n``; padding slots point at node ``num_nodes``.
+    valid : torch.Tensor or None, shape (E,), bool
+        Fixed-capacity mode: which slots hold an edge. None when all do.
+    version : int
+        Incremented whenever the edge arrays change, so derived layouts (CSR)
+        can be cached per version.
+    """
+
+    src: torch.Tensor
+    dst: torch.Tensor
+    num_nodes: int
+    valid: torch.Tensor | None = None
+    version: int = 0
+
+    @property
+    def num_edges(self) -> int:
+        """Number of slots E (equal to the edge count when ``valid`` is None)."""
+        return int(self.src.shape[0])
+
+
+class NeighborList:
+    """Verlet neighbour list over replicas.
+
+    Parameters
+    ----------
+    n_beads : int
+        Beads per replica n.
+    cutoff : float
+        Interaction radius r_c, Å; an edge has ``d < cutoff``.
+    skin : float
+        Verlet skin, Å (0 rebuilds at every call).
+    exclusions : torch.Tensor, shape (P, 2), int64, optional
+        Bead pairs (within one molecule) never joined by an edge.
+    capacity : int, optional
+        Fixed number of edge slots over all replicas (fixed-capacity mode).
+    exact : bool
+        Exact mode only: return edges within ``cutoff`` (True) or the whole
+        candidate list within ``cutoff + skin`` (False; an envelope that is zero
+        beyond the cutoff then makes the extra edges contribute nothing).
+    max_block : int
+        Largest number of pair distances held at once during a build.
+    """
+
+    def __init__(
+        self,
+        n_beads: int,
+        cutoff: float,
+        skin: float = 2.0,
+        exclusions: torch.Tensor | None = None,
+        capacity: int | None = None,
+        exact: bool = True,
+        max_block: int = 1 << 23,
+    ):
+        if n_beads < 1:
+            raise ValueError(f"n_beads must be positive, got {n_beads}")
+        if not cutoff > 0:
+            raise ValueError(f"cutoff must be positive, got {cutoff}")
+        if skin < 0:
+            raise ValueError(f"skin must be non-negative, got {skin}")
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        self.n_beads = n_beads
+        self.cutoff = float(cutoff)
+        self.skin = float(skin)
+        self.capacity = capacity
+        self.exact = exact
+        self.max_block = max_block
+        allowed = ~torch.eye(n_beads, dtype=torch.bool)
+        if exclusions is not None and len(exclusions):
+            exclusions = torch.as_tensor(exclusions, dtype=torch.long).reshape(-1, 2)
+            allowed[exclusions[:, 0], exclusions[:, 1]] = False
+            allowed[exclusions[:, 1], exclusions[:, 0]] = False
+        self._allowed = allowed
+        self.reference_positions: torch.Tensor | None = None
+        self.candidates: Graph | None = None
+        self.builds = 0
+
+    # -- building -----------------------------------------------------------------
+    def _candidate_pairs(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """All pairs within ``cutoff + skin``, as flattened (src, dst) sorted by dst."""
+        r_count, n, _ = pos.shape
+        allowed = self._allowed.to(pos.device)
+        radius2 = (self.cutoff + self.skin) ** 2
+        chunk = max(1, self.max_block // (n * n))
+        srcs, dsts = [], []
+        for start in range(0, r_count, chunk):
+            block = pos[start : start + chunk]
+            diff = block[:, :, None, :] - block[:, None, :, :]
+            within = ((diff * diff).sum(-1) < radius2) & allowed
+            rep, i, j = within.nonzero(as_tuple=True)
+            base = (rep + start) * n
+            dsts.append(base + i)
+            srcs.append(base + j)
+        return torch.cat(srcs), torch.cat(dsts)
+
+    def build(self, pos: torch.Tensor) -> None:
+        """Rebuild the candidate list from positions ``(R, n, 3)``."""
+        if pos.ndim != 3 or pos.shape[1] != self.n_beads or pos.shape[2] != 3:
+            raise ValueError(
+                f"positions must have shape (R, {self.n_beads}, 3), got {tuple(pos.shape)}"
+            )
+        src, dst = self._candidate_pairs(pos.detach())
+        num_nodes = pos.shape[0] * pos.shape[1]
+        version = self.builds + 1
+        if self.capacity is None:
+            self.candidates = Graph(src, dst, num_nodes, None, version)
+        else:
+            count = int(src.shape[0])
+            if count > self.capacity:
+                raise NeighborListOverflow(count, self.capacity)
+            pad = self.capacity - count
+            fill = torch.full((pad,), num_nodes, dtype=torch.long, device=pos.device)
+            valid = torch.zeros(self.capacity, dtype=torch.bool, device=pos.device)
+            valid[:count] = True
+            self.candidates = Graph(
+                torch.cat([src, fill]), torch.cat([dst, fill]), num_nodes, valid, version
+            )
+        self.reference_positions = pos.detach().clone()
+        self.builds = version
+
+    def needs_rebuild(self, pos: torch.Tensor) -> bool:
+        """Whether any bead moved more than half the skin since the last build."""
+        if self.candidates is None or self.reference_positions is None:
+            return True
+        if self.reference_positions.shape != pos.shape:
+            return True
+        moved2 = ((pos.detach() - self.reference_positions) ** 2).sum(-1)
+        moved2 = torch.nan_to_num(moved2, nan=0.0)
+        return bool(moved2.max() > (0.5 * self.skin) ** 2)
+
+    def update(self, pos: torch.Tensor) -> Graph:
+        """Return the graph for positions ``(R, n, 3)``, rebuilding when needed."""
+        if self.needs_rebuild(pos):
+            self.build(pos)
+        graph = self.candidates
+        if self.capacity is not None or not self.exact:
+            return graph
+        flat = pos.detach().reshape(-1, 3)
+        d2 = ((flat[graph.dst] - flat[graph.src]) ** 2).sum(-1)
+        keep = d2 < self.cutoff**2
+        return Graph(graph.src[keep], graph.dst[keep], graph.num_nodes, None, -1)
+
+    # -- checkpointing ------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Tensors that restore the list exactly (see :meth:`load_state_dict`)."""
+        if self.candidates is None:
+            return {"builds": self.builds}
+        state = {
+            "builds": self.builds,
+            "reference_positions": self.reference_positions,
+            "src": self.candidates.src,
+            "dst": self.candidates.dst,
+            "num_nodes": self.candidates.num_nodes,
+        }
+        if self.candidates.valid is not None:
+            state["valid"] = self.candidates.valid
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a state written by :meth:`state_dict`."""
+        self.builds = int(state["builds"])
+        if "src" not in state:
+            self.candidates = None
+            self.reference_positions = None
+            return
+        self.reference_positions = state["reference_positions"]
+        self.candidates = Graph(
+            state["src"], state["dst"], int(state["num_nodes"]), state.get("valid"), self.builds
+        )

@@ -1,0 +1,196 @@
+"""Set up and run a simulation from plain settings (used by the CLI and the workbench UI)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
+from workbench.model.io import load_potential
+from workbench.model.native_priors import demo_potential
+from workbench.model.options import KernelOptions
+from workbench.model.potential import Potential
+from workbench.models import shipped_model_path
+from workbench.system import build_system
+from workbench.system.cg_system import CGSystem
+from workbench.units import FS_PER_PS, ns_per_day
+
+RUN_FILES = ("metrics.csv", "checkpoint.pt", "summary.json")
+
+
+@dataclass
+class RunSettings:
+    """Everything a run needs, in user units.
+
+    Attributes
+    ----------
+    protein : str
+        Bundled name or PDB path.
+    replicas : int
+    steps : int
+    temperature : float
+        Kelvin.
+    timestep_fs : float
+    friction : float
+        1/ps.
+    save_interval : int
+        Steps between metric rows and trajectory frames.
+    seed : int
+    device : str
+        ``"auto"``, ``"cpu"`` or ``"cuda[:i]"``.
+    model : str or None
+        Path of a saved potential; None: the shipped model or the demo model.
+    mapping : str
+    options : KernelOptions
+    neighbors : NeighborSettings
+    """
+
+    protein: str = "cln025"
+    replicas: int = 8
+    steps: int = 1000
+    temperature: float = 300.0
+    timestep_fs: float = 4.0
+    friction: float = 1.0
+    save_interval: int = 100
+    seed: int = 0
+    device: str = "auto"
+    model: str | None = None
+    mapping: str = "five-bead"
+    options: KernelOptions = field(default_factory=KernelOptions)
+    neighbors: NeighborSettings = field(default_factory=NeighborSettings)
+
+    def validate(self) -> None:
+        """Raise ValueError with a specific message for impossible settings."""
+        if self.replicas < 1:
+            raise ValueError(f"--replicas must be at least 1, got {self.replicas}")
+        if self.steps < 0:
+            raise ValueError(f"--steps must be non-negative, got {self.steps}")
+        if not self.temperature > 0:
+            raise ValueError(f"--temperature must be positive (kelvin), got {self.temperature}")
+        if not self.timestep_fs > 0:
+            raise ValueError(f"--dt must be positive (fs), got {self.timestep_fs}")
+        if self.friction < 0:
+            raise ValueError(f"--friction must be non-negative (1/ps), got {self.friction}")
+        if self.save_interval < 1:
+            raise ValueError(f"--save-interval must be at least 1, got {self.save_interval}")
+
+
+def resolve_device(device: str) -> tuple[torch.device, str | None]:
+    """Pick the device; returns it and a notice to show the user (or None)."""
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda"), None
+        return torch.device("cpu"), "No GPU found: running on the CPU."
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but no CUDA GPU is available")
+    return dev, None
+
+
+def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, str | None]:
+    """The potential for a run and a notice about it (None for a trained model)."""
+    if model is not None:
+        return load_potential(model), None
+    shipped = shipped_model_path(system.name, system.mapping)
+    if shipped is not None:
+        return load_potential(shipped), None
+    potential = demo_potential(system)
+    return potential, (
+        f"Untrained demo model: random CGSchNet weights plus priors fitted to the native "
+        f"structure of {system.name}. It does not fold proteins; use --model for a trained one."
+    )
+
+
+@dataclass
+class PreparedRun:
+    """A ready simulation with what the user should be told about it."""
+
+    settings: RunSettings
+    system: CGSystem
+    simulation: Simulation
+    notices: list[str]
+
+
+def prepare_run(settings: RunSettings) -> PreparedRun:
+    """Validate settings, build system, potential and simulation."""
+    settings.validate()
+    device, device_notice = resolve_device(settings.device)
+    system = build_system(settings.protein, mapping=settings.mapping)
+    potential, model_notice = choose_potential(system, settings.model)
+    integrator = LangevinIntegrator(
+        settings.timestep_fs / FS_PER_PS, settings.friction, settings.temperature
+    )
+    sim = Simulation(
+        system,
+        potential,
+        integrator,
+        replicas=settings.replicas,
+        device=device,
+        seed=settings.seed,
+        options=settings.options,
+        neighbors=settings.neighbors,
+    )
+    notices = [n for n in (device_notice, model_notice) if n]
+    return PreparedRun(settings, system, sim, notices)
+
+
+def existing_run_files(folder: Path) -> list[Path]:
+    """Files of an earlier run in ``folder`` that a new run would overwrite."""
+    return [folder / name for name in RUN_FILES if (folder / name).exists()]
+
+
+class ThroughputMeter:
+    """Steps and wall time of a run, with the first chunk treated as warm-up.
+
+    Parameters
+    ----------
+    replicas : int
+    timestep_fs : float
+    device : torch.device
+    """
+
+    def __init__(self, replicas: int, timestep_fs: float, device: torch.device):
+        self.replicas = replicas
+        self.timestep_fs = timestep_fs
+        self.device = device
+        self.chunks: list[tuple[int, float]] = []
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (so wall time covers it)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def record(self, steps: int, seconds: float) -> None:
+        """Add a timed chunk."""
+        self.chunks.append((steps, seconds))
+
+    def timestep_mol_per_s(self, skip_warmup: bool = True) -> float:
+        """Aggregate throughput, excluding the first chunk when there are several."""
+        chunks = self.chunks[1:] if skip_warmup and len(self.chunks) > 1 else self.chunks
+        steps = sum(s for s, _ in chunks)
+        seconds = sum(t for _, t in chunks)
+        return steps * self.replicas / seconds if seconds > 0 else 0.0
+
+    def ns_per_day(self) -> float:
+        """Aggregate ns/day over all replicas."""
+        return ns_per_day(self.timestep_mol_per_s(), self.timestep_fs)
+
+    def peak_memory_gb(self) -> float | None:
+        """Peak allocated device memory in GB (None on the CPU)."""
+        if self.device.type != "cuda":
+            return None
+        return torch.cuda.max_memory_allocated(self.device) / 1e9
+
+
+def timed_steps(sim: Simulation, meter: ThroughputMeter, steps: int) -> None:
+    """Run ``steps`` steps and record their wall time in ``meter``."""
+    meter.synchronize()
+    start = time.perf_counter()
+    sim.step(steps)
+    meter.synchronize()
+    meter.record(steps, time.perf_counter() - start)
