@@ -91,6 +91,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
 
     sub.add_parser("info", help="device, versions and available paths")
+
+    bench = sub.add_parser("bench", help="throughput benchmarks (ENGINE.md protocol)")
+    bench.add_argument("--proteins", default="cln025,2jof,1yrf,1enh,2a3d")
+    bench.add_argument("--replicas", default="64", help="comma list: a replica sweep")
+    bench.add_argument(
+        "--configs", default="baseline",
+        help="comma list of: baseline, all, all-fp16, all-bf16, or single techniques",
+    )
+    bench.add_argument("--steps", type=int, default=200, help="timed steps per window")
+    bench.add_argument("--warmup", type=int, default=30)
+    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument("--breakdown", action="store_true", help="step-time breakdown")
+    bench.add_argument("--device", default="auto")
+    bench.add_argument("--out", default="artifacts/bench")
     return parser
 
 
@@ -255,9 +269,49 @@ def cmd_info(args) -> int:
     return 0
 
 
+def bench_options(name: str) -> KernelOptions:
+    """Kernel options of a benchmark configuration name."""
+    if name.startswith("all-"):
+        return kernel_options("all", name.split("-", 1)[1])
+    return kernel_options(name, "fp32")
+
+
+def cmd_bench(args) -> int:
+    from workbench.benchmark import BenchCase, markdown_table, run_case, write_results
+
+    proteins = [p.strip() for p in args.proteins.split(",") if p.strip()]
+    replicas = [int(r) for r in args.replicas.split(",") if r.strip()]
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    cases = [
+        BenchCase(p, r, c, bench_options(c)) for p in proteins for r in replicas for c in configs
+    ]
+    records = []
+    for case in cases:
+        try:
+            record = run_case(
+                case, args.device, args.steps, args.warmup, args.repeats, args.breakdown
+            )
+        except torch.cuda.OutOfMemoryError:
+            print(f"{case.protein} × {case.replicas} {case.label}: out of memory", flush=True)
+            torch.cuda.empty_cache()
+            continue
+        records.append(record)
+        print(
+            f"{record['protein']} × {record['replicas']} {record['label']}: "
+            f"{record['timestep_mol_per_s']:,.0f} timestep·mol/s"
+            + (f", breakdown {record['breakdown']}" if "breakdown" in record else ""),
+            flush=True,
+        )
+    command = "workbench " + " ".join(sys.argv[1:]) if sys.argv[1:] else "workbench bench"
+    json_path, md_path = write_results(records, args.out, command)
+    print(markdown_table(records))
+    print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"run": cmd_run, "info": cmd_info}[args.command]
+    handler = {"run": cmd_run, "info": cmd_info, "bench": cmd_bench}[args.command]
     try:
         return handler(args)
     except (UsageError, ValueError, FileNotFoundError, PermissionError, ImportError) as exc:

@@ -99,8 +99,9 @@ def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, st
         return load_potential(shipped), None
     potential = demo_potential(system)
     return potential, (
-        f"Untrained demo model: random CGSchNet weights plus priors fitted to the native "
-        f"structure of {system.name}. It does not fold proteins; use --model for a trained one."
+        f"Untrained demo model: random CGSchNet weights plus priors and native-contact wells "
+        f"fitted to the native structure of {system.name}. Its SchNet term is not trained; "
+        "use --model for a trained potential."
     )
 
 

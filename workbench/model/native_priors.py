@@ -1,9 +1,11 @@
 """Prior terms centred on a native structure, and the untrained demo potential.
 
 Used until trained models exist for a protein: bonds and angles at their native
-values, dihedrals with a single cosine minimum at the native angle, and a soft
-repulsion between non-bonded pairs whose σ never exceeds 90 % of the pair's
-native distance (so the native structure is not pushed apart).
+values, dihedrals with a single cosine minimum at the native angle, 12–10 wells
+between bead pairs in native contact (residues at least three apart, beads
+within ``contact_cutoff`` in the native structure), and a soft repulsion between
+the other non-bonded pairs whose σ never exceeds 90 % of the pair's native
+distance (so the native structure is not pushed apart).
 """
 
 from __future__ import annotations
@@ -12,7 +14,13 @@ import torch
 
 from workbench.model.geometry import angle_cosines, bond_lengths, torsions
 from workbench.model.potential import Potential
-from workbench.model.priors import FourierDihedrals, HarmonicAngles, HarmonicBonds, Repulsion
+from workbench.model.priors import (
+    FourierDihedrals,
+    HarmonicAngles,
+    HarmonicBonds,
+    NativeContacts,
+    Repulsion,
+)
 from workbench.model.schnet import CGSchNet, SchNetConfig
 from workbench.system.cg_system import CGSystem
 from workbench.system.topology import nonbonded_pairs
@@ -24,6 +32,8 @@ def native_priors(
     angle_k: float = 60.0,
     dihedral_k: float = 1.0,
     sigma: float = 3.5,
+    contact_epsilon: float = 0.5,
+    contact_cutoff: float = 6.5,
 ) -> dict[str, torch.nn.Module]:
     """Priors whose minima lie at the native structure.
 
@@ -38,11 +48,16 @@ def native_priors(
         kcal/mol (energy ``k (1 − cos(φ − φ0))``).
     sigma : float
         Largest repulsion radius, Å.
+    contact_epsilon : float
+        Depth of each native-contact well, kcal/mol (0 leaves contacts out).
+    contact_cutoff : float
+        Native bead distance below which a pair is a contact, Å.
 
     Returns
     -------
     dict of str to PriorTerm
-        ``bonds``, ``angles``, ``dihedrals``, ``repulsion``.
+        ``bonds``, ``angles``, ``dihedrals``, ``repulsion`` and, when
+        ``contact_epsilon > 0``, ``contacts``.
     """
     native = system.native_positions[None].double()
     r0 = bond_lengths(native, system.bonds)[0]
@@ -50,8 +65,14 @@ def native_priors(
     phi0 = torsions(native, system.dihedrals)[0]
     pairs = nonbonded_pairs(system)
     pair_native = bond_lengths(native, pairs)[0]
+    residue = system.bead_residue
+    in_contact = (pair_native < contact_cutoff) & (
+        (residue[pairs[:, 1]] - residue[pairs[:, 0]]).abs() >= 3
+    )
+    if contact_epsilon <= 0:
+        in_contact = torch.zeros_like(in_contact)
     n_dih = system.dihedrals.shape[0]
-    return {
+    terms = {
         "bonds": HarmonicBonds(system.bonds, x0=r0, k=torch.full_like(r0, bond_k)),
         "angles": HarmonicAngles(system.angles, x0=cos0, k=torch.full_like(cos0, angle_k)),
         "dihedrals": FourierDihedrals(
@@ -60,8 +81,16 @@ def native_priors(
             k2s=(-dihedral_k * torch.cos(phi0)).reshape(n_dih, 1),
             v0=torch.full((n_dih,), dihedral_k, dtype=torch.float64),
         ),
-        "repulsion": Repulsion(pairs, sigma=torch.clamp(0.9 * pair_native, max=sigma)),
+        "repulsion": Repulsion(
+            pairs[~in_contact], sigma=torch.clamp(0.9 * pair_native[~in_contact], max=sigma)
+        ),
     }
+    if in_contact.any():
+        r0 = pair_native[in_contact]
+        terms["contacts"] = NativeContacts(
+            pairs[in_contact], r0=r0, epsilon=torch.full_like(r0, contact_epsilon)
+        )
+    return terms
 
 
 def demo_potential(
@@ -97,8 +126,8 @@ def demo_potential(
     potential = Potential(system.bead_types, schnet, native_priors(system))
     potential.metadata = {
         "trained": False,
-        "description": "untrained demo model: random CGSchNet + priors fitted to the native "
-        f"structure of {system.name}",
+        "description": "untrained demo model: random CGSchNet + priors and native-contact "
+        f"wells fitted to the native structure of {system.name}",
         "protein": system.name,
         "mapping": system.mapping,
     }

@@ -116,9 +116,26 @@ class Repulsion(PriorTerm):
         return (self.sigma / bond_lengths(pos, self.index)) ** 6
 
 
+class NativeContacts(PriorTerm):
+    """12–10 wells at native distances: ``E = ε [5 (r0/r)¹² − 6 (r0/r)¹⁰]``.
+
+    Minimum ``−ε`` at ``r = r0``; the structure-based (Gō-like) contact term.
+    Buffers ``r0`` (Å) and ``epsilon`` (kcal/mol), shape (P,).
+    """
+
+    order = 2
+    parameter_names = ("r0", "epsilon")
+
+    def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
+        x2 = (self.r0 / bond_lengths(pos, self.index)) ** 2
+        x10 = x2**5
+        return self.epsilon * x10 * (5.0 * x2 - 6.0)
+
+
 #: Prior classes by name, for saving and loading.
 PRIOR_CLASSES: dict[str, type[PriorTerm]] = {
-    cls.__name__: cls for cls in (HarmonicBonds, HarmonicAngles, FourierDihedrals, Repulsion)
+    cls.__name__: cls
+    for cls in (HarmonicBonds, HarmonicAngles, FourierDihedrals, Repulsion, NativeContacts)
 }
 
 

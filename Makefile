@@ -1,0 +1,44 @@
+# Fresh machine: `make lab` sets everything up and opens the workbench;
+# `make test` sets up the test tools and runs the test suite (what CI runs).
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+PORT ?= 8888
+
+.PHONY: setup setup-dev browser lab run test test-gpu bench lint notebooks
+
+# torch first, pinned: an unpinned torch may pull a multi-GB CUDA build on CPU machines.
+setup:
+	$(PYTHON) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
+	$(PIP) install -e ".[lab]"
+
+setup-dev: setup
+	$(PIP) install -e ".[dev]"
+
+# Debian's Chromium for the real-browser test (Playwright drives it; no browser download).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium; fi; }
+
+lab: setup
+	$(PYTHON) -m jupyter lab --ip=127.0.0.1 --port=$(PORT) notebooks/01-quickstart.ipynb
+
+run: setup
+	workbench run --protein cln025 --replicas 8 --steps 200 --out runs/demo --overwrite
+
+test: setup-dev browser
+	$(PYTHON) -m pytest -m "not gpu" -q
+
+test-gpu: setup-dev
+	$(PYTHON) -m pytest -m gpu -q
+
+bench:
+	workbench bench --proteins cln025,2jof,1yrf,1enh,2a3d --replicas 64 \
+	  --configs baseline,fused_radial_basis,fused_message_passing,csr_aggregation,fused_update,all,all-fp16,all-bf16 \
+	  --breakdown --out artifacts/bench
+
+lint:
+	ruff check .
+
+notebooks:
+	$(PYTHON) notebooks/build_notebooks.py

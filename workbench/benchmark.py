@@ -1,0 +1,203 @@
+"""Throughput benchmarks following the protocol of ENGINE.md.
+
+Per configuration: a fresh simulation, warm-up steps (compilation, autotuning,
+allocator growth) excluded, then ``repeats`` timed windows of ``steps`` whole
+MD steps (neighbour list, forces, integrator); the median window gives
+timestep·mol/s. Peak memory is ``torch.cuda.max_memory_allocated`` over the
+timed windows. The step-time breakdown times the neighbour-list update, the
+energy (forward) and the energy plus forces (forward + backward) on the same
+state; the integrator's share is the remainder of the whole step.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+import torch
+
+from workbench.model.options import KernelOptions
+from workbench.runner import RunSettings, prepare_run
+from workbench.units import ns_per_day
+
+
+@dataclass
+class BenchCase:
+    """One benchmark configuration."""
+
+    protein: str
+    replicas: int
+    label: str
+    options: KernelOptions = field(default_factory=KernelOptions)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time(fn, device: torch.device, repeats: int) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` calls after one warm-up call."""
+    fn()
+    samples = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def step_breakdown(sim, repeats: int = 20) -> dict[str, float]:
+    """Milliseconds per step spent in each phase (see module docstring)."""
+    device = sim.device
+    pos = sim.positions
+    nl = sim.neighbor_list
+    potential, options = sim.potential, sim.options
+
+    def neighbours():
+        if nl is not None:
+            nl.update(pos)
+
+    def forward():
+        with torch.no_grad():
+            potential.energy(pos, sim.graph, options)
+
+    def forward_backward():
+        potential.energy_and_forces(pos, sim.graph, options)
+
+    def whole_step():
+        sim.step(1)
+
+    t_nl = _time(neighbours, device, repeats)
+    t_fwd = _time(forward, device, repeats)
+    t_fb = _time(forward_backward, device, repeats)
+    t_step = _time(whole_step, device, repeats)
+    return {
+        "neighbor_list_ms": 1e3 * t_nl,
+        "forward_ms": 1e3 * t_fwd,
+        "backward_ms": 1e3 * max(t_fb - t_fwd, 0.0),
+        "integrator_ms": 1e3 * max(t_step - t_fb - t_nl, 0.0),
+        "step_ms": 1e3 * t_step,
+    }
+
+
+def run_case(
+    case: BenchCase,
+    device: str = "auto",
+    steps: int = 200,
+    warmup: int = 30,
+    repeats: int = 3,
+    breakdown: bool = False,
+    timestep_fs: float = 4.0,
+) -> dict:
+    """Benchmark one case; returns a JSON-able record."""
+    settings = RunSettings(
+        protein=case.protein,
+        replicas=case.replicas,
+        steps=steps,
+        timestep_fs=timestep_fs,
+        device=device,
+        options=case.options,
+    )
+    prepared = prepare_run(settings)
+    sim = prepared.simulation
+    dev = sim.device
+    sim.step(warmup)
+    _sync(dev)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    windows = []
+    for _ in range(repeats):
+        _sync(dev)
+        start = time.perf_counter()
+        sim.step(steps)
+        _sync(dev)
+        windows.append(steps * case.replicas / (time.perf_counter() - start))
+    rate = statistics.median(windows)
+    graph = sim.graph
+    record = {
+        "protein": prepared.system.name,
+        "beads": prepared.system.n_beads,
+        "replicas": case.replicas,
+        "label": case.label,
+        "options": case.options.to_dict(),
+        "timestep_mol_per_s": rate,
+        "windows": windows,
+        "ns_per_day": ns_per_day(rate, timestep_fs),
+        "peak_memory_gb": torch.cuda.max_memory_allocated(dev) / 1e9
+        if dev.type == "cuda"
+        else None,
+        "edges_per_replica": None if graph is None else _real_edges(graph) / case.replicas,
+        "frozen_replicas": len(sim.frozen_report()),
+    }
+    if breakdown:
+        record["breakdown"] = step_breakdown(sim)
+    del sim, prepared
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return record
+
+
+def _real_edges(graph) -> int:
+    if graph.valid is None:
+        return graph.num_edges
+    return int(graph.valid.sum())
+
+
+def environment() -> dict:
+    """Device, versions and date of a benchmark run."""
+    import platform
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    cuda = torch.cuda.is_available()
+    return {
+        "date": date.today().isoformat(),
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "python": platform.python_version(),
+    }
+
+
+def markdown_table(records: list[dict]) -> str:
+    """Markdown table of benchmark records."""
+    head = (
+        "| protein | beads | replicas | config | timestep·mol/s | ns/day | peak GB | "
+        "edges/replica |\n|---|---|---|---|---|---|---|---|"
+    )
+    rows = []
+    for r in records:
+        peak = "–" if r["peak_memory_gb"] is None else f"{r['peak_memory_gb']:.2f}"
+        edges = "–" if r["edges_per_replica"] is None else f"{r['edges_per_replica']:,.0f}"
+        rows.append(
+            f"| {r['protein']} | {r['beads']} | {r['replicas']} | {r['label']} | "
+            f"{r['timestep_mol_per_s']:,.0f} | {r['ns_per_day']:,.1f} | {peak} | {edges} |"
+        )
+    return "\n".join([head, *rows])
+
+
+def write_results(records: list[dict], out: str | Path, command: str) -> tuple[Path, Path]:
+    """Write ``bench.json`` and ``bench.md`` into ``out``; returns both paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    payload = {"environment": env, "command": command, "records": records}
+    json_path = out / "bench.json"
+    md_path = out / "bench.md"
+    json_path.write_text(json.dumps(payload, indent=2))
+    md_path.write_text(
+        f"GPU: {env['gpu'] or 'CPU'} · torch {env['torch']} · triton {env['triton']} · "
+        f"{env['date']}\n\nCommand: `{command}`\n\n{markdown_table(records)}\n"
+    )
+    return json_path, md_path
