@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from workbench.analysis import fraction_native_contacts, rmsd
-from workbench.md.integrators import Integrator, LangevinIntegrator, maxwell_boltzmann
+from workbench.md.integrators import Integrator, maxwell_boltzmann
 from workbench.model.io import atomic_save
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
@@ -175,12 +175,15 @@ class Simulation:
     def _graph_for(self, pos: torch.Tensor) -> Graph | None:
         if self.neighbor_list is None:
             return None
+        # The reference path gets the exact edge list (as CGSchNet users run it); the fused
+        # path gets the static candidate arrays and drops edges beyond the cutoff on the device.
+        exact = self.options.is_baseline
         try:
-            return self.neighbor_list.update(pos)
+            return self.neighbor_list.update(pos, exact=exact)
         except NeighborListOverflow as overflow:
             self.neighbor_list.capacity = int(overflow.needed * 1.25) + 1
             self.neighbor_settings.capacity = self.neighbor_list.capacity
-            return self.neighbor_list.update(pos)
+            return self.neighbor_list.update(pos, exact=exact)
 
     def _evaluate(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.graph = self._graph_for(pos)

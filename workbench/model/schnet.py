@@ -26,6 +26,11 @@ import torch
 from torch import nn
 
 from workbench.model.basis import ExpNormalBasis, GaussianBasis, make_cutoff
+from workbench.model.fused_schnet import (
+    fused_node_energies,
+    fused_path_problem,
+    warn_fallback_once,
+)
 from workbench.model.options import KernelOptions
 from workbench.neighbors import Graph
 
@@ -266,6 +271,11 @@ class CGSchNet(nn.Module):
         -------
         torch.Tensor, shape (N,), float32
         """
+        if options is not None and not options.is_baseline:
+            problem = fused_path_problem(self, pos.device, options)
+            if problem is None:
+                return fused_node_energies(self, pos, types, graph, options)
+            warn_fallback_once(problem)
         d, src, dst = self.edge_distances(pos, graph.src, graph.dst, graph.valid)
         rbf = self.rbf_layer(d)
         h = self.embedding_layer(types)

@@ -183,12 +183,20 @@ class NeighborList:
         moved2 = torch.nan_to_num(moved2, nan=0.0)
         return bool(moved2.max() > (0.5 * self.skin) ** 2)
 
-    def update(self, pos: torch.Tensor) -> Graph:
-        """Return the graph for positions ``(R, n, 3)``, rebuilding when needed."""
+    def update(self, pos: torch.Tensor, exact: bool | None = None) -> Graph:
+        """Return the graph for positions ``(R, n, 3)``, rebuilding when needed.
+
+        Parameters
+        ----------
+        pos : torch.Tensor, shape (R, n, 3)
+        exact : bool, optional
+            Override the list's ``exact`` setting for this call (exact mode only).
+        """
         if self.needs_rebuild(pos):
             self.build(pos)
         graph = self.candidates
-        if self.capacity is not None or not self.exact:
+        exact = self.exact if exact is None else exact
+        if self.capacity is not None or not exact:
             return graph
         flat = pos.detach().reshape(-1, 3)
         d2 = ((flat[graph.dst] - flat[graph.src]) ** 2).sum(-1)

@@ -1,0 +1,224 @@
+"""CGSchNet forward pass through the fused Triton kernels, chosen per technique.
+
+:func:`fused_node_energies` computes exactly what :meth:`CGSchNet.forward`
+computes, with each technique of :class:`KernelOptions` switched on or off:
+
+* ``fused_radial_basis``: ``kernels.radial_basis`` (distance, basis, envelope in one pass);
+* ``fused_message_passing``: ``kernels.cfconv`` (the whole per-edge chain and the
+  reduction in one kernel; no E×F or E×K tensor in memory);
+* ``csr_aggregation``: ``kernels.segment_sum`` over destination segments instead of
+  ``index_add_``;
+* ``fused_update``: ``kernels.tanh_linear`` for ``lin(tanh(v))``;
+* ``mlp_precision``: channel-wise FP16/BF16 weights and activations for the filter,
+  update and output MLPs (FP32 accumulation; positions, distances, energies and
+  forces stay FP32).
+
+Edges at or beyond the cutoff (and padding slots) are turned into padding before
+the CSR layouts are built, so every kernel sees only real edges while the edge
+arrays keep a static shape. The fused ops return gradients for positions and
+features only (what forces need); training uses the reference path.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from workbench.model.basis import CosineCutoff, ExpNormalBasis, IdentityCutoff
+from workbench.model.options import KernelOptions
+from workbench.neighbors import Graph
+
+PRECISION_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def fused_path_problem(schnet, device: torch.device, options: KernelOptions) -> str | None:
+    """Why the requested fused techniques cannot run, or None if they can."""
+    from kernels import triton_available
+
+    if not triton_available():
+        return "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
+    if schnet.config.activation != "tanh":
+        return f"fused kernels implement tanh; this model uses {schnet.config.activation}"
+    if schnet.config.filters & (schnet.config.filters - 1) or schnet.config.filters < 16:
+        return f"fused kernels need a power-of-two filter count >= 16, got {schnet.config.filters}"
+    if options.mlp_precision == "bf16" and device.type == "cuda":
+        if not torch.cuda.is_bf16_supported():
+            return "this GPU does not support bf16"
+    for module in (schnet.rbf_layer.cutoff, *(b.conv.cutoff for b in schnet.interaction_blocks)):
+        if not isinstance(module, (CosineCutoff, IdentityCutoff)):
+            return f"unsupported envelope {type(module).__name__}"
+    first = schnet.interaction_blocks[0].conv.cutoff
+    for block in schnet.interaction_blocks:
+        other = block.conv.cutoff
+        if (type(other), other.lower, other.upper) != (type(first), first.lower, first.upper):
+            return "interaction blocks with different envelopes"
+    return None
+
+
+def radial_spec(schnet):
+    """The kernels' description of this model's basis and envelopes."""
+    from kernels import RadialSpec
+
+    basis = schnet.rbf_layer
+    conv_cutoff = schnet.interaction_blocks[0].conv.cutoff
+    in_basis = isinstance(basis.cutoff, CosineCutoff)
+    on_filter = isinstance(conv_cutoff, CosineCutoff)
+    lower = (basis.cutoff if in_basis else conv_cutoff).lower
+    if isinstance(basis, ExpNormalBasis):
+        return RadialSpec.exp_normal_basis(
+            basis.means, basis.betas, basis.alpha, schnet.cutoff, lower,
+            basis.cutoff.lower, in_basis, on_filter,
+        )
+    return RadialSpec.gaussian(basis.offset, basis.coeff, schnet.cutoff, lower, in_basis, on_filter)
+
+
+@dataclass
+class PackedWeights:
+    """Weights of one model packed for the kernels at one precision."""
+
+    key: tuple
+    spec: object
+    filters: list
+    updates: list
+    outputs: list
+
+
+def _weights_key(schnet, precision: str) -> tuple:
+    params = tuple((p.data_ptr(), p._version) for p in schnet.parameters())
+    return (precision, params)
+
+
+def packed_weights(schnet, precision: str) -> PackedWeights:
+    """Packed weights, cached on the module until a parameter changes."""
+    from kernels import pack_filter, pack_linear
+
+    key = _weights_key(schnet, precision)
+    cached = getattr(schnet, "_packed_weights", None)
+    if cached is not None and cached.key == key:
+        return cached
+    dtype = PRECISION_DTYPES[precision]
+    spec = radial_spec(schnet)
+    with torch.no_grad():
+        filters, updates = [], []
+        for block in schnet.interaction_blocks:
+            layers = block.conv.filter_network.layers
+            filters.append(
+                pack_filter(
+                    layers[0].weight, layers[0].bias, layers[2].weight, layers[2].bias,
+                    dtype=dtype, spec=spec,
+                )
+            )
+            updates.append(pack_linear(block.lin.weight, block.lin.bias, dtype=dtype))
+        outputs = [
+            pack_linear(layer.weight, layer.bias, dtype=dtype)
+            for layer in schnet.output_network.layers
+            if isinstance(layer, torch.nn.Linear)
+        ]
+    packed = PackedWeights(key, spec, filters, updates, outputs)
+    schnet._packed_weights = packed
+    return packed
+
+
+def real_edge_graph(schnet, pos: torch.Tensor, graph: Graph):
+    """Edge arrays in which edges at or beyond the cutoff and padding slots point at node N.
+
+    Returns ``(src, dst, csr)`` with int64 ``[E]`` arrays and both CSR layouts; no host
+    synchronisation.
+    """
+    from kernels import build_csr
+
+    n = graph.num_nodes
+    src, dst = graph.src, graph.dst
+    valid = (src < n) & (dst < n)
+    if graph.valid is not None:
+        valid &= graph.valid
+    s = torch.where(valid, src, 0)
+    t = torch.where(valid, dst, 0)
+    d2 = ((pos[t] - pos[s]) ** 2).sum(-1)
+    real = valid & (d2 < schnet.cutoff**2)
+    pad = torch.full_like(src, n)
+    src, dst = torch.where(real, src, pad), torch.where(real, dst, pad)
+    return src, dst, build_csr(src, dst, n)
+
+
+def _mlp_linear(x, packed, tanh_input: bool):
+    from kernels import linear
+
+    return linear(x, packed, tanh_input=tanh_input)
+
+
+def _output_energies(schnet, h, packed: PackedWeights | None):
+    if packed is None:
+        return schnet.output_network(h).squeeze(-1)
+    x = h
+    for i, layer in enumerate(packed.outputs):
+        x = _mlp_linear(x, layer, tanh_input=i > 0)
+    return x.squeeze(-1)
+
+
+def fused_node_energies(
+    schnet, pos: torch.Tensor, types: torch.Tensor, graph: Graph, options: KernelOptions
+) -> torch.Tensor:
+    """Per-node energies ``(N,)`` through the kernels that ``options`` switch on."""
+    from kernels import cfconv, radial_basis, segment_sum, tanh_linear
+
+    precision = options.mlp_precision
+    packed = packed_weights(schnet, precision)
+    sixteen = precision != "fp32"
+    src, dst, csr = real_edge_graph(schnet, pos, graph)
+    n = graph.num_nodes
+    safe_src = torch.where(src < n, src, 0)
+    safe_dst = torch.where(dst < n, dst, 0)
+
+    rbf = env = None
+    if not options.fused_message_passing:
+        if options.fused_radial_basis:
+            _, rbf, env = radial_basis(pos, src, dst, csr, packed.spec)
+        else:
+            valid = dst < n
+            d, _, _ = schnet.edge_distances(pos, safe_src, safe_dst, valid)
+            rbf = schnet.rbf_layer(d)
+            env = schnet.envelope(schnet.interaction_blocks[0], d)
+
+    h = schnet.embedding_layer(types)
+    for b, block in enumerate(schnet.interaction_blocks):
+        conv = block.conv
+        xs = conv.lin1(h)
+        if options.fused_message_passing:
+            u = cfconv(pos, xs, src, dst, csr, packed.filters[b], packed.spec)
+        else:
+            if sixteen:
+                filt = packed.filters[b]
+                hidden = _mlp_linear(rbf, filt.lin1, tanh_input=False)
+                w = _mlp_linear(hidden, filt.lin2, tanh_input=True)
+            else:
+                w = conv.filter_network(rbf)
+            w = w * env[:, None]
+            messages = xs[safe_src] * w
+            if options.csr_aggregation:
+                u = segment_sum(messages, csr.dst_ptr, csr.dst_perm)
+            else:
+                messages = torch.where((dst < n)[:, None], messages, 0.0)
+                u = torch.zeros_like(xs).index_add_(0, safe_dst, messages)
+        v = conv.lin2(u)
+        if options.fused_update or sixteen:
+            h = h + tanh_linear(v, packed.updates[b])
+        else:
+            h = h + block.lin(block.activation(v))
+    return _output_energies(schnet, h, packed if sixteen else None)
+
+
+_WARNED: set[str] = set()
+
+
+def warn_fallback_once(reason: str) -> None:
+    """Tell the user once per reason that the reference path is used instead."""
+    if reason not in _WARNED:
+        _WARNED.add(reason)
+        warnings.warn(
+            f"fused kernels unavailable ({reason}); using the PyTorch reference path",
+            RuntimeWarning,
+            stacklevel=3,
+        )
