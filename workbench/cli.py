@@ -166,12 +166,14 @@ def cmd_run(args) -> int:
         if args.resume:
             sim.load_checkpoint(out / "checkpoint.pt")
             print(f"resumed from step {sim.step_count}")
-        metrics_reporter = MetricsReporter(out / "metrics.csv", settings.save_interval)
+        metrics_reporter = MetricsReporter(
+            out / "metrics.csv", settings.save_interval, append=args.resume
+        )
         sim.reporters.append(metrics_reporter)
         if not args.no_trajectory:
             traj_reporter = TrajectoryReporter(
                 out / "trajectory", prepared.system, settings.replicas,
-                settings.save_interval, args.format,
+                settings.save_interval, args.format, append=args.resume,
             )
             sim.reporters.append(traj_reporter)
 
@@ -228,7 +230,8 @@ def cmd_run(args) -> int:
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
         files = ["metrics.csv", "checkpoint.pt", "summary.json"]
         if traj_reporter is not None:
-            files.append(f"trajectory/ ({len(traj_reporter.paths)} × .{args.format} + topology.pdb)")
+            count = len(traj_reporter.paths)
+            files.append(f"trajectory/ ({count} × .{args.format} + topology.pdb)")
     rows = [
         ("throughput", f"{summary['timestep_mol_per_s']:,.1f} timestep·mol/s"),
         ("", f"{summary['ns_per_day']:,.2f} ns/day (all replicas)"),

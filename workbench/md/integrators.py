@@ -154,6 +154,8 @@ def maxwell_boltzmann(
     """
     t = temperature.to(device=masses.device, dtype=masses.dtype).reshape(-1)
     t = t.expand(replicas) if t.numel() == 1 else t
+    if t.numel() != replicas:
+        raise ValueError(f"{t.numel()} temperatures given for {replicas} replicas")
     scale = torch.sqrt(KB * t[:, None] * KCAL_TO_AMU_A2_PS2 / masses[None])[..., None]
     shape = (replicas, masses.shape[0], 3)
     return scale * torch.randn(shape, generator=generator, device=masses.device, dtype=masses.dtype)

@@ -99,16 +99,21 @@ class MetricsReporter:
     path : str or Path
     interval : int
         Steps between rows.
+    append : bool
+        Keep the rows of an existing file and add to them (a resumed run).
     """
 
-    def __init__(self, path: str | Path, interval: int):
+    def __init__(self, path: str | Path, interval: int, append: bool = False):
         if interval < 1:
             raise ValueError(f"report interval must be positive, got {interval}")
         self.path = Path(path)
         self.interval = int(interval)
-        self._handle = open(self.path, "w", newline="")  # noqa: SIM115 - closed in close()
+        append = append and self.path.is_file() and self.path.stat().st_size > 0
+        mode = "a" if append else "w"
+        self._handle = open(self.path, mode, newline="")  # noqa: SIM115 - closed in close()
         self._writer = csv.writer(self._handle)
-        self._writer.writerow(METRIC_COLUMNS)
+        if not append:
+            self._writer.writerow(METRIC_COLUMNS)
         self.last: dict[str, np.ndarray] = {}
 
     def report(self, sim) -> None:
@@ -152,11 +157,22 @@ class TrajectoryReporter:
         Steps between frames.
     fmt : str
         ``"dcd"``, ``"xtc"`` or ``"h5"``.
+    append : bool
+        Keep the frames of existing files (a resumed run): they are read back and
+        written first, since mdtraj cannot append to every format.
     """
 
     FORMATS = ("dcd", "xtc", "h5")
 
-    def __init__(self, folder, system: CGSystem, replicas: int, interval: int, fmt: str = "dcd"):
+    def __init__(
+        self,
+        folder,
+        system: CGSystem,
+        replicas: int,
+        interval: int,
+        fmt: str = "dcd",
+        append: bool = False,
+    ):
         if fmt not in self.FORMATS:
             raise ValueError(f"trajectory format must be one of {self.FORMATS}, got {fmt!r}")
         if interval < 1:
@@ -174,17 +190,39 @@ class TrajectoryReporter:
             "xtc": md.formats.XTCTrajectoryFile,
             "h5": md.formats.HDF5TrajectoryFile,
         }[fmt]
+        earlier = [self._read(p) if append and p.is_file() else None for p in self.paths]
         self._files = [opener(str(p), "w") for p in self.paths]
         if fmt == "h5":
             top = cg_topology(system)
             for handle in self._files:
                 handle.topology = top
+        for handle, frames in zip(self._files, earlier, strict=True):
+            if frames is None or not len(frames[0]):
+                continue
+            if fmt == "dcd":
+                handle.write(frames[0])
+            else:
+                handle.write(frames[0], time=frames[1])
         self.frames = 0
+
+    def _read(self, path: Path) -> tuple[np.ndarray, np.ndarray | None]:
+        """Frames already in ``path``, in the file's own units, and their times."""
+        md = _mdtraj()
+        if self.fmt == "dcd":
+            with md.formats.DCDTrajectoryFile(str(path)) as handle:
+                return handle.read()[0], None
+        if self.fmt == "xtc":
+            with md.formats.XTCTrajectoryFile(str(path)) as handle:
+                xyz, time, _, _ = handle.read()
+            return xyz, time
+        with md.formats.HDF5TrajectoryFile(str(path)) as handle:
+            frames = handle.read()
+        return frames.coordinates, frames.time
 
     def report(self, sim) -> None:
         """Append the current positions of every replica."""
         xyz = sim.positions.detach().cpu().numpy().astype(np.float32)
-        for handle, frame in zip(self._files, xyz):
+        for handle, frame in zip(self._files, xyz, strict=True):
             if self.fmt == "dcd":
                 handle.write(frame[None])
             else:

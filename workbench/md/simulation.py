@@ -133,7 +133,8 @@ class Simulation:
 
         pos = self._initial_positions(positions)
         temperature = getattr(integrator, "temperature", torch.tensor([300.0]))
-        vel = maxwell_boltzmann(self.system.masses.float(), temperature, self.replicas, self.generator)
+        masses = self.system.masses.float()
+        vel = maxwell_boltzmann(masses, temperature, self.replicas, self.generator)
         self.positions = pos
         self.velocities = vel
         self.step_count = 0

@@ -43,9 +43,9 @@ def fused_path_problem(schnet, device: torch.device, options: KernelOptions) -> 
         return f"fused kernels implement tanh; this model uses {schnet.config.activation}"
     if schnet.config.filters & (schnet.config.filters - 1) or schnet.config.filters < 16:
         return f"fused kernels need a power-of-two filter count >= 16, got {schnet.config.filters}"
-    if options.mlp_precision == "bf16" and device.type == "cuda":
-        if not torch.cuda.is_bf16_supported():
-            return "this GPU does not support bf16"
+    bf16 = options.mlp_precision == "bf16"
+    if bf16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return "this GPU does not support bf16"
     for module in (schnet.rbf_layer.cutoff, *(b.conv.cutoff for b in schnet.interaction_blocks)):
         if not isinstance(module, (CosineCutoff, IdentityCutoff)):
             return f"unsupported envelope {type(module).__name__}"

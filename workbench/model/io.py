@@ -90,23 +90,27 @@ def load_potential(path: str | os.PathLike, map_location: str = "cpu") -> Potent
             f"{path} is not a {FORMAT} file (published CGSchNet checkpoints are read by "
             "workbench.model.mlcg_import)"
         )
-    config = json.loads(payload["config"])
-    state = payload["state_dict"]
-    schnet = None
-    if config["schnet"] is not None:
-        schnet = CGSchNet(SchNetConfig.from_dict(config["schnet"]))
-    priors = {}
-    for entry in config["priors"]:
-        cls = PRIOR_CLASSES.get(entry["class"])
-        if cls is None:
-            raise ModelFormatError(f"unknown prior class {entry['class']!r} in {path}")
-        prefix = f"priors.{entry['name']}."
-        tensors = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-        priors[entry["name"]] = cls(**tensors)
-    potential = Potential(state["bead_types"], schnet, priors)
     try:
+        config = json.loads(payload["config"])
+        state = payload["state_dict"]
+        schnet = None
+        if config["schnet"] is not None:
+            schnet = CGSchNet(SchNetConfig.from_dict(config["schnet"]))
+        priors = {}
+        for entry in config["priors"]:
+            cls = PRIOR_CLASSES.get(entry["class"])
+            if cls is None:
+                raise ModelFormatError(f"unknown prior class {entry['class']!r} in {path}")
+            prefix = f"priors.{entry['name']}."
+            tensors = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+            priors[entry["name"]] = cls(**tensors)
+        potential = Potential(state["bead_types"], schnet, priors)
         potential.load_state_dict(state)
-    except RuntimeError as exc:
+    except ModelFormatError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        # a missing key, bad JSON, a prior tensor of the wrong size, or a state dict that
+        # does not fit the config: all mean the file is inconsistent, not a caller error
         raise ModelFormatError(f"{path}: tensors do not match the config: {exc}") from exc
     potential.metadata = config.get("metadata", {})
     return potential

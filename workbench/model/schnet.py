@@ -111,7 +111,7 @@ class MLP(nn.Module):
     def __init__(self, widths: list[int], activation: str, last_bias: bool = True):
         super().__init__()
         layers: list[nn.Module] = []
-        for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:])):
+        for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
             last = i == len(widths) - 2
             layers.append(nn.Linear(w_in, w_out, bias=last_bias or not last))
             if not last:
