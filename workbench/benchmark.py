@@ -87,6 +87,21 @@ def step_breakdown(sim, repeats: int = 20) -> dict[str, float]:
     }
 
 
+def profile_table(sim, steps: int = 5, rows: int = 15) -> str:
+    """Top device kernels of ``steps`` whole MD steps (torch.profiler), as a text table."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if sim.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    sim.step(1)
+    with profile(activities=activities) as prof:
+        sim.step(steps)
+        _sync(sim.device)
+    sort = "cuda_time_total" if sim.device.type == "cuda" else "cpu_time_total"
+    return prof.key_averages().table(sort_by=sort, row_limit=rows)
+
+
 def run_case(
     case: BenchCase,
     device: str = "auto",
@@ -95,6 +110,7 @@ def run_case(
     repeats: int = 3,
     breakdown: bool = False,
     timestep_fs: float = 4.0,
+    profile: bool = False,
 ) -> dict:
     """Benchmark one case; returns a JSON-able record."""
     settings = RunSettings(
@@ -138,6 +154,8 @@ def run_case(
     }
     if breakdown:
         record["breakdown"] = step_breakdown(sim)
+    if profile:
+        record["profile"] = profile_table(sim)
     del sim, prepared
     if dev.type == "cuda":
         torch.cuda.empty_cache()

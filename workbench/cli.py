@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--warmup", type=int, default=30)
     bench.add_argument("--repeats", type=int, default=3)
     bench.add_argument("--breakdown", action="store_true", help="step-time breakdown")
+    bench.add_argument("--profile", action="store_true", help="print the top device kernels")
     bench.add_argument("--device", default="auto")
     bench.add_argument("--out", default="artifacts/bench")
     return parser
@@ -292,7 +293,8 @@ def cmd_bench(args) -> int:
     for case in cases:
         try:
             record = run_case(
-                case, args.device, args.steps, args.warmup, args.repeats, args.breakdown
+                case, args.device, args.steps, args.warmup, args.repeats, args.breakdown,
+                profile=args.profile,
             )
         except torch.cuda.OutOfMemoryError:
             print(f"{case.protein} × {case.replicas} {case.label}: out of memory", flush=True)
@@ -305,6 +307,8 @@ def cmd_bench(args) -> int:
             + (f", breakdown {record['breakdown']}" if "breakdown" in record else ""),
             flush=True,
         )
+        if "profile" in record:
+            print(record.pop("profile"), flush=True)
     command = "workbench " + " ".join(sys.argv[1:]) if sys.argv[1:] else "workbench bench"
     json_path, md_path = write_results(records, args.out, command)
     print(markdown_table(records))
