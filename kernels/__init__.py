@@ -1,0 +1,90 @@
+"""Triton kernels for CGSchNet molecular dynamics, each beside its PyTorch reference.
+
+Pure tensor APIs; this package never imports ``workbench``. Every op exists twice with the
+same signature: a Triton implementation (fused, deterministic, no atomics in reductions, no
+host synchronisation) and a PyTorch reference. `OPS` maps an op name to both, so the model
+can choose at run time::
+
+    from kernels import get_op, triton_available
+    cfconv = get_op("cfconv")                # Triton when available, else the reference
+    cfconv_ref = get_op("cfconv", use_triton=False)
+
+Gradient contract of the fused ops: they are built for molecular dynamics, where only
+``d(energy)/d(positions)`` is needed. Their backward passes return gradients for positions
+and for features (and anything upstream of those) only - never for weights, biases or
+basis parameters; passing weights that require grad while autograd records raises a
+``ValueError``. Training uses the reference ops (plain autograd, all gradients).
+
+Choice is explicit (an argument); no environment variable switches behaviour. The only
+environment variable read is ``TRITON_INTERPRET`` (tests on CPU), and only to fit the
+interpreter (see `kernels._triton`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kernels._triton import triton_available
+from kernels.cfconv import FilterParams, cfconv, cfconv_reference, pack_filter
+from kernels.csr import GraphCSR, build_csr, build_csr_reference, valid_edge_mask
+from kernels.fused_update import linear, linear_reference, tanh_linear, tanh_linear_reference
+from kernels.quantize import PackedLinear, channel_scales, pack_linear
+from kernels.radial_basis import RadialSpec, radial_basis, radial_basis_reference
+from kernels.segment_reduce import (
+    edge_grad_to_positions,
+    edge_grad_to_positions_reference,
+    segment_sum,
+    segment_sum_reference,
+)
+
+__all__ = [
+    "OPS", "Op", "get_op", "triton_available",
+    "GraphCSR", "RadialSpec", "FilterParams", "PackedLinear",
+    "pack_filter", "pack_linear", "channel_scales", "valid_edge_mask",
+    "build_csr", "radial_basis", "segment_sum", "edge_grad_to_positions", "cfconv",
+    "linear", "tanh_linear",
+]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation: its Triton implementation and its PyTorch reference (same signature)."""
+
+    name: str
+    triton: Callable
+    reference: Callable
+
+
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in (
+        Op("build_csr", build_csr, build_csr_reference),
+        Op("radial_basis", radial_basis, radial_basis_reference),
+        Op("segment_sum", segment_sum, segment_sum_reference),
+        Op("edge_grad_to_positions", edge_grad_to_positions, edge_grad_to_positions_reference),
+        Op("cfconv", cfconv, cfconv_reference),
+        Op("linear", linear, linear_reference),
+        Op("tanh_linear", tanh_linear, tanh_linear_reference),
+    )
+}
+
+
+def get_op(name: str, use_triton: bool | None = None) -> Callable:
+    """The implementation of op ``name``.
+
+    Parameters
+    ----------
+    name : str
+        A key of `OPS`.
+    use_triton : bool, optional
+        True: the Triton kernel (error if Triton cannot run here); False: the reference;
+        None: Triton when `triton_available()`, else the reference.
+    """
+    op = OPS[name]
+    if use_triton is None:
+        use_triton = triton_available()
+    if use_triton and not triton_available():
+        raise RuntimeError(f"Triton kernel for {name!r} requested, but Triton cannot run here "
+                           "(needs Triton and a CUDA device, or TRITON_INTERPRET=1)")
+    return op.triton if use_triton else op.reference

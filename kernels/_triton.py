@@ -1,0 +1,130 @@
+"""Triton import shim, autotune helpers and small device functions shared by the kernels.
+
+`kernels` must import on machines without Triton (the PyTorch reference path is then the only
+one usable). When Triton is missing, ``triton`` and ``tl`` below are stand-ins whose decorators
+leave functions untouched, so the kernel modules still import; `triton_available()` is then
+False and no kernel is ever launched.
+
+``INTERPRET`` is read once, at import, from ``TRITON_INTERPRET``. It only trims autotuning to
+a single configuration (the interpreter cannot autotune over several) and swaps the bf16 dot
+for a numerically identical emulation (the Triton 3.9 interpreter multiplies bf16 bit
+patterns as integers). It never changes what a kernel computes.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+
+    HAS_TRITON = True
+except ImportError:  # pragma: no cover - exercised only on machines without Triton
+    HAS_TRITON = False
+
+    class _Stub:
+        """Stand-in for ``triton`` / ``triton.language`` when Triton is not installed."""
+
+        constexpr = object
+
+        @staticmethod
+        def jit(fn=None, **_kw):
+            return fn if fn is not None else (lambda f: f)
+
+        @staticmethod
+        def autotune(*_a, **_kw):
+            return lambda f: f
+
+        @staticmethod
+        def Config(*_a, **_kw):  # noqa: N802 - mirrors triton.Config
+            return None
+
+        def __getattr__(self, name):
+            return None
+
+    triton = _Stub()
+    tl = _Stub()
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+__all__ = ["HAS_TRITON", "INTERPRET", "triton", "tl", "triton_available", "pick_configs",
+           "torch_to_tl_dtype", "check_no_grad", "next_pow2", "tanh_f32", "mma"]
+
+
+def triton_available() -> bool:
+    """True when Triton is importable and kernels can run (a CUDA device or the interpreter)."""
+    return HAS_TRITON and (torch.cuda.is_available() or INTERPRET)
+
+
+def next_pow2(n: int, minimum: int = 16) -> int:
+    """Smallest power of two ``>= max(n, minimum)`` (block and padding sizes)."""
+    return max(minimum, 1 << (max(int(n), 1) - 1).bit_length())
+
+
+def pick_configs(gpu_configs, interpret_config):
+    """Autotune configurations: the full list on a GPU, exactly one under the interpreter.
+
+    Parameters
+    ----------
+    gpu_configs : list of triton.Config
+        Candidates timed by the autotuner on a real device.
+    interpret_config : triton.Config
+        The single configuration used under ``TRITON_INTERPRET=1``.
+    """
+    return [interpret_config] if INTERPRET else list(gpu_configs)
+
+
+def torch_to_tl_dtype(dtype: torch.dtype):
+    """Triton element type for a torch floating dtype (float32, float16 or bfloat16)."""
+    table = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+    if dtype not in table:
+        raise ValueError(f"unsupported dtype {dtype}; expected float32, float16 or bfloat16")
+    return table[dtype]
+
+
+def check_no_grad(op: str, **tensors) -> None:
+    """Refuse weights that require grad: fused ops return no weight gradients.
+
+    The fused kernels serve molecular dynamics, where only d(energy)/d(positions) is needed;
+    their backward passes return gradients for positions and features only. Passing a weight
+    that requires grad while autograd is recording would silently drop its gradient, so that
+    is an error: pass ``weight.detach()`` (or pack under ``torch.no_grad()``), and train with
+    the reference path.
+    """
+    if not torch.is_grad_enabled():
+        return
+    bad = [name for name, t in tensors.items() if t is not None and t.requires_grad]
+    if bad:
+        raise ValueError(
+            f"{op}: {', '.join(bad)} require grad, but the fused op returns no weight gradients "
+            "(it differentiates w.r.t. positions and features only). Pass detached weights, "
+            "or use the PyTorch reference op for training."
+        )
+
+
+INTERPRET_BF16_EMULATION = tl.constexpr(INTERPRET) if HAS_TRITON else INTERPRET
+
+
+@triton.jit
+def tanh_f32(x):
+    """tanh through exp, exact to ~1e-7 absolute and safe at +-inf (no libdevice needed)."""
+    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+
+
+@triton.jit
+def mma(a, w, DT: tl.constexpr, PREC: tl.constexpr):
+    """``a @ w`` on tensor cores with FP32 accumulation.
+
+    ``a`` is an FP32 register tile, cast here to ``DT`` (float32, float16 or bfloat16); ``w``
+    is already stored in ``DT``. ``PREC`` ("ieee", "tf32x3", "tf32") applies to FP32 inputs
+    only. Under the interpreter bf16 is emulated by rounding both operands to bf16 and
+    multiplying in FP32, which is exactly what the tensor core computes.
+    """
+    if DT == tl.float32:  # noqa: SIM300
+        return tl.dot(a, w, input_precision=PREC)
+    if INTERPRET_BF16_EMULATION and DT == tl.bfloat16:  # noqa: SIM300
+        return tl.dot(a.to(DT).to(tl.float32), w.to(tl.float32), input_precision="ieee")
+    return tl.dot(a.to(DT), w)

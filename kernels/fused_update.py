@@ -1,0 +1,184 @@
+"""Fused ``tanh`` + linear (the interaction-block update) and plain packed linear layers.
+
+``tanh_linear(v, layer) = tanh(v) @ W^T + b`` in one kernel: the activation is applied to
+the operand tile as it is loaded, so ``tanh(v)`` never reaches HBM. The same kernel with the
+activation off is a plain linear layer, so the update network (``lin``) and every layer of
+the output MLP (``Linear, tanh, Linear, tanh, ..., Linear``) run through it, in FP32 or as
+channel-wise W16A16 (`kernels.quantize`).
+
+Backward (features only, never weights): ``grad_v = (grad_y @ W) * (1 - tanh(v)^2)``, by the
+same kernel with the weight read transposed, ``grad_y`` scaled by the channel scales on
+load, and the ``tanh'`` gate applied in the epilogue (``tanh`` recomputed from ``v``). In the
+16-bit modes each ``grad_y`` row is normalised by its max-abs before rounding (restored in
+the FP32 epilogue), so gradients of any magnitude keep full 16-bit resolution.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels._triton import (
+    check_no_grad,
+    mma,
+    pick_configs,
+    tanh_f32,
+    tl,
+    torch_to_tl_dtype,
+    triton,
+)
+from kernels.quantize import PackedLinear
+
+__all__ = ["linear", "linear_reference", "tanh_linear", "tanh_linear_reference"]
+
+_CONFIGS = pick_configs(
+    [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s)
+     for m, n, k, w, s in ((64, 64, 32, 4, 3), (128, 64, 32, 4, 3), (64, 128, 64, 4, 3),
+                           (128, 128, 32, 8, 3))],
+    triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16}, num_warps=4),
+)
+
+
+@triton.autotune(configs=_CONFIGS, key=["M", "N", "KD", "DT", "GATE", "ROW_NORM"])
+@triton.jit
+def _linear_kernel(a_ptr, stride_am, b_ptr, stride_bk, stride_bn, kscale_ptr, nscale_ptr,
+                   bias_ptr, gate_ptr, stride_gm, out_ptr, stride_om, M, N, KD,
+                   TANH_A: tl.constexpr, KSCALE: tl.constexpr, ROW_NORM: tl.constexpr,
+                   NSCALE: tl.constexpr, BIAS: tl.constexpr, GATE: tl.constexpr,
+                   DT: tl.constexpr, PREC: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """``out = epilogue(prologue(a) @ b)`` for one [BLOCK_M, BLOCK_N] tile.
+
+    a [M, KD] (unit column stride), b [KD, N] (given strides, so a transposed view works),
+    out [M, N]. prologue: tanh (TANH_A), times ``kscale[k]`` (KSCALE), divided by the row's
+    max-abs (ROW_NORM). epilogue: times the row max-abs, ``* nscale[n]`` (NSCALE),
+    ``+ bias[n]`` (BIAS), ``* (1 - tanh(gate[m, n])^2)`` (GATE). FP32 accumulation in
+    registers; only ``a``, ``b`` tiles and the output tile touch HBM.
+    """
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rmask = rows < M
+    cmask = cols < N
+    a_rows = a_ptr + rows.to(tl.int64)[:, None] * stride_am
+    if ROW_NORM:
+        amax = tl.zeros([BLOCK_M], dtype=tl.float32)
+        for k0 in range(0, KD, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            a = tl.load(a_rows + k[None, :], mask=rmask[:, None] & (k[None, :] < KD), other=0.0)
+            if KSCALE:
+                a = a * tl.load(kscale_ptr + k, mask=k < KD, other=0.0)[None, :]
+            amax = tl.maximum(amax, tl.max(tl.abs(a), axis=1))
+        amax = tl.where(amax > 0, amax, 1.0)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, KD, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        kmask = k < KD
+        a = tl.load(a_rows + k[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0)
+        if TANH_A:
+            a = tanh_f32(a)
+        if KSCALE:
+            a = a * tl.load(kscale_ptr + k, mask=kmask, other=0.0)[None, :]
+        if ROW_NORM:
+            a = a / amax[:, None]
+        b = tl.load(b_ptr + k[:, None] * stride_bk + cols[None, :] * stride_bn,
+                    mask=kmask[:, None] & cmask[None, :], other=0.0)
+        acc += mma(a, b, DT, PREC)
+    if ROW_NORM:
+        acc = acc * amax[:, None]
+    if NSCALE:
+        acc = acc * tl.load(nscale_ptr + cols, mask=cmask, other=0.0)[None, :]
+    if BIAS:
+        acc += tl.load(bias_ptr + cols, mask=cmask, other=0.0)[None, :]
+    omask = rmask[:, None] & cmask[None, :]
+    if GATE:
+        t = tanh_f32(tl.load(gate_ptr + rows.to(tl.int64)[:, None] * stride_gm + cols[None, :],
+                             mask=omask, other=0.0))
+        acc = acc * (1.0 - t * t)
+    tl.store(out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :], acc, mask=omask)
+
+
+def _launch(a, b, b_strides, n_out, kd, out, *, precision, dtype, tanh_a=False, kscale=None,
+            nscale=None, bias=None, gate=None):
+    M = a.shape[0]
+    if M == 0:
+        return out
+
+    def grid(meta):
+        return (triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(n_out, meta["BLOCK_N"]))
+
+    sixteen = dtype != torch.float32
+    _linear_kernel[grid](
+        a, a.stride(0), b, b_strides[0], b_strides[1], kscale, nscale, bias,
+        gate, gate.stride(0) if gate is not None else 0, out, out.stride(0), M, n_out, kd,
+        TANH_A=tanh_a, KSCALE=kscale is not None, ROW_NORM=sixteen and kscale is not None,
+        NSCALE=nscale is not None, BIAS=bias is not None, GATE=gate is not None,
+        DT=torch_to_tl_dtype(dtype), PREC=precision)
+    return out
+
+
+class _Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, layer, tanh_input, precision):
+        x2 = x.reshape(-1, x.shape[-1]).contiguous().float()
+        wt = layer.weight_t
+        out = torch.empty(x2.shape[0], layer.out_features, dtype=torch.float32, device=x.device)
+        _launch(x2, wt, (wt.stride(0), wt.stride(1)), layer.out_features, layer.in_features,
+                out, precision=precision, dtype=layer.dtype, tanh_a=tanh_input,
+                nscale=layer.scale, bias=layer.bias)
+        ctx.save_for_backward(x2)
+        ctx.layer, ctx.tanh_input, ctx.precision = layer, tanh_input, precision
+        ctx.in_shape = x.shape
+        return out.reshape(*x.shape[:-1], layer.out_features)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        (x2,) = ctx.saved_tensors
+        layer = ctx.layer
+        g = grad_y.reshape(-1, layer.out_features).contiguous().float()
+        wt = layer.weight_t
+        grad_x = torch.empty_like(x2)
+        # b[k = out channel, n = in feature] = weight_t[n, k]: a transposed view by strides
+        _launch(g, wt, (wt.stride(1), wt.stride(0)), layer.in_features, layer.out_features,
+                grad_x, precision=ctx.precision, dtype=layer.dtype, kscale=layer.scale,
+                gate=x2 if ctx.tanh_input else None)
+        return grad_x.reshape(ctx.in_shape), None, None, None
+
+
+def linear(x, layer: PackedLinear, tanh_input: bool = False, precision: str = "tf32x3"):
+    """``y = act(x) @ W^T + b`` with a packed layer (Triton; FP32 or W16A16).
+
+    Parameters
+    ----------
+    x : Tensor, float32 [..., in_features]
+        Input; may require grad.
+    layer : PackedLinear
+        From `kernels.quantize.pack_linear`; its dtype selects FP32 or 16-bit operands.
+    tanh_input : bool
+        Apply ``tanh`` to ``x`` first (fused on load).
+    precision : str
+        FP32 tensor-core mode, ``"tf32x3"`` (default, ~FP32 accuracy) or ``"ieee"``;
+        ignored for 16-bit layers.
+
+    Returns
+    -------
+    Tensor, float32 [..., out_features]
+        Differentiable w.r.t. ``x`` only; the weights get no gradient (MD needs none).
+    """
+    check_no_grad("linear", weight=layer.weight_t, scale=layer.scale, bias=layer.bias)
+    return _Linear.apply(x, layer, tanh_input, precision)
+
+
+def tanh_linear(v, layer: PackedLinear, precision: str = "tf32x3"):
+    """The update ``tanh(v) @ W^T + b`` fused in one kernel; see `linear`."""
+    return linear(v, layer, True, precision)
+
+
+def linear_reference(x, layer: PackedLinear, tanh_input: bool = False, precision: str = "ieee"):
+    """PyTorch reference of `linear` with the layer's dequantized weights (``diag(s) Q``)."""
+    w, b = layer.dequantized()
+    a = torch.tanh(x) if tanh_input else x
+    return a @ w.to(x.dtype).t() + b.to(x.dtype)
+
+
+def tanh_linear_reference(v, layer: PackedLinear, precision: str = "ieee"):
+    """PyTorch reference of `tanh_linear`."""
+    return linear_reference(v, layer, True, precision)

@@ -1,0 +1,110 @@
+"""Fused cfconv: FP32 exactness, finite differences, padding, W16A16 force error."""
+
+import pytest
+import torch
+import triton
+from kernels_testlib import filter_weights, make_graph, radial_specs, rel_err
+
+from kernels import cfconv, pack_filter
+from kernels.cfconv import _prune, cfconv_reference
+
+
+def _run(op, pos, xs, g, filt, spec, gu, precision="tf32x3"):
+    pos = pos.clone().requires_grad_()
+    xs = xs.clone().requires_grad_()
+    u = op(pos, xs, g["src"], g["dst"], g["csr"], filt, spec, precision)
+    gp, gx = torch.autograd.grad((u * gu.to(u.dtype)).sum(), (pos, xs))
+    return u.detach(), gp, gx
+
+
+def _setup(device, spec_name, F=32, seed=0):
+    g = make_graph(device=device, seed=seed)
+    spec = radial_specs(device=device)[spec_name]
+    gen = torch.Generator().manual_seed(seed + 7)
+    xs = torch.randn(g["num_nodes"] + 1, F, generator=gen).to(device)
+    gu = torch.randn(g["num_nodes"], F, generator=gen).to(device)
+    return g, spec, xs, gu
+
+
+@pytest.mark.parametrize("spec_name,precision", [("gauss_env", "tf32x3"), ("expnorm", "ieee"),
+                                                 ("expnorm_lower", "tf32x3")])
+def test_cfconv_fp32_matches_reference(device, spec_name, precision):
+    g, spec, xs, gu = _setup(device, spec_name)
+    filt = pack_filter(*filter_weights(device=device), dtype="fp32")
+    u, gp, gx = _run(cfconv, g["pos"], xs, g, filt, spec, gu, precision)
+    ur, gpr, gxr = _run(cfconv_reference, g["pos"].double(), xs.double(), g, filt, spec, gu)
+    assert rel_err(u, ur) < 1e-5
+    assert rel_err(gp, gpr) < 1e-5
+    assert rel_err(gx, gxr) < 1e-5
+    assert (gp[g["num_nodes"]:] == 0).all() and (gx[g["num_nodes"]:] == 0).all()
+
+
+@pytest.mark.parametrize("spec_name", ["gauss_env", "expnorm"])
+def test_cfconv_position_gradient_finite_differences(device, spec_name):
+    """Kernel FP32 gradient vs central differences of the float64 reference (envelope and
+    basis derivatives included: many edges sit close to the cutoff)."""
+    g, spec, xs, gu = _setup(device, spec_name, seed=1)
+    filt = pack_filter(*filter_weights(device=device, seed=2), dtype="fp32")
+    _, gp, _ = _run(cfconv, g["pos"], xs, g, filt, spec, gu)
+    pos64, xs64, gu64 = g["pos"].double(), xs.double(), gu.double()
+
+    def energy(p):
+        u = cfconv_reference(p, xs64, g["src"], g["dst"], g["csr"], filt, spec)
+        return float((u * gu64).sum())
+
+    h = 1e-5
+    fd = torch.zeros_like(pos64)
+    for idx in range(g["num_nodes"] * 3):
+        step = torch.zeros_like(pos64).view(-1)
+        step[idx] = h
+        fd.view(-1)[idx] = (energy(pos64 + step.view_as(pos64))
+                            - energy(pos64 - step.view_as(pos64))) / (2 * h)
+    assert rel_err(gp, fd) < 1e-5
+
+
+def test_cfconv_padding_contributes_nothing(device):
+    g, spec, xs, gu = _setup(device, "gauss_env")
+    filt = pack_filter(*filter_weights(device=device), dtype="fp32")
+    pos = g["pos"].clone()
+    pos[g["num_nodes"]] = float("nan")  # padding node: never read
+    xs[g["num_nodes"]] = float("nan")
+    u, gp, gx = _run(cfconv, pos, xs, g, filt, spec, gu)
+    assert torch.isfinite(u).all() and torch.isfinite(gx[: g["num_nodes"]]).all()
+    assert torch.isfinite(gp[: g["num_nodes"]]).all()
+    # identical to the graph without padding slots (same CSR order of the valid edges)
+    n_real = int(g["num_edges"][0])
+    trimmed = dict(g, src=g["src"][:n_real], dst=g["dst"][:n_real])
+    trimmed["csr"] = type(g["csr"])(g["csr"].dst_ptr, g["csr"].dst_perm[:n_real],
+                                    g["csr"].src_ptr, g["csr"].src_perm[:n_real])
+    u2, gp2, gx2 = _run(cfconv, g["pos"], xs, trimmed, filt, spec, gu)
+    assert torch.equal(u, u2) and torch.equal(gx[: g["num_nodes"]], gx2[: g["num_nodes"]])
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_cfconv_w16a16_force_error(device, dtype):
+    g, spec, xs, gu = _setup(device, "gauss_env")
+    weights = filter_weights(device=device)
+    filt16 = pack_filter(*weights, dtype=dtype, spec=spec)
+    filt32 = pack_filter(*weights, dtype="fp32")
+    u, gp, gx = _run(cfconv, g["pos"], xs, g, filt16, spec, gu)
+    ur, gpr, gxr = _run(cfconv_reference, g["pos"].double(), xs.double(), g, filt32, spec, gu)
+    force_rms = gpr.pow(2).mean().sqrt()
+    assert (gp.double() - gpr).pow(2).mean().sqrt() <= 0.01 * force_rms
+    assert rel_err(u, ur) < 0.01 and rel_err(gx, gxr) < 0.01
+
+
+def test_cfconv_refuses_weights_requiring_grad(device):
+    A1, a1, A2, b2 = filter_weights(device=device)
+    with pytest.raises(ValueError, match="require grad"):
+        pack_filter(A1.requires_grad_(), a1, A2, b2)
+    with torch.no_grad():
+        pack_filter(A1, a1, A2, b2)  # fine: nothing is recorded
+
+
+def test_autotune_prune():
+    cfgs = [triton.Config({"BLOCK_N": 16, "BLOCK_E": 32, "FC": fc}, num_warps=4)
+            for fc in (128, 64)]
+    assert [c.kwargs["FC"] for c in _prune(cfgs, {}, F=128, PREC="tf32x3")] == [128, 64]
+    assert [c.kwargs["FC"] for c in _prune(cfgs, {}, F=64, PREC="tf32x3")] == [64]
+    assert len(_prune(cfgs, {}, F=128, PREC="ieee")) == 1
+    assert [c.kwargs["FC"] for c in _prune(cfgs, {}, F=32, PREC="tf32x3")] == [32]

@@ -1,0 +1,61 @@
+"""Fused tanh + linear and packed linear layers (FP32 and W16A16), and the 16-bit packing."""
+
+import pytest
+import torch
+from kernels_testlib import rel_err
+
+from kernels import channel_scales, linear, pack_linear, tanh_linear
+
+
+@pytest.mark.parametrize("out_features,tanh_input", [(24, True), (24, False), (1, False)])
+def test_linear_fp32(device, out_features, tanh_input):
+    gen = torch.Generator().manual_seed(0)
+    W = (torch.randn(out_features, 40, generator=gen) / 6).to(device)
+    b = torch.randn(out_features, generator=gen).to(device)
+    x = (torch.randn(37, 40, generator=gen) * 2).to(device).requires_grad_()
+    layer = pack_linear(W, b if out_features > 1 else None)
+    y = tanh_linear(x, layer) if tanh_input else linear(x, layer)
+    x64 = x.detach().double().requires_grad_()
+    a = torch.tanh(x64) if tanh_input else x64
+    ref = a @ W.double().t() + (b.double() if out_features > 1 else 0)
+    assert rel_err(y, ref) < 1e-5
+    gy = torch.randn_like(ref)
+    (gk,) = torch.autograd.grad((y * gy.float()).sum(), x)
+    (gr,) = torch.autograd.grad((ref * gy).sum(), x64)
+    assert rel_err(gk, gr) < 1e-5
+
+
+@pytest.mark.parametrize("dtype,tol", [("fp16", 2e-3), ("bf16", 1.5e-2)])
+def test_tanh_linear_w16a16(device, dtype, tol):
+    gen = torch.Generator().manual_seed(1)
+    W = (torch.randn(32, 32, generator=gen) / 6).to(device)
+    b = torch.randn(32, generator=gen).to(device)
+    v = (torch.randn(50, 32, generator=gen) * 2).to(device).requires_grad_()
+    layer = pack_linear(W, b, dtype, calib=torch.tanh(v.detach()))
+    y = tanh_linear(v, layer)
+    ref = torch.tanh(v) @ W.t() + b
+    assert rel_err(y, ref) < tol
+    gy = torch.randn_like(ref)
+    (gk,) = torch.autograd.grad((y * gy).sum(), v)
+    (gr,) = torch.autograd.grad((ref * gy).sum(), v)
+    assert rel_err(gk, gr) < tol
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_channel_scales_never_worse_than_maxabs(dtype):
+    gen = torch.Generator().manual_seed(2)
+    # channels spanning five orders of magnitude, as in filter networks
+    W = torch.randn(16, 24, generator=gen) * torch.logspace(-4, 1, 16)[:, None]
+    X = torch.randn(200, 24, generator=gen)
+    s = channel_scales(W, dtype, X)
+    s0 = W.abs().amax(dim=1)
+
+    def err(scale):
+        q = (W / scale[:, None]).to(dtype).float() * scale[:, None]
+        return ((X.to(dtype).float() @ q.t() - X @ W.t()) ** 2).sum(dim=0)
+
+    assert (err(s) <= err(s0) * (1 + 1e-6)).all()
+    packed = pack_linear(W, None, dtype, X)
+    w_back, _ = packed.dequantized()
+    assert packed.weight_t.shape == (32, 16)
+    assert rel_err(w_back, W) < (1e-3 if dtype == torch.float16 else 8e-3)
