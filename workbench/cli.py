@@ -129,6 +129,8 @@ def _settings(args) -> RunSettings:
 
 def _prepare_output(args) -> Path | None:
     if args.out is None:
+        if args.resume:
+            raise UsageError("--resume needs --out, the folder of the run to continue")
         return None
     out = ensure_writable_folder(args.out)
     earlier = existing_run_files(out)

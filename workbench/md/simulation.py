@@ -161,7 +161,7 @@ class Simulation:
         if positions is None:
             positions = self.system.native_positions
         positions = torch.as_tensor(positions, dtype=torch.float32, device=self.device)
-        if positions.ndim == 2:
+        if tuple(positions.shape) == (n, 3):
             positions = positions[None].expand(self.replicas, n, 3)
         if tuple(positions.shape) != (self.replicas, n, 3):
             raise ValueError(

@@ -1,0 +1,198 @@
+"""Shared helpers of the model, neighbour-list, MD and CLI tests.
+
+Importable as ``helpers`` from every test module (pytest puts ``tests/`` on the path).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import torch
+
+from workbench.model import CGSchNet, HarmonicBonds, Potential, SchNetConfig
+from workbench.model.native_priors import native_priors
+from workbench.neighbors import Graph, NeighborList
+from workbench.system import build_system
+from workbench.system.cg_system import CGSystem
+
+#: Small SchNet sizes that keep CPU tests fast.
+SMALL_SCHNET = {"hidden": 16, "filters": 16, "blocks": 2, "num_rbf": 8, "cutoff": 6.0}
+
+
+# -- systems and potentials --------------------------------------------------------------
+@functools.cache
+def system(name: str = "cln025") -> CGSystem:
+    """A bundled protein's CG system, built once per session (do not mutate its tensors)."""
+    return build_system(name)
+
+
+def tiny_system() -> CGSystem:
+    """The smallest bundled system: CLN025, 10 residues, 49 beads."""
+    return system("cln025")
+
+
+def small_config(**overrides) -> SchNetConfig:
+    """A small :class:`SchNetConfig` (hidden 16, filters 16, 2 blocks, 8 RBF, 6 Å)."""
+    return SchNetConfig(**{**SMALL_SCHNET, **overrides})
+
+
+def small_schnet(seed: int = 0, **overrides) -> CGSchNet:
+    """A randomly initialised small CGSchNet (fixed seed, global RNG left as it was)."""
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return CGSchNet(small_config(**overrides))
+    finally:
+        torch.random.set_rng_state(state)
+
+
+def schnet_potential(
+    sys: CGSystem | None = None, seed: int = 0, priors: bool = True, **overrides
+) -> Potential:
+    """Small SchNet (plus the native priors unless ``priors=False``) for ``sys``."""
+    sys = sys or tiny_system()
+    terms = native_priors(sys) if priors else None
+    return Potential(sys.bead_types, small_schnet(seed, **overrides), terms)
+
+
+def prior_potential(sys: CGSystem | None = None, terms: tuple[str, ...] | None = None) -> Potential:
+    """Prior-only potential from :func:`native_priors`, optionally only the named terms."""
+    sys = sys or tiny_system()
+    priors = native_priors(sys)
+    if terms is not None:
+        priors = {k: v for k, v in priors.items() if k in terms}
+    return Potential(sys.bead_types, None, priors)
+
+
+def bonds_only_potential(sys: CGSystem | None = None) -> Potential:
+    """A purely harmonic potential: the native bonds of ``sys`` and nothing else."""
+    sys = sys or tiny_system()
+    bonds = native_priors(sys)["bonds"]
+    assert isinstance(bonds, HarmonicBonds)
+    return Potential(sys.bead_types, None, {"bonds": bonds})
+
+
+# -- coordinates --------------------------------------------------------------------------
+def perturbed_positions(
+    sys: CGSystem | None = None,
+    replicas: int = 2,
+    sigma: float = 0.2,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """Native structure plus Gaussian noise of ``sigma`` Å per coordinate, ``(R, n, 3)``."""
+    sys = sys or tiny_system()
+    gen = torch.Generator().manual_seed(seed)
+    native = sys.native_positions.to(torch.float64)
+    noise = sigma * torch.randn((replicas, *native.shape), generator=gen, dtype=torch.float64)
+    return (native[None] + noise).to(dtype)
+
+
+def random_cloud(
+    replicas: int, n: int, box: float = 14.0, seed: int = 0, dtype=torch.float64
+) -> torch.Tensor:
+    """Uniform random points in a cube of side ``box`` Å, ``(R, n, 3)``."""
+    gen = torch.Generator().manual_seed(seed)
+    return box * torch.rand((replicas, n, 3), generator=gen, dtype=torch.float64).to(dtype)
+
+
+def random_rotation(seed: int = 0, dtype=torch.float64) -> torch.Tensor:
+    """A proper rotation matrix (det +1) drawn from a seeded QR decomposition."""
+    gen = torch.Generator().manual_seed(seed)
+    q, r = torch.linalg.qr(torch.randn(3, 3, generator=gen, dtype=torch.float64))
+    q = q * torch.sign(torch.diagonal(r))[None, :]
+    if torch.det(q) < 0:
+        q[:, 0] = -q[:, 0]
+    return q.to(dtype)
+
+
+# -- graphs -------------------------------------------------------------------------------
+def exact_graph(pos: torch.Tensor, cutoff: float, **kwargs) -> Graph:
+    """Exact SchNet graph of ``pos`` (R, n, 3), built afresh (no skin)."""
+    return NeighborList(pos.shape[1], cutoff, skin=0.0, **kwargs).update(pos)
+
+
+def energy_function(potential: Potential) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``pos (R, n, 3) -> energy (R,)``, with an exact graph built for every call."""
+
+    def energy(pos: torch.Tensor) -> torch.Tensor:
+        graph = exact_graph(pos, potential.cutoff) if potential.schnet is not None else None
+        return potential.energy(pos, graph)
+
+    return energy
+
+
+def edge_set(graph: Graph) -> set[tuple[int, int]]:
+    """The (src, dst) pairs of a graph's valid slots."""
+    src, dst = graph.src, graph.dst
+    if graph.valid is not None:
+        src, dst = src[graph.valid], dst[graph.valid]
+    return set(zip(src.tolist(), dst.tolist(), strict=True))
+
+
+def brute_force_edges(
+    pos: torch.Tensor, cutoff: float, exclusions: torch.Tensor | None = None
+) -> set[tuple[int, int]]:
+    """Every directed pair (src, dst) of flattened beads with ``d < cutoff``, by loops.
+
+    Same replica only, no self pairs, excluded pairs (either order) left out.
+    """
+    replicas, n, _ = pos.shape
+    excluded = set()
+    if exclusions is not None:
+        for i, j in torch.as_tensor(exclusions).reshape(-1, 2).tolist():
+            excluded |= {(i, j), (j, i)}
+    edges = set()
+    pos = pos.to(torch.float64)
+    for r in range(replicas):
+        d = torch.cdist(pos[r], pos[r])
+        for i, j in torch.nonzero(d < cutoff).tolist():
+            if i != j and (j, i) not in excluded:
+                edges.add((r * n + j, r * n + i))
+    return edges
+
+
+# -- derivatives --------------------------------------------------------------------------
+def finite_difference_forces(
+    energy_fn: Callable[[torch.Tensor], torch.Tensor], pos: torch.Tensor, h: float = 1e-5
+) -> torch.Tensor:
+    """Central-difference forces ``−∂E/∂x`` of one configuration.
+
+    Parameters
+    ----------
+    energy_fn : callable
+        Maps positions ``(B, n, 3)`` to energies ``(B,)``; every displaced copy is
+        evaluated as one replica of a single batch.
+    pos : torch.Tensor, shape (n, 3), float64
+    h : float
+        Displacement, Å.
+
+    Returns
+    -------
+    torch.Tensor, shape (n, 3), float64
+    """
+    assert pos.dtype == torch.float64, "finite differences need float64"
+    n = pos.shape[0]
+    step = h * torch.eye(3 * n, dtype=torch.float64).reshape(3 * n, n, 3)
+    with torch.no_grad():
+        energies = energy_fn(torch.cat([pos[None] + step, pos[None] - step]))
+    return -((energies[: 3 * n] - energies[3 * n :]) / (2 * h)).reshape(n, 3)
+
+
+def autograd_forces(
+    energy_fn: Callable[[torch.Tensor], torch.Tensor], pos: torch.Tensor
+) -> torch.Tensor:
+    """``−∂ΣE/∂x`` by torch.autograd, shape of ``pos``."""
+    pos = pos.detach().clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(energy_fn(pos).sum(), pos)
+    return -grad
+
+
+def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
+    """``‖approx − exact‖ / ‖exact‖`` (Frobenius norms)."""
+    approx, exact = approx.detach(), exact.detach()
+    norm = float(torch.linalg.vector_norm(exact))
+    assert norm > 0 and math.isfinite(norm), "reference must be non-zero and finite"
+    return float(torch.linalg.vector_norm(approx - exact)) / norm

@@ -1,0 +1,217 @@
+"""Verlet neighbour list against brute force: edge sets, ordering, exclusions, skin
+rebuild logic, fixed-capacity mode, overflow and checkpoint state."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from helpers import brute_force_edges, edge_set, perturbed_positions, random_cloud, tiny_system
+
+from workbench.neighbors import Graph, NeighborList, NeighborListOverflow
+from workbench.system.topology import bonded_exclusions
+
+CUTOFF = 5.0
+
+
+def check_layout(graph: Graph, n: int) -> None:
+    """Sorted by dst, same replica, no self edges, symmetric (valid slots)."""
+    src, dst = graph.src, graph.dst
+    if graph.valid is not None:
+        src, dst = src[graph.valid], dst[graph.valid]
+    assert src.dtype == torch.long and dst.dtype == torch.long
+    assert bool((dst[1:] >= dst[:-1]).all()), "edges not sorted by destination"
+    assert bool((src // n == dst // n).all()), "edge across replicas"
+    assert bool((src != dst).all()), "self edge"
+    pairs = set(zip(src.tolist(), dst.tolist(), strict=True))
+    assert len(pairs) == len(src), "duplicate edge"
+    assert pairs == {(d, s) for s, d in pairs}, "graph not symmetric"
+
+
+@pytest.mark.parametrize("max_block", [1 << 23, 30 * 30])  # one chunk; one replica per chunk
+def test_edges_equal_brute_force(max_block):
+    pos = random_cloud(replicas=4, n=30, box=12.0, seed=1)
+    graph = NeighborList(30, CUTOFF, skin=1.0, max_block=max_block).update(pos)
+    assert graph.num_nodes == 4 * 30 and graph.valid is None
+    check_layout(graph, 30)
+    expected = brute_force_edges(pos, CUTOFF)
+    assert 100 < len(expected) < 4 * 30 * 29, "cloud density makes the test meaningful"
+    assert edge_set(graph) == expected
+
+
+def test_chunked_build_is_identical():
+    pos = random_cloud(replicas=5, n=20, seed=2)
+    whole = NeighborList(20, CUTOFF, skin=0.5).update(pos)
+    chunked = NeighborList(20, CUTOFF, skin=0.5, max_block=2 * 20 * 20).update(pos)
+    assert torch.equal(whole.src, chunked.src) and torch.equal(whole.dst, chunked.dst)
+
+
+def test_exclusions_are_honoured():
+    sys = tiny_system()
+    exclusions = bonded_exclusions(sys)
+    pos = perturbed_positions(sys, replicas=3, sigma=0.3, seed=3)
+    graph = NeighborList(sys.n_beads, 6.0, exclusions=exclusions).update(pos)
+    check_layout(graph, sys.n_beads)
+    assert edge_set(graph) == brute_force_edges(pos, 6.0, exclusions)
+    local = {(s % sys.n_beads, d % sys.n_beads) for s, d in edge_set(graph)}
+    for i, j in exclusions.tolist():
+        assert (i, j) not in local and (j, i) not in local
+    # without exclusions those pairs (bonded, all close) are there
+    full = edge_set(NeighborList(sys.n_beads, 6.0).update(pos))
+    assert len(full) - len(edge_set(graph)) == 2 * 3 * len(exclusions)
+
+
+def test_strict_cutoff():
+    pos = torch.tensor([[[0.0, 0.0, 0.0], [CUTOFF, 0.0, 0.0], [0.0, CUTOFF - 1e-3, 0.0]]],
+                       dtype=torch.float64)
+    graph = NeighborList(3, CUTOFF, skin=0.0).update(pos)
+    assert edge_set(graph) == {(0, 2), (2, 0)}
+
+
+def test_candidate_list_without_exact_filtering():
+    pos = random_cloud(replicas=3, n=25, seed=4)
+    skin = 1.5
+    graph = NeighborList(25, CUTOFF, skin=skin, exact=False).update(pos)
+    check_layout(graph, 25)
+    assert edge_set(graph) == brute_force_edges(pos, CUTOFF + skin)
+    assert len(edge_set(graph)) > len(brute_force_edges(pos, CUTOFF))
+
+
+def test_per_call_exact_override():
+    pos = random_cloud(replicas=2, n=25, seed=11)
+    nl = NeighborList(25, CUTOFF, skin=1.5)
+    assert edge_set(nl.update(pos, exact=False)) == brute_force_edges(pos, CUTOFF + 1.5)
+    assert edge_set(nl.update(pos)) == brute_force_edges(pos, CUTOFF)
+    assert nl.builds == 1
+    loose = NeighborList(25, CUTOFF, skin=1.5, exact=False)
+    assert edge_set(loose.update(pos, exact=True)) == brute_force_edges(pos, CUTOFF)
+
+
+# -- skin and rebuilds ----------------------------------------------------------------
+@pytest.mark.parametrize("capacity", [None, 4000])
+def test_rebuilds_only_when_a_bead_moves_half_the_skin(capacity):
+    skin = 1.0
+    gen = torch.Generator().manual_seed(5)
+    pos = random_cloud(replicas=3, n=25, seed=5)
+    nl = NeighborList(25, CUTOFF, skin=skin, capacity=capacity)
+    reference = None
+    expected_builds = 0
+    rebuilt_steps = []
+    for step in range(60):
+        if step:
+            # mostly small moves, occasionally one bead jumps
+            pos = pos + 0.04 * torch.randn(pos.shape, generator=gen, dtype=torch.float64)
+            if step % 17 == 0:
+                pos[1, 7] += 0.6
+        moved = None if reference is None else (pos - reference).norm(dim=-1).max()
+        if moved is None or moved > skin / 2:
+            expected_builds += 1
+            reference = pos.clone()
+            rebuilt_steps.append(step)
+        graph = nl.update(pos)
+        assert nl.builds == expected_builds, f"step {step}"
+        if capacity is None:
+            assert edge_set(graph) == brute_force_edges(pos, CUTOFF), f"step {step}"
+        else:
+            # candidates: a superset of the exact edges, within cutoff + skin of the build
+            exact = brute_force_edges(pos, CUTOFF)
+            assert exact <= edge_set(graph), f"step {step}"
+            assert edge_set(graph) == brute_force_edges(reference, CUTOFF + skin)
+    assert 3 <= len(rebuilt_steps) <= 30, rebuilt_steps  # the skin is neither unused nor useless
+    assert any(b - a > 1 for a, b in zip(rebuilt_steps, rebuilt_steps[1:], strict=False))
+
+
+def test_zero_skin_rebuilds_every_call():
+    pos = random_cloud(replicas=2, n=10, seed=6)
+    nl = NeighborList(10, CUTOFF, skin=0.0)
+    for k in range(1, 4):
+        nl.update(pos + 1e-6 * k)
+        assert nl.builds == k
+
+
+def test_replica_count_change_forces_rebuild():
+    nl = NeighborList(10, CUTOFF)
+    nl.update(random_cloud(replicas=2, n=10, seed=7))
+    graph = nl.update(random_cloud(replicas=3, n=10, seed=7))
+    assert nl.builds == 2 and graph.num_nodes == 30
+
+
+# -- fixed capacity -------------------------------------------------------------------
+def test_fixed_capacity_layout():
+    pos = random_cloud(replicas=3, n=25, seed=8)
+    skin = 1.0
+    needed = len(brute_force_edges(pos, CUTOFF + skin))
+    graph = NeighborList(25, CUTOFF, skin=skin, capacity=needed + 37).update(pos)
+    assert graph.num_edges == needed + 37
+    assert graph.valid is not None and int(graph.valid.sum()) == needed
+    assert bool(graph.valid[:needed].all()) and not bool(graph.valid[needed:].any())
+    padding = ~graph.valid
+    assert bool((graph.src[padding] == 75).all()) and bool((graph.dst[padding] == 75).all())
+    check_layout(graph, 25)
+    assert edge_set(graph) == brute_force_edges(pos, CUTOFF + skin)
+
+
+def test_overflow_reports_the_needed_capacity():
+    pos = random_cloud(replicas=2, n=25, seed=9)
+    needed = len(brute_force_edges(pos, CUTOFF + 1.0))
+    nl = NeighborList(25, CUTOFF, skin=1.0, capacity=needed - 1)
+    with pytest.raises(NeighborListOverflow, match=f"{needed} candidate edges") as info:
+        nl.update(pos)
+    assert info.value.needed == needed and info.value.capacity == needed - 1
+    nl.capacity = info.value.needed  # the caller grows it and carries on
+    assert int(nl.update(pos).valid.sum()) == needed
+
+
+# -- state ----------------------------------------------------------------------------
+@pytest.mark.parametrize("capacity", [None, 3000])
+def test_state_dict_round_trip(capacity):
+    pos = random_cloud(replicas=2, n=25, seed=10)
+    nl = NeighborList(25, CUTOFF, skin=1.0, capacity=capacity)
+    nl.update(pos)
+    nl.update(pos + 0.6)  # a second build
+    buffer = io.BytesIO()
+    torch.save(nl.state_dict(), buffer)
+    buffer.seek(0)
+    state = torch.load(buffer, weights_only=True)
+    copy = NeighborList(25, CUTOFF, skin=1.0, capacity=capacity)
+    copy.load_state_dict(state)
+    assert copy.builds == nl.builds == 2
+    gen = torch.Generator().manual_seed(0)
+    current = pos + 0.6
+    for _ in range(15):
+        current = current + 0.05 * torch.randn(current.shape, generator=gen, dtype=torch.float64)
+        a, b = nl.update(current), copy.update(current)
+        assert torch.equal(a.src, b.src) and torch.equal(a.dst, b.dst)
+        assert (a.valid is None) == (b.valid is None)
+        assert copy.builds == nl.builds
+    assert nl.builds > 2
+
+
+def test_state_of_an_unbuilt_list():
+    nl = NeighborList(5, CUTOFF)
+    copy = NeighborList(5, CUTOFF)
+    copy.load_state_dict(nl.state_dict())
+    assert copy.candidates is None and copy.builds == 0
+    assert copy.needs_rebuild(torch.zeros(1, 5, 3))
+
+
+# -- errors ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"n_beads": 0}, "n_beads must be positive"),
+        ({"cutoff": 0.0}, "cutoff must be positive"),
+        ({"skin": -0.1}, "skin must be non-negative"),
+        ({"capacity": 0}, "capacity must be positive"),
+    ],
+)
+def test_bad_settings(kwargs, message):
+    args = {"n_beads": 5, "cutoff": CUTOFF, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        NeighborList(**args)
+
+
+def test_wrong_position_shape():
+    with pytest.raises(ValueError, match=r"shape \(R, 5, 3\), got \(2, 4, 3\)"):
+        NeighborList(5, CUTOFF).update(torch.zeros(2, 4, 3))

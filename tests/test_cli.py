@@ -1,0 +1,208 @@
+"""The command line, called in-process: `workbench run` outputs, refusing to overwrite,
+resuming, clear errors with exit code 2, `workbench info`."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from workbench.cli import main
+
+mdtraj = pytest.importorskip("mdtraj")
+
+# Tiny runs: the default (untrained demo) SchNet is large, so 2 replicas × 4 steps.
+RUN = ["run", "--protein", "cln025", "--replicas", "2", "--steps", "4", "--save-interval", "2",
+       "--device", "cpu", "--quiet"]
+
+
+def read_rows(path: Path) -> list[dict]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` and its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One completed run (kept pristine; tests work on copies) and its console output."""
+    out = tmp_path_factory.mktemp("cli") / "run"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main([*RUN, "--out", str(out)])
+    assert code == 0, stderr.getvalue()
+    return out, stdout.getvalue()
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(finished_run[0], out)
+    return out
+
+
+def test_run_writes_metrics_checkpoint_summary_and_trajectories(finished_run):
+    out, stdout = finished_run
+    assert {"metrics.csv", "checkpoint.pt", "summary.json", "trajectory"} <= {
+        p.name for p in out.iterdir()
+    }
+    rows = read_rows(out / "metrics.csv")
+    assert [(int(r["step"]), int(r["replica"])) for r in rows] == [(2, 0), (2, 1), (4, 0), (4, 1)]
+    for row in rows:
+        assert 0.0 <= float(row["q"]) <= 1.0 and float(row["temperature_set"]) == 300.0
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["protein"] == "cln025" and summary["beads"] == 49
+    assert summary["replicas"] == 2 and summary["steps"] == 4
+    assert summary["timestep_mol_per_s"] > 0 and summary["frozen_replicas"] == []
+    assert 0.0 <= summary["q_mean"] <= 1.0
+
+    checkpoint = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert checkpoint["step"] == 4 and checkpoint["positions"].shape == (2, 49, 3)
+
+    folder = out / "trajectory"
+    for r in range(2):
+        traj = mdtraj.load(str(folder / f"replica_{r:03d}.dcd"), top=str(folder / "topology.pdb"))
+        assert traj.n_frames == 2 and traj.n_atoms == 49
+        last = torch.from_numpy(traj.xyz[-1] * 10.0)
+        torch.testing.assert_close(last, checkpoint["positions"][r], rtol=0, atol=1e-4)
+
+    # the console: what ran, throughput, Q, the untrained-model notice
+    assert "cln025: 49 beads, 2 replicas, 300 K, dt 4 fs on cpu" in stdout
+    assert "timestep·mol/s" in stdout and "ns/day" in stdout
+    q_line = next(line for line in stdout.splitlines() if line.startswith("Q "))
+    assert f"{summary['q_mean']:.3f} mean" in q_line
+    assert "Untrained demo model" in stdout
+
+
+def test_rerun_without_overwrite_fails_and_leaves_files(run_copy, capsys):
+    before = snapshot(run_copy)
+    code = main([*RUN, "--out", str(run_copy)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "already holds a run" in err and "--overwrite" in err and "--resume" in err
+    assert snapshot(run_copy) == before
+
+
+def test_overwrite_replaces_the_run(run_copy, capsys):
+    code = main([*RUN, "--steps", "2", "--out", str(run_copy), "--overwrite"])
+    assert code == 0, capsys.readouterr().err
+    assert json.loads((run_copy / "summary.json").read_text())["steps"] == 2
+    assert [int(r["step"]) for r in read_rows(run_copy / "metrics.csv")] == [2, 2]
+
+
+def test_resume_continues_the_run(run_copy, capsys):
+    before = torch.load(run_copy / "checkpoint.pt", weights_only=True)
+    code = main([*RUN, "--out", str(run_copy), "--resume"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "resumed from step 4" in captured.out
+    summary = json.loads((run_copy / "summary.json").read_text())
+    assert summary["steps"] == 8
+    after = torch.load(run_copy / "checkpoint.pt", weights_only=True)
+    assert after["step"] == 8 and not torch.equal(after["positions"], before["positions"])
+    # earlier rows and frames are kept, the new ones follow
+    rows = read_rows(run_copy / "metrics.csv")
+    assert [int(r["step"]) for r in rows] == [2, 2, 4, 4, 6, 6, 8, 8]
+    folder = run_copy / "trajectory"
+    traj = mdtraj.load(str(folder / "replica_001.dcd"), top=str(folder / "topology.pdb"))
+    assert traj.n_frames == 4
+    torch.testing.assert_close(torch.from_numpy(traj.xyz[1] * 10.0), before["positions"][1],
+                               rtol=0, atol=1e-4)
+
+
+def test_resume_continues_bitwise_like_one_long_run(run_copy, tmp_path, capsys):
+    assert main([*RUN, "--out", str(run_copy), "--resume"]) == 0
+    long = tmp_path / "long"
+    assert main([*RUN, "--steps", "8", "--out", str(long)]) == 0
+    capsys.readouterr()
+    a = torch.load(run_copy / "checkpoint.pt", weights_only=True)
+    b = torch.load(long / "checkpoint.pt", weights_only=True)
+    assert torch.equal(a["positions"], b["positions"])
+    assert torch.equal(a["velocities"], b["velocities"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--replicas", "0"], "--replicas must be at least 1, got 0"),
+        (["--protein", "notaprotein"], "unknown protein 'notaprotein'"),
+        (["--temperature", "-10"], "--temperature must be positive"),
+        (["--steps", "-1"], "--steps must be non-negative"),
+        (["--kernels", "warp_drive"], "unknown kernel technique"),
+        (["--resume"], "--resume needs --out"),
+        (["--model", "no/such/model.pt"], "no model file"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_clear_message(extra, message, capsys):
+    code = main([*RUN, *extra])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert message in captured.err
+    assert captured.err.startswith("error: ") and "Traceback" not in captured.err
+
+
+def test_resume_without_a_checkpoint(tmp_path, capsys):
+    assert main([*RUN, "--out", str(tmp_path / "fresh"), "--resume"]) == 2
+    assert "no checkpoint.pt" in capsys.readouterr().err
+
+
+def test_resume_with_other_replica_count(run_copy, capsys):
+    before = snapshot(run_copy)
+    assert main([*RUN, "--replicas", "3", "--out", str(run_copy), "--resume"]) == 2
+    assert "replicas=2, this simulation has 3" in capsys.readouterr().err
+    assert snapshot(run_copy) == before
+
+
+def test_unwritable_output_folder(tmp_path, capsys):
+    blocker = tmp_path / "plain-file"
+    blocker.write_text("not a folder")
+    code = main([*RUN, "--out", str(blocker / "run")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "output folder" in err and "is not writable" in err
+    assert blocker.read_text() == "not a folder"
+
+
+def test_model_option_uses_a_saved_potential(tmp_path, capsys):
+    from helpers import schnet_potential, tiny_system
+
+    from workbench.model import save_potential
+
+    path = save_potential(schnet_potential(tiny_system()), tmp_path / "small.pt")
+    assert main([*RUN, "--model", str(path), "--no-trajectory", "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "Untrained demo model" not in out
+    assert not (tmp_path / "r" / "trajectory").exists()
+
+
+def test_run_without_out_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main([*RUN, "--steps", "2"]) == 0
+    assert "none (no --out)" in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_info_prints_versions(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(rf"^torch\s+\| {re.escape(torch.__version__)}$", out, re.MULTILINE), out
+    assert re.search(r"^python\s+\| 3\.", out, re.MULTILINE)
+    assert re.search(r"^device\s+\| ", out, re.MULTILINE)
+
+
+def test_unknown_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["fly"])
+    assert info.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
