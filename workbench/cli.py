@@ -78,7 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--save-interval", type=int, default=100, help="steps between saves")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    run.add_argument("--model", default=None, help="saved potential (.pt)")
+    run.add_argument(
+        "--model", default=None, help="saved potential (.pt) or an mlcg CGSchNet checkpoint"
+    )
+    run.add_argument(
+        "--structures", default=None,
+        help="mlcg *_configurations.pt: starting structures for an mlcg --model",
+    )
     run.add_argument("--kernels", default="baseline", help="baseline, all, or a comma list")
     run.add_argument("--mlp-precision", default="fp32", choices=PRECISIONS)
     run.add_argument("--skin", type=float, default=2.0, help="Verlet skin, Å")
@@ -121,6 +127,7 @@ def _settings(args) -> RunSettings:
         seed=args.seed,
         device=args.device,
         model=args.model,
+        structures=args.structures,
         mapping=args.mapping,
         options=kernel_options(args.kernels, args.mlp_precision),
         neighbors=NeighborSettings(skin=args.skin, exclude_bonded=args.exclude_bonded),
@@ -208,6 +215,7 @@ def cmd_run(args) -> int:
 
     metrics = {k: v.detach().float().cpu() for k, v in sim.metrics().items()}
     live = ~metrics["frozen"].bool()
+    has_q = bool(live.any()) and not bool(torch.isnan(metrics["q"]).all())
     q, r = metrics["q"], metrics["rmsd"]
     frozen = sim.frozen_report()
     peak = meter.peak_memory_gb()
@@ -223,8 +231,8 @@ def cmd_run(args) -> int:
         "ns_per_day": meter.ns_per_day(),
         "peak_memory_gb": peak,
         "rmsd_mean": float(r[live].mean()) if live.any() else None,
-        "q_mean": float(q[live].mean()) if live.any() else None,
-        "folded_fraction": float((q[live] > FOLDED_Q).float().mean()) if live.any() else None,
+        "q_mean": float(q[live].mean()) if has_q else None,
+        "folded_fraction": float((q[live] > FOLDED_Q).float().mean()) if has_q else None,
         "frozen_replicas": frozen,
         "notices": prepared.notices,
     }
@@ -240,8 +248,8 @@ def cmd_run(args) -> int:
         ("", f"{summary['ns_per_day']:,.2f} ns/day (all replicas)"),
         ("peak memory", "n/a (CPU)" if peak is None else f"{peak:.2f} GB"),
         ("RMSD (CA)", f"{summary['rmsd_mean']:.2f} Å mean" if live.any() else "n/a"),
-        ("Q", f"{summary['q_mean']:.3f} mean" if live.any() else "n/a"),
-        ("folded (Q > 0.8)", f"{summary['folded_fraction']:.0%}" if live.any() else "n/a"),
+        ("Q", f"{summary['q_mean']:.3f} mean" if has_q else "n/a (no native contacts)"),
+        ("folded (Q > 0.8)", f"{summary['folded_fraction']:.0%}" if has_q else "n/a"),
         ("frozen replicas", ", ".join(f"{i}@step {s}" for i, s in frozen) or "none"),
         ("files", (f"{out}: " + ", ".join(files)) if out else "none (no --out)"),
     ]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
-from workbench.model.io import load_potential
+from workbench.model.io import ModelFormatError, load_potential
 from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
@@ -42,7 +42,10 @@ class RunSettings:
     device : str
         ``"auto"``, ``"cpu"`` or ``"cuda[:i]"``.
     model : str or None
-        Path of a saved potential; None: the shipped model or the demo model.
+        Path of a saved potential or a published CGSchNet (mlcg) checkpoint; None: the
+        shipped model or the demo model.
+    structures : str or None
+        mlcg ``*_configurations.pt`` with starting structures for an mlcg model.
     mapping : str
     options : KernelOptions
     neighbors : NeighborSettings
@@ -58,6 +61,7 @@ class RunSettings:
     seed: int = 0
     device: str = "auto"
     model: str | None = None
+    structures: str | None = None
     mapping: str = "five-bead"
     options: KernelOptions = field(default_factory=KernelOptions)
     neighbors: NeighborSettings = field(default_factory=NeighborSettings)
@@ -76,6 +80,8 @@ class RunSettings:
             raise ValueError(f"--friction must be non-negative (1/ps), got {self.friction}")
         if self.save_interval < 1:
             raise ValueError(f"--save-interval must be at least 1, got {self.save_interval}")
+        if self.structures is not None and self.model is None:
+            raise ValueError("--structures needs --model (an mlcg checkpoint)")
 
 
 def resolve_device(device: str) -> tuple[torch.device, str | None]:
@@ -115,12 +121,42 @@ class PreparedRun:
     notices: list[str]
 
 
+def _imported_model(settings: RunSettings):
+    """System, potential and starting positions of an mlcg checkpoint, or None if not one."""
+    if settings.model is None:
+        return None
+    if settings.structures is None:
+        try:
+            load_potential(settings.model)
+            return None
+        except ModelFormatError:
+            pass
+    from workbench.model.mlcg_import import load_for_run
+
+    system, potential, starts = load_for_run(settings.model, settings.structures)
+    positions = starts[torch.arange(settings.replicas) % starts.shape[0]]
+    return system, potential, positions
+
+
 def prepare_run(settings: RunSettings) -> PreparedRun:
     """Validate settings, build system, potential and simulation."""
     settings.validate()
     device, device_notice = resolve_device(settings.device)
-    system = build_system(settings.protein, mapping=settings.mapping)
-    potential, model_notice = choose_potential(system, settings.model)
+    imported = _imported_model(settings)
+    positions = None
+    neighbors = settings.neighbors
+    if imported is not None:
+        system, potential, positions = imported
+        model_notice = (
+            f"Published CGSchNet checkpoint {settings.model}: the system comes from its "
+            "configurations (--protein and --mapping are ignored); replica r starts from "
+            "structure r mod the number of structures."
+        )
+        if system.metadata.get("exclude_bonded"):
+            neighbors = replace(neighbors, exclude_bonded=True)
+    else:
+        system = build_system(settings.protein, mapping=settings.mapping)
+        potential, model_notice = choose_potential(system, settings.model)
     integrator = LangevinIntegrator(
         settings.timestep_fs / FS_PER_PS, settings.friction, settings.temperature
     )
@@ -129,10 +165,11 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
         potential,
         integrator,
         replicas=settings.replicas,
+        positions=positions,
         device=device,
         seed=settings.seed,
         options=settings.options,
-        neighbors=settings.neighbors,
+        neighbors=neighbors,
     )
     notices = [n for n in (device_notice, model_notice) if n]
     return PreparedRun(settings, system, sim, notices)

@@ -392,3 +392,27 @@ def test_protocol_two_names_and_guarded_callables():
             resolve_global(module, name)
     record = resolve_global("torch_geometric.inspector", "Inspector")
     assert record.dotted_name == "torch_geometric.inspector.Inspector"
+
+
+@pytest.mark.parametrize("case", ["specialised", "model_and_prior"])
+def test_cli_runs_a_published_checkpoint(cases, case, tmp_path, capsys):
+    from workbench.cli import main
+
+    model, structures = cases[case][:2]
+    argv = ["run", "--model", str(model), "--replicas", "3", "--steps", "4",
+            "--save-interval", "2", "--out", str(tmp_path / "run"), "--quiet", "--device", "cpu"]
+    if structures is not None:
+        argv += ["--structures", str(structures)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Published CGSchNet checkpoint" in out
+    assert "no native contacts" in out
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 3  # header + two reports of three replicas
+
+
+def test_cli_refuses_structures_without_model(cases, capsys):
+    from workbench.cli import main
+
+    assert main(["run", "--structures", str(cases["model_and_prior"][1]), "--steps", "1"]) == 2
+    assert "--structures needs --model" in capsys.readouterr().err

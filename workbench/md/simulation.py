@@ -243,14 +243,18 @@ class Simulation:
         """Per-replica observables on the device, each shape (R,).
 
         Keys: ``rmsd`` (CA, Å), ``q`` (fraction of native contacts),
+        (NaN when the system has no native contacts),
         ``potential_energy``, ``kinetic_energy`` (kcal/mol), ``temperature`` (K),
         ``frozen`` (bool).
         """
         ca = self.positions[:, self.system.ca_index]
         native_ca = self.system.native_positions[self.system.ca_index]
-        q = fraction_native_contacts(
-            ca, self.system.native_contacts, self.system.native_contact_distances
-        )
+        if len(self.system.native_contacts):
+            q = fraction_native_contacts(
+                ca, self.system.native_contacts, self.system.native_contact_distances
+            )
+        else:  # e.g. a system read from an mlcg configuration: Q is undefined
+            q = torch.full((self.replicas,), float("nan"), device=self.device)
         return {
             "rmsd": rmsd(ca, native_ca),
             "q": q,
@@ -330,6 +334,8 @@ class Simulation:
         self.frozen_step = payload["frozen_step"].to(dev)
         self.generator.set_state(payload["rng_state"])
         if self.neighbor_list is not None:
+            if "builds" not in payload["neighbor_list"]:
+                raise CheckpointError(f"checkpoint {path} holds no neighbour list for SchNet")
             state = {
                 k: (v.to(dev) if torch.is_tensor(v) else v)
                 for k, v in payload["neighbor_list"].items()
