@@ -23,7 +23,11 @@ from workbench.runner import (
     timed_steps,
 )
 
-KERNEL_PRESETS = {"baseline": KernelOptions.baseline, "all": KernelOptions.all_on}
+KERNEL_PRESETS = {
+    "baseline": KernelOptions.baseline,
+    "all": KernelOptions.all_on,
+    "all+tables": lambda: KernelOptions.all_on(tabulated_filter=True),
+}
 FOLDED_Q = 0.8
 
 
@@ -85,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--structures", default=None,
         help="mlcg *_configurations.pt: starting structures for an mlcg --model",
     )
-    run.add_argument("--kernels", default="baseline", help="baseline, all, or a comma list")
+    run.add_argument(
+        "--kernels", default="baseline", help="baseline, all, all+tables, or a comma list"
+    )
     run.add_argument("--mlp-precision", default="fp32", choices=PRECISIONS)
     run.add_argument("--skin", type=float, default=2.0, help="Verlet skin, Å")
     run.add_argument("--exclude-bonded", action="store_true")
@@ -103,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--replicas", default="64", help="comma list: a replica sweep")
     bench.add_argument(
         "--configs", default="baseline",
-        help="comma list of: baseline, all, all-fp16, all-bf16, or single techniques",
+        help="comma list of presets (baseline, all, all+tables) or single techniques, "
+        "each optionally with -fp16 or -bf16 (e.g. all+tables-fp16)",
     )
     bench.add_argument("--steps", type=int, default=200, help="timed steps per window")
     bench.add_argument("--warmup", type=int, default=30)
@@ -284,9 +291,10 @@ def cmd_info(args) -> int:
 
 
 def bench_options(name: str) -> KernelOptions:
-    """Kernel options of a benchmark configuration name."""
-    if name.startswith("all-"):
-        return kernel_options("all", name.split("-", 1)[1])
+    """Kernel options of a benchmark configuration name (``preset[-precision]``)."""
+    base, _, precision = name.rpartition("-")
+    if precision in PRECISIONS and base:
+        return kernel_options(base, precision)
     return kernel_options(name, "fp32")
 
 

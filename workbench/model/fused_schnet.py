@@ -11,7 +11,10 @@ computes, with each technique of :class:`KernelOptions` switched on or off:
 * ``fused_update``: ``kernels.tanh_linear`` for ``lin(tanh(v))``;
 * ``mlp_precision``: channel-wise FP16/BF16 weights and activations for the filter,
   update and output MLPs (FP32 accumulation; positions, distances, energies and
-  forces stay FP32).
+  forces stay FP32);
+* ``tabulated_filter``: ``kernels.tabulated_cfconv`` reads each block's filter from a
+  cubic Hermite table (spacing ``TABLE_SPACING``) built from the loaded weights, with
+  exact slopes; forces are the exact derivative of the interpolated filter.
 
 Edges at or beyond the cutoff (and padding slots) are turned into padding before
 the CSR layouts are built, so every kernel sees only real edges while the edge
@@ -31,6 +34,10 @@ from workbench.model.options import KernelOptions
 from workbench.neighbors import Graph
 
 PRECISION_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+#: Grid spacing of the filter tables, Å (a Gaussian basis of 50 functions on 10 Å has
+#: widths of 0.2 Å; cubic Hermite error scales as (h/width)⁴).
+TABLE_SPACING = 0.005
 
 
 def fused_path_problem(schnet, device: torch.device, options: KernelOptions) -> str | None:
@@ -83,6 +90,7 @@ class PackedWeights:
     filters: list
     updates: list
     outputs: list
+    tables: list | None = None
 
 
 def _weights_key(schnet, precision: str) -> tuple:
@@ -119,6 +127,37 @@ def packed_weights(schnet, precision: str) -> PackedWeights:
     packed = PackedWeights(key, spec, filters, updates, outputs)
     schnet._packed_weights = packed
     return packed
+
+
+def filter_tables(schnet, packed: PackedWeights, device: torch.device) -> list:
+    """One filter table per block (built once per set of weights, kept with ``packed``)."""
+    if packed.tables is None:
+        packed.tables = build_filter_tables(schnet, device)
+    return packed.tables
+
+
+def build_filter_tables(schnet, device: torch.device) -> list:
+    """Cubic Hermite tables of ``W_b(d) = MLP_b(basis(d)) C_b(d)`` for every block ``b``.
+
+    Evaluated in float64 on a copy of the model; slopes are exact (forward-mode AD), so
+    the derivatives of the basis and of the envelope are in the table.
+    """
+    import copy
+
+    from kernels.tabulated import tabulate_filter
+
+    model = copy.deepcopy(schnet).double()
+    points = int(round(schnet.cutoff / TABLE_SPACING)) + 1
+    tables = []
+    for block in model.interaction_blocks:
+
+        def filter_fn(d, block=block):
+            envelope = torch.where(d < model.cutoff, block.conv.cutoff(d), torch.zeros_like(d))
+            return block.conv.filter_network(model.rbf_layer(d)) * envelope[:, None]
+
+        with torch.no_grad():
+            tables.append(tabulate_filter(filter_fn, points, schnet.cutoff, device=device))
+    return tables
 
 
 def real_edge_graph(schnet, pos: torch.Tensor, graph: Graph):
@@ -162,7 +201,7 @@ def fused_node_energies(
     schnet, pos: torch.Tensor, types: torch.Tensor, graph: Graph, options: KernelOptions
 ) -> torch.Tensor:
     """Per-node energies ``(N,)`` through the kernels that ``options`` switch on."""
-    from kernels import cfconv, radial_basis, segment_sum, tanh_linear
+    from kernels import cfconv, radial_basis, segment_sum, tabulated_cfconv, tanh_linear
 
     precision = options.mlp_precision
     packed = packed_weights(schnet, precision)
@@ -172,8 +211,9 @@ def fused_node_energies(
     safe_src = torch.where(src < n, src, 0)
     safe_dst = torch.where(dst < n, dst, 0)
 
+    tables = filter_tables(schnet, packed, pos.device) if options.tabulated_filter else None
     rbf = env = None
-    if not options.fused_message_passing:
+    if tables is None and not options.fused_message_passing:
         if options.fused_radial_basis:
             _, rbf, env = radial_basis(pos, src, dst, csr, packed.spec)
         else:
@@ -186,7 +226,9 @@ def fused_node_energies(
     for b, block in enumerate(schnet.interaction_blocks):
         conv = block.conv
         xs = conv.lin1(h)
-        if options.fused_message_passing:
+        if tables is not None:
+            u = tabulated_cfconv(pos, xs, src, dst, csr, tables[b])
+        elif options.fused_message_passing:
             u = cfconv(pos, xs, src, dst, csr, packed.filters[b], packed.spec)
         else:
             if sixteen:

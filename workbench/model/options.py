@@ -30,6 +30,10 @@ class KernelOptions:
     mlp_precision : str
         ``"fp32"``, ``"fp16"`` or ``"bf16"`` for the filter, update and output
         MLPs (channel-wise scaled weights, FP32 accumulation).
+    tabulated_filter : bool
+        Read each block's filter ``W(d) = MLP(basis(d))·C(d)`` from a cubic Hermite
+        table built from the loaded weights, instead of evaluating the MLP per edge
+        (replaces the fused message-passing kernel; needs no filter MLP at all).
     """
 
     fused_radial_basis: bool = False
@@ -37,6 +41,7 @@ class KernelOptions:
     csr_aggregation: bool = False
     fused_update: bool = False
     mlp_precision: str = "fp32"
+    tabulated_filter: bool = False
 
     def __post_init__(self):
         if self.mlp_precision not in PRECISIONS:
@@ -50,9 +55,9 @@ class KernelOptions:
         return cls()
 
     @classmethod
-    def all_on(cls, mlp_precision: str = "fp32") -> KernelOptions:
-        """Every fused technique on."""
-        return cls(True, True, True, True, mlp_precision)
+    def all_on(cls, mlp_precision: str = "fp32", tabulated_filter: bool = False) -> KernelOptions:
+        """Every fused technique of the flash engine on (tables optional)."""
+        return cls(True, True, True, True, mlp_precision, tabulated_filter)
 
     @property
     def is_baseline(self) -> bool:
