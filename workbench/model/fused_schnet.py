@@ -238,7 +238,7 @@ def fused_node_energies(
             else:
                 w = conv.filter_network(rbf)
             w = w * env[:, None]
-            messages = xs[safe_src] * w
+            messages = xs.index_select(0, safe_src) * w
             if options.csr_aggregation:
                 u = segment_sum(messages, csr.dst_ptr, csr.dst_perm)
             else:

@@ -159,7 +159,8 @@ class CFConv(nn.Module):
         torch.Tensor, shape (N, H), float32
         """
         w = self.filter_network(rbf) * envelope[:, None]
-        messages = self.lin1(h)[src] * w
+        # index_select (as PyG gathers) differentiates into index_add_, not a sort
+        messages = self.lin1(h).index_select(0, src) * w
         u = torch.zeros(h.shape[0], w.shape[1], dtype=h.dtype, device=h.device)
         u.index_add_(0, dst, messages)
         return self.lin2(u)
@@ -236,7 +237,7 @@ class CGSchNet(nn.Module):
         if valid is not None:
             src = torch.where(valid, src, 0)
             dst = torch.where(valid, dst, 0)
-        diff = pos[dst] - pos[src]
+        diff = pos.index_select(0, dst) - pos.index_select(0, src)
         if valid is not None:
             far = diff.new_tensor([2.0 * self.cutoff + 1.0, 0.0, 0.0])
             diff = torch.where(valid[:, None], diff, far)
