@@ -37,13 +37,19 @@ from kernels.segment_reduce import (
     segment_sum,
     segment_sum_reference,
 )
+from kernels.tabulated import (
+    FilterTable,
+    build_filter_table,
+    tabulated_cfconv,
+    tabulated_cfconv_reference,
+)
 
 __all__ = [
     "OPS", "Op", "get_op", "triton_available",
-    "GraphCSR", "RadialSpec", "FilterParams", "PackedLinear",
-    "pack_filter", "pack_linear", "channel_scales", "valid_edge_mask",
+    "GraphCSR", "RadialSpec", "FilterParams", "PackedLinear", "FilterTable",
+    "pack_filter", "pack_linear", "channel_scales", "valid_edge_mask", "build_filter_table",
     "build_csr", "radial_basis", "segment_sum", "edge_grad_to_positions", "cfconv",
-    "linear", "tanh_linear",
+    "tabulated_cfconv", "linear", "tanh_linear",
 ]
 
 
@@ -64,6 +70,7 @@ OPS: dict[str, Op] = {
         Op("segment_sum", segment_sum, segment_sum_reference),
         Op("edge_grad_to_positions", edge_grad_to_positions, edge_grad_to_positions_reference),
         Op("cfconv", cfconv, cfconv_reference),
+        Op("tabulated_cfconv", tabulated_cfconv, tabulated_cfconv_reference),
         Op("linear", linear, linear_reference),
         Op("tanh_linear", tanh_linear, tanh_linear_reference),
     )

@@ -32,7 +32,8 @@ cpu_system = build_system("1enh")
 potential = demo_potential(cpu_system).to("cuda")
 system = cpu_system.to("cuda")
 gen = torch.Generator(device="cuda").manual_seed(0)
-pos = system.native_positions[None] + 0.3 * torch.randn((64, system.n_beads, 3), generator=gen, device="cuda")
+noise = torch.randn((64, system.n_beads, 3), generator=gen, device="cuda")
+pos = system.native_positions[None] + 0.3 * noise
 graph = NeighborList(system.n_beads, 10.0, skin=0.0).update(pos)
 swapped = Graph(graph.dst, graph.src, graph.num_nodes)
 print(f"edges per replica {graph.num_edges / 64:.0f}")
@@ -42,7 +43,8 @@ print("max |dE|", float((e1 - e2).abs().max()), "rel dF", float((f1 - f2).norm()
 for name, g in (("sorted-dst", graph), ("sorted-src", swapped)):
     fwd = timed(lambda g=g: potential.energy(pos, g))
     both = timed(lambda g=g: potential.energy_and_forces(pos, g))
-    print(f"{name}: forward {fwd:.2f} ms, energy+forces {both:.2f} ms -> {64e3 / both:,.0f} steps*mol/s bound")
+    print(f"{name}: forward {fwd:.2f} ms, energy+forces {both:.2f} ms "
+          f"-> {64e3 / both:,.0f} timestep*mol/s bound")
 
 schnet_only = Potential(potential.bead_types, potential.schnet)
 priors_only = Potential(potential.bead_types, None, dict(potential.priors))
