@@ -1,0 +1,364 @@
+"""Tabulated continuous-filter convolution: the filter network replaced by a cubic table.
+
+The filter of an interaction block, ``W(d) = MLP(basis(d)) C(d)`` in ``R^F``, depends on
+the scalar distance only. `build_filter_table` turns its values and exact derivatives on a
+uniform grid ``d_g = g h`` (``g = 0 .. G-1``, ``(G-1) h = r_c``) into a piecewise cubic
+Hermite interpolant, stored per interval ``k`` as the coefficients of the cubic in
+``t = d/h - k`` in ``[0, 1)``::
+
+    W(d)  = ((c3 t + c2) t + c1) t + c0
+    W'(d) = ((3 c3 t + 2 c2) t + c1) / h          (the derivative of that same cubic)
+
+``W = 0`` for ``d >= r_c``. Forces are the exact gradient of the interpolated energy, so MD
+with a table conserves the energy of the interpolated model. The interpolant is C1 (values
+and slopes match at the grid points); its error is ``h^4 max|W''''| / 384``.
+
+For every edge ``e = (src j -> dst i)``::
+
+    u_i = sum_{e: dst_e = i} xs[j] * W(d_e)                          [N, F]
+
+Forward (`_tab_fwd_kernel`): one program owns one destination node, i.e. its segment of
+the destination-grouped CSR, and streams its edges in tiles of ``BLOCK_E``. Per tile: gather
+positions, distance (FP32), interval and ``t``, the four coefficient rows ``[BLOCK_E, F]``
+(L2-resident: the table is ``(G-1) * 4 * F * 4`` bytes, 3.9 MiB at G = 2001, F = 128),
+Horner, and the product with the gathered ``xs[src]`` rows, added into a ``[BLOCK_E, F]``
+FP32 register accumulator that is summed over its lanes once at the end and written once:
+no atomics, deterministic. Edges with ``d >= r_c`` load neither table rows nor ``xs``.
+(A one-hot tensor-core reduction over 16 nodes per program, as in `kernels.cfconv`, was
+2.6-3x slower here: see docs/KERNELS-NOTES.md.)
+
+Backward (`_tab_bwd_kernel`), given ``grad_u [N, F]``: one program owns one *source* node
+``j`` (its segment of the source-grouped CSR) and keeps ``xs[j]`` in registers. Per tile it
+evaluates ``W`` and ``W'`` from the same four coefficient rows and produces both
+
+* ``grad_xs[j] = sum_{e: src_e = j} grad_u[dst_e] * W(d_e)`` (register accumulator as in
+  the forward, written once), and
+* ``g_e = dE/dd_e = sum_f grad_u[dst_e, f] xs[j, f] W'(d_e, f)``, one FP32 scalar per edge.
+
+Then `kernels.segment_reduce.edge_grad_to_positions` sums ``g_e (r_i - r_j)/d`` over both
+CSRs into position gradients (deterministic). The table gets no gradient.
+
+Padding: edges outside every CSR segment (see `kernels.csr`) are never visited.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from kernels._triton import check_no_grad, pick_configs, tl, torch_to_tl_dtype, triton
+from kernels.csr import GraphCSR, valid_edge_mask
+from kernels.radial_basis import edge_vector, reference_distances
+from kernels.segment_reduce import edge_grad_to_positions
+
+__all__ = ["FilterTable", "build_filter_table", "tabulate_filter", "evaluate_table",
+           "tabulated_cfconv", "tabulated_cfconv_reference"]
+
+
+@dataclass(frozen=True)
+class FilterTable:
+    """A filter ``W(d)`` in ``R^F`` as a piecewise cubic on a uniform grid.
+
+    Attributes
+    ----------
+    coeffs : Tensor, float32 [G - 1, 4, F]
+        Per interval ``k`` (``d`` in ``[k h, (k+1) h)``), the coefficients ``c0 .. c3`` of
+        ``W = ((c3 t + c2) t + c1) t + c0`` with ``t = d/h - k``. Contiguous: the four rows an
+        edge needs are one 16 F-byte block.
+    spacing : float
+        Grid spacing ``h`` (A).
+    cutoff : float
+        ``r_c = (G - 1) h`` (A); ``W = 0`` for ``d >= r_c``.
+    num_features : int
+        ``F``.
+    """
+
+    coeffs: torch.Tensor
+    spacing: float
+    cutoff: float
+    num_features: int
+
+    @property
+    def num_intervals(self) -> int:
+        """``G - 1``."""
+        return self.coeffs.shape[0]
+
+
+def build_filter_table(values, slopes, spacing: float, cutoff: float) -> FilterTable:
+    """Cubic Hermite table from filter values and exact derivatives at the grid points.
+
+    Parameters
+    ----------
+    values : Tensor, float [G, F]
+        ``W(g h)`` for ``g = 0 .. G-1`` (any float dtype; float64 recommended).
+    slopes : Tensor, float [G, F]
+        ``dW/dd (g h)``, same shape.
+    spacing : float
+        ``h`` (A).
+    cutoff : float
+        ``r_c``; must equal ``(G - 1) h`` (relative tolerance 1e-6).
+
+    Returns
+    -------
+    FilterTable
+        Coefficients computed in float64 and stored as float32 ``[G - 1, 4, F]``; detached
+        (the table never receives gradients).
+    """
+    if values.ndim != 2 or values.shape != slopes.shape or values.shape[0] < 2:
+        raise ValueError(f"values and slopes must both be [G >= 2, F]; got "
+                         f"{tuple(values.shape)} and {tuple(slopes.shape)}")
+    G, F = values.shape
+    if not math.isclose((G - 1) * spacing, cutoff, rel_tol=1e-6):
+        raise ValueError(f"grid ({G} points, spacing {spacing}) does not end at cutoff {cutoff}")
+    with torch.no_grad():
+        v = values.detach().double()
+        m = slopes.detach().double() * spacing
+        p0, p1, m0, m1 = v[:-1], v[1:], m[:-1], m[1:]
+        coeffs = torch.stack([p0, m0, 3.0 * (p1 - p0) - 2.0 * m0 - m1,
+                              2.0 * (p0 - p1) + m0 + m1], dim=1)
+    return FilterTable(coeffs.float().contiguous(), float(spacing), float(cutoff), F)
+
+
+def tabulate_filter(fn, num_points: int, cutoff: float, device=None) -> FilterTable:
+    """`build_filter_table` from a differentiable filter function, on ``num_points`` points.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(d) -> W``: float64 distances ``[G]`` to filter values ``[G, F]``, built from
+        differentiable torch operations (evaluated pointwise in ``d``).
+    num_points : int
+        ``G``; the spacing is ``cutoff / (G - 1)``.
+    cutoff : float
+        ``r_c`` (A).
+    device : torch.device, optional
+        Where to evaluate ``fn`` (and keep the table).
+
+    Values and exact slopes come from one forward-mode pass (``torch.func.jvp``) in float64.
+    """
+    d = torch.linspace(0.0, cutoff, num_points, dtype=torch.float64, device=device)
+    values, slopes = torch.func.jvp(fn, (d,), (torch.ones_like(d),))
+    return build_filter_table(values, slopes, cutoff / (num_points - 1), cutoff)
+
+
+@triton.jit
+def _table_eval(coef_ptr, d, valid, inv_h, num_intervals, F: tl.constexpr):
+    """``W(d)`` and ``W'(d)`` ([BLOCK_E, F] each; zero where not ``valid``).
+
+    ``coef_ptr``: float32 [G-1, 4, F]; ``d``: [BLOCK_E] distances >= 0; ``valid``:
+    [BLOCK_E] lanes to evaluate (in a segment and ``d < r_c``); ``inv_h = 1/h``;
+    ``num_intervals = G - 1``. A caller that ignores ``W'`` pays nothing (the compiler removes it).
+    """
+    x = tl.minimum(d * inv_h, num_intervals)
+    k = tl.minimum(x.to(tl.int32), num_intervals - 1)  # d >= 0: truncation is floor
+    t = (x - k.to(tl.float32))[:, None]
+    row = coef_ptr + (k.to(tl.int64) * 4 * F)[:, None] + tl.arange(0, F)[None, :]
+    m = valid[:, None]
+    c3 = tl.load(row + 3 * F, mask=m, other=0.0)
+    c2 = tl.load(row + 2 * F, mask=m, other=0.0)
+    w = c3 * t + c2
+    dw = 3.0 * c3 * t + 2.0 * c2
+    c1 = tl.load(row + F, mask=m, other=0.0)
+    w = w * t + c1
+    dw = (dw * t + c1) * inv_h
+    w = w * t + tl.load(row, mask=m, other=0.0)
+    return w, dw
+
+
+@triton.jit
+def _edge_tile(perm_ptr, other_ptr, p0, end, BLOCK_E: tl.constexpr):
+    """CSR slots ``p0 .. p0+BLOCK_E`` (mask ``< end``): edge ids and the other endpoints."""
+    p = p0 + tl.arange(0, BLOCK_E)
+    pmask = p < end
+    e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
+    return pmask, e, tl.load(other_ptr + e, mask=pmask, other=0)
+
+
+def _cfg(e, w):
+    return triton.Config({"BLOCK_E": e}, num_warps=w)
+
+
+# One node per program. Measured on an H200 (docs/KERNELS-NOTES.md): small edge tiles win
+# (less masked work at ~66 edges per node, more programs resident); all spill-free on sm_90.
+_CONFIGS = [_cfg(4, 1), _cfg(8, 1), _cfg(8, 2), _cfg(16, 2), _cfg(16, 4)]
+_INTERPRET_CONFIG = _cfg(16, 4)
+
+
+@triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
+@triton.jit
+def _tab_fwd_kernel(pos_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, coef_ptr, out_ptr, num_nodes,
+                    num_intervals, inv_h, cutoff, F: tl.constexpr, BLOCK_E: tl.constexpr):
+    """``out[i] = sum_{e in dst segment i} xs[src_e] * W(d_e)``, one program per node ``i``.
+
+    pos_ptr: float32 [P, 3]; xs_ptr: float32/float16/bfloat16 [P', F]; src_ptr: int64 [E];
+    ptr_ptr, perm_ptr: int32 destination CSR (``dst_ptr [N+1]``, ``dst_perm [E]``);
+    coef_ptr: float32 [G-1, 4, F]; out_ptr: float32 [N, F]; num_nodes: N (autotune key);
+    num_intervals: G-1; inv_h: 1/h; cutoff: r_c; F: feature width (power of two);
+    BLOCK_E: edges per tile. Messages accumulate per tile lane in FP32 registers and are
+    summed over the lanes once, at the end.
+    """
+    node = tl.program_id(0).to(tl.int64)
+    end = tl.load(ptr_ptr + node + 1)
+    f = tl.arange(0, F)
+    acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
+    for p0 in range(tl.load(ptr_ptr + node), end, BLOCK_E):
+        pmask, e, j = _edge_tile(perm_ptr, src_ptr, p0, end, BLOCK_E)
+        _, _, _, d = edge_vector(pos_ptr, j * 0 + node, j, pmask)
+        valid = pmask & (d < cutoff)
+        w, _ = _table_eval(coef_ptr, d, valid, inv_h, num_intervals, F)
+        x = tl.load(xs_ptr + j.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
+                    other=0.0)
+        acc += x.to(tl.float32) * w
+    tl.store(out_ptr + node * F + f, tl.sum(acc, axis=0))
+
+
+@triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
+@triton.jit
+def _tab_bwd_kernel(pos_ptr, xs_ptr, gu_ptr, dst_ptr, ptr_ptr, perm_ptr, coef_ptr, gxs_ptr,
+                    g_ptr, num_nodes, num_intervals, inv_h, cutoff, F: tl.constexpr,
+                    BLOCK_E: tl.constexpr):
+    """``grad_xs[j]`` and ``g_e = dE/dd_e`` of the edges out of ``j``, one program per ``j``.
+
+    pos_ptr: float32 [P, 3]; xs_ptr: float32/float16/bfloat16 [P', F]; gu_ptr: float32
+    grad_u [N, F]; dst_ptr: int64 [E]; ptr_ptr, perm_ptr: int32 source CSR (``src_ptr``,
+    ``src_perm``); coef_ptr: float32 [G-1, 4, F]; gxs_ptr: grad_xs [P', F] in xs's dtype
+    (rows < N written); g_ptr: float32 [E] (edges in a segment written, 0 for d >= r_c);
+    num_nodes, num_intervals, inv_h, cutoff, F, BLOCK_E: as in `_tab_fwd_kernel`.
+    """
+    node = tl.program_id(0).to(tl.int64)
+    end = tl.load(ptr_ptr + node + 1)
+    f = tl.arange(0, F)
+    x = tl.load(xs_ptr + node * F + f).to(tl.float32)[None, :]
+    acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
+    for p0 in range(tl.load(ptr_ptr + node), end, BLOCK_E):
+        pmask, e, i = _edge_tile(perm_ptr, dst_ptr, p0, end, BLOCK_E)
+        _, _, _, d = edge_vector(pos_ptr, i, i * 0 + node, pmask)
+        valid = pmask & (d < cutoff)
+        w, dw = _table_eval(coef_ptr, d, valid, inv_h, num_intervals, F)
+        gu = tl.load(gu_ptr + i.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
+                     other=0.0)
+        tl.store(g_ptr + e, tl.sum(gu * x * dw, axis=1), mask=pmask)
+        acc += gu * w
+    tl.store(gxs_ptr + node * F + f, tl.sum(acc, axis=0).to(gxs_ptr.dtype.element_ty))
+
+
+def _check(xs, table: FilterTable):
+    width = xs.shape[1]
+    torch_to_tl_dtype(xs.dtype)  # float32, float16 or bfloat16
+    if width != table.num_features or width < 16 or width & (width - 1):
+        raise ValueError(f"tabulated_cfconv needs F a power of two >= 16 matching the table; "
+                         f"got xs width {width}, table width {table.num_features}")
+    if table.coeffs.dtype != torch.float32 or not table.coeffs.is_contiguous():
+        raise ValueError("table coefficients must be contiguous float32 [G-1, 4, F]")
+    check_no_grad("tabulated_cfconv", coeffs=table.coeffs)
+
+
+def _launch(kernel, config, num_nodes, args):
+    """Launch ``kernel`` with one program per node; ``config`` (a triton.Config) bypasses the
+    autotuner (tests)."""
+    if not num_nodes:
+        return None
+    if config is None:
+        return kernel[(num_nodes,)](num_nodes=num_nodes, **args)
+    return kernel.fn[(num_nodes,)](num_nodes=num_nodes, num_warps=config.num_warps,
+                                   num_stages=config.num_stages, **config.kwargs, **args)
+
+
+def _table_args(table: FilterTable) -> dict:
+    return dict(coef_ptr=table.coeffs, num_intervals=table.num_intervals,
+                inv_h=1.0 / table.spacing, cutoff=table.cutoff, F=table.num_features)
+
+
+class _TabulatedCFConv(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, pos, xs, src, dst, csr, table, configs):
+        pos, xs = pos.contiguous(), xs.contiguous()
+        _check(xs, table)
+        n = csr.num_nodes
+        out = torch.empty(n, xs.shape[1], dtype=torch.float32, device=xs.device)
+        _launch(_tab_fwd_kernel, configs[0], n,
+                dict(pos_ptr=pos, xs_ptr=xs, src_ptr=src, ptr_ptr=csr.dst_ptr,
+                     perm_ptr=csr.dst_perm, out_ptr=out, **_table_args(table)))
+        ctx.save_for_backward(pos, xs, src, dst, *csr)
+        ctx.table, ctx.configs = table, configs
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_u):
+        pos, xs, src, dst, *csr = ctx.saved_tensors
+        csr = GraphCSR(*csr)
+        grad_xs = torch.zeros_like(xs)
+        g = torch.empty(src.numel(), dtype=torch.float32, device=xs.device)
+        _launch(_tab_bwd_kernel, ctx.configs[1], csr.num_nodes,
+                dict(pos_ptr=pos, xs_ptr=xs, gu_ptr=grad_u.contiguous().float(), dst_ptr=dst,
+                     ptr_ptr=csr.src_ptr, perm_ptr=csr.src_perm, gxs_ptr=grad_xs, g_ptr=g,
+                     **_table_args(ctx.table)))
+        grad_pos = edge_grad_to_positions(g, pos, src, dst, csr)
+        return grad_pos, grad_xs, None, None, None, None, None
+
+
+def tabulated_cfconv(pos, xs, src, dst, csr: GraphCSR, table: FilterTable):
+    """Continuous-filter convolution with a tabulated filter, fused forward and backward.
+
+    Parameters
+    ----------
+    pos : Tensor, float32 [P, 3]
+        Flattened positions, ``P >= csr.num_nodes`` (extra rows, e.g. a padding node, are
+        never read and get zero gradient). May require grad.
+    xs : Tensor, float32, float16 or bfloat16 [P', F]
+        ``lin1(h)``, ``P' >= csr.num_nodes``; F a power of two >= 16 equal to the table's.
+        16-bit storage halves the gather bytes; arithmetic is FP32. May require grad (the
+        gradient comes back in ``xs.dtype``).
+    src, dst : Tensor, int64 [E]
+        Edge endpoints (message ``src -> dst``).
+    csr : GraphCSR
+        Both CSR layouts of these edges (`kernels.csr.build_csr`); padding edges are in no
+        segment and contribute nothing.
+    table : FilterTable
+        The block's filter (`build_filter_table`); edges with ``d >= table.cutoff`` add 0.
+
+    Returns
+    -------
+    Tensor, float32 [csr.num_nodes, F]
+        ``u_i = sum_{e: dst_e = i} xs[src_e] * W(d_e)``. Gradients flow to ``pos`` (the exact
+        derivative of the interpolated filter) and ``xs``; the table gets none. Deterministic
+        (no atomics).
+    """
+    return _TabulatedCFConv.apply(pos, xs, src, dst, csr, table, (None, None))
+
+
+def evaluate_table(table: FilterTable, d):
+    """The interpolant ``W(d)`` in PyTorch (autograd gives ``W'``; any float dtype).
+
+    Parameters
+    ----------
+    table : FilterTable
+    d : Tensor, float [M]
+        Distances ``>= 0``; the float32 coefficients are evaluated in ``d.dtype``.
+
+    Returns
+    -------
+    Tensor, [M, F] in ``d.dtype``; zero for ``d >= table.cutoff``.
+    """
+    x = (d / table.spacing).clamp(max=table.num_intervals)
+    k = x.detach().floor().long().clamp(0, table.num_intervals - 1)
+    t = (x - k.to(d.dtype))[:, None]
+    c0, c1, c2, c3 = table.coeffs.to(d.dtype)[k].unbind(1)
+    w = ((c3 * t + c2) * t + c1) * t + c0
+    return torch.where((d < table.cutoff)[:, None], w, 0.0)
+
+
+def tabulated_cfconv_reference(pos, xs, src, dst, csr: GraphCSR, table: FilterTable):
+    """PyTorch reference of `tabulated_cfconv` (autograd; materialises E x F).
+
+    Computes in ``pos.dtype`` (float64 inputs give a float64 evaluation of the same float32
+    table, for finite-difference checks) with `evaluate_table`.
+    """
+    valid = valid_edge_mask(csr)
+    n = csr.num_nodes
+    w = evaluate_table(table, reference_distances(pos, src, dst, valid))
+    msg = torch.where(valid[:, None], xs.to(pos.dtype)[torch.where(valid, src, 0)] * w, 0.0)
+    out = torch.zeros(n + 1, xs.shape[1], dtype=pos.dtype, device=xs.device)
+    return out.index_add(0, torch.where(valid, dst, n), msg)[:n]

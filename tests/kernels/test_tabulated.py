@@ -1,0 +1,205 @@
+"""Tabulated cfconv: the cubic Hermite table, kernel vs reference, padding, finite differences."""
+
+import math
+
+import pytest
+import torch
+from kernels_testlib import make_graph, rel_err
+
+from kernels import build_csr_reference, build_filter_table, tabulated_cfconv
+from kernels.tabulated import (
+    _CONFIGS,
+    _TabulatedCFConv,
+    evaluate_table,
+    tabulate_filter,
+    tabulated_cfconv_reference,
+)
+
+TABLE_CUTOFF = 5.0  # below the test graphs' 6 A: some edges lie beyond the table
+
+
+def gaussian_filter(F, cutoff, sigma=0.6, seed=3):
+    """Smooth analytic filter ``d [M] -> [M, F]``: Gaussians times a cosine envelope."""
+    g = torch.Generator().manual_seed(seed)
+    amp = torch.randn(8, F, generator=g, dtype=torch.float64)
+    mu = torch.linspace(0.0, cutoff, 8, dtype=torch.float64)
+
+    def fn(d):
+        env = 0.5 * (torch.cos(math.pi * d / cutoff) + 1.0)
+        return (torch.exp(-0.5 * ((d[:, None] - mu.to(d)) / sigma) ** 2) @ amp.to(d)) * env[:, None]
+
+    return fn
+
+
+def _value_and_slope(fn, d):
+    """``fn(d) [M, F]`` and its derivative in ``d`` (forward-mode AD, pointwise in d)."""
+    return torch.func.jvp(fn, (d,), (torch.ones_like(d),))
+
+
+def _setup(device, F=32, G=64, seed=0, xs_dtype=torch.float32):
+    g = make_graph(device=device, seed=seed)
+    table = tabulate_filter(gaussian_filter(F, TABLE_CUTOFF), G, TABLE_CUTOFF, device)
+    gen = torch.Generator().manual_seed(seed + 7)
+    xs = torch.randn(g["num_nodes"] + 1, F, generator=gen).to(device, xs_dtype)
+    gu = torch.randn(g["num_nodes"], F, generator=gen).to(device)
+    return g, table, xs, gu
+
+
+def _run(op, pos, xs, g, table, gu):
+    pos = pos.clone().requires_grad_()
+    xs = xs.clone().requires_grad_()
+    u = op(pos, xs, g["src"], g["dst"], g["csr"], table)
+    gp, gx = torch.autograd.grad((u * gu.to(u.dtype)).sum(), (pos, xs))
+    return u.detach(), gp, gx
+
+
+def _with_config(cfg):
+    """`tabulated_cfconv` with the autotuner bypassed by ``cfg`` (both kernels)."""
+    return lambda *args: _TabulatedCFConv.apply(*args, (cfg, cfg))
+
+
+def test_build_filter_table_is_hermite():
+    G, F, h = 9, 4, 0.25
+    gen = torch.Generator().manual_seed(0)
+    v = torch.randn(G, F, generator=gen, dtype=torch.float64)
+    s = torch.randn(G, F, generator=gen, dtype=torch.float64)
+    table = build_filter_table(v, s, h, (G - 1) * h)
+    assert table.coeffs.shape == (G - 1, 4, F) and table.coeffs.dtype == torch.float32
+    # values and slopes at both ends of every interval
+    d = torch.arange(G - 1, dtype=torch.float64) * h
+    for end in (0.0, 1.0 - 1e-12):
+        w, slope = _value_and_slope(lambda x: evaluate_table(table, x), d + end * h)
+        lo = 1 if end else 0
+        torch.testing.assert_close(w, v[lo : G - 1 + lo], rtol=0, atol=1e-6)
+        torch.testing.assert_close(slope, s[lo : G - 1 + lo], rtol=0, atol=1e-5)
+    assert (evaluate_table(table, torch.tensor([2.0, 7.5], dtype=torch.float64)) == 0).all()
+    with pytest.raises(ValueError, match="cutoff"):
+        build_filter_table(v, s, h, 3.0)
+    with pytest.raises(ValueError, match="G >= 2"):
+        build_filter_table(v, s[:-1], h, (G - 1) * h)
+
+
+def test_interpolant_accuracy():
+    """G = 2001 on [0, 10]: max error < 1e-6 of the filter's scale, slope < 1e-6 too."""
+    F, rc = 16, 10.0
+    fn = gaussian_filter(F, rc)
+    table = tabulate_filter(fn, 2001, rc)
+    d = torch.rand(20000, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * rc
+    w, dw = _value_and_slope(lambda x: evaluate_table(table, x), d)
+    exact, dexact = _value_and_slope(fn, d)
+    scale = exact.abs().amax(0)
+    assert ((w - exact).abs().amax(0) / scale).max() < 1e-6
+    assert ((dw - dexact).abs().amax(0) / dexact.abs().amax(0)).max() < 1e-6
+
+
+@pytest.mark.parametrize("cfg", [None, _CONFIGS[0], _CONFIGS[-1]],
+                         ids=["autotune", "smallest-tile", "largest-tile"])
+def test_matches_reference(device, cfg):
+    g, table, xs, gu = _setup(device)
+    op = tabulated_cfconv if cfg is None else _with_config(cfg)
+    u, gp, gx = _run(op, g["pos"], xs, g, table, gu)
+    ur, gpr, gxr = _run(tabulated_cfconv_reference, g["pos"].double(), xs.double(), g, table,
+                        gu)
+    assert rel_err(u, ur) < 1e-5
+    assert rel_err(gp, gpr) < 1e-5
+    assert rel_err(gx, gxr) < 1e-5
+    assert (gp[g["num_nodes"]:] == 0).all() and (gx[g["num_nodes"]:] == 0).all()
+
+
+def test_half_precision_features(device):
+    g, table, xs, gu = _setup(device, xs_dtype=torch.float16)
+    u, gp, gx = _run(tabulated_cfconv, g["pos"], xs, g, table, gu)
+    ur, gpr, gxr = _run(tabulated_cfconv_reference, g["pos"].double(), xs.double(), g, table,
+                        gu)
+    assert gx.dtype == torch.float16
+    assert rel_err(u, ur) < 1e-5 and rel_err(gp, gpr) < 1e-5
+    assert rel_err(gx, gxr) < 1e-3  # rounded to float16 on the way out
+
+
+def test_position_gradient_finite_differences(device):
+    """Kernel FP32 gradient vs central differences of the float64 interpolant."""
+    g, table, xs, gu = _setup(device, seed=1)
+    _, gp, _ = _run(tabulated_cfconv, g["pos"], xs, g, table, gu)
+    pos64, xs64, gu64 = g["pos"].double(), xs.double(), gu.double()
+
+    def energy(p):
+        u = tabulated_cfconv_reference(p, xs64, g["src"], g["dst"], g["csr"], table)
+        return float((u * gu64).sum())
+
+    h = 1e-5
+    fd = torch.zeros_like(pos64)
+    for idx in range(g["num_nodes"] * 3):
+        step = torch.zeros_like(pos64).view(-1)
+        step[idx] = h
+        fd.view(-1)[idx] = (energy(pos64 + step.view_as(pos64))
+                            - energy(pos64 - step.view_as(pos64))) / (2 * h)
+    assert rel_err(gp, fd) < 1e-5
+
+
+def test_padding_and_cutoff_contribute_nothing(device):
+    g, table, xs, gu = _setup(device)
+    n = g["num_nodes"]
+    pos = g["pos"].clone()
+    pos[n] = float("nan")  # padding node: never read
+    xs[n] = float("nan")
+    u, gp, gx = _run(tabulated_cfconv, pos, xs, g, table, gu)
+    assert torch.isfinite(u).all() and torch.isfinite(gx[:n]).all()
+    assert torch.isfinite(gp[:n]).all()
+    # identical to the graph without padding slots (same CSR order of the valid edges)
+    n_real = int(g["num_edges"][0])
+    trimmed = dict(g, src=g["src"][:n_real], dst=g["dst"][:n_real])
+    trimmed["csr"] = type(g["csr"])(g["csr"].dst_ptr, g["csr"].dst_perm[:n_real],
+                                    g["csr"].src_ptr, g["csr"].src_perm[:n_real])
+    u2, gp2, gx2 = _run(tabulated_cfconv, g["pos"], xs, trimmed, table, gu)
+    assert torch.equal(u, u2) and torch.equal(gx[:n], gx2[:n]) and torch.equal(gp[:n], gp2[:n])
+    # the same as the graph without its edges at d >= cutoff (some exist)
+    src, dst = trimmed["src"], trimmed["dst"]
+    near = (g["pos"][dst] - g["pos"][src]).norm(dim=1) < TABLE_CUTOFF
+    assert 0 < int(near.sum()) < near.numel()
+    short = dict(g, src=src[near], dst=dst[near])
+    short["csr"] = build_csr_reference(short["src"], short["dst"], n)
+    u3, gp3, gx3 = _run(tabulated_cfconv, g["pos"], xs, short, table, gu)
+    for a, b in ((u, u3), (gp[:n], gp3[:n]), (gx[:n], gx3[:n])):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_only_far_edges_give_zero(device):
+    g, table, xs, gu = _setup(device)
+    real = slice(0, int(g["num_edges"][0]))
+    assert (g["pos"][g["dst"][real]] - g["pos"][g["src"][real]]).norm(dim=1).min() > 0.25
+    ones = torch.ones(2, table.num_features, dtype=torch.float64, device=device)
+    far = build_filter_table(ones, ones, 0.25, 0.25)
+    u, gp, gx = _run(tabulated_cfconv, g["pos"], xs, g, far, gu)  # every edge has d > 0.25
+    assert not u.any() and not gp.any() and not gx.any()
+
+
+def test_deterministic(device):
+    g, table, xs, gu = _setup(device, seed=2)
+    a = _run(tabulated_cfconv, g["pos"], xs, g, table, gu)
+    b = _run(tabulated_cfconv, g["pos"], xs, g, table, gu)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_refuses_mismatched_width(device):
+    g, table, xs, _ = _setup(device)
+    with pytest.raises(ValueError, match="power of two"):
+        tabulated_cfconv(g["pos"], xs[:, :16], g["src"], g["dst"], g["csr"], table)
+
+
+@pytest.mark.gpu
+def test_full_size_tabulated_cfconv():
+    """1ENH x 64 benchmark graph (E ~ 1.1M), F = 128, G = 2001: kernel vs float64 reference."""
+    from kernels import build_csr
+    from kernels.bench_kernels import make_benchmark_graph
+
+    graph = make_benchmark_graph(device="cuda")
+    n = graph["num_nodes"]
+    csr = build_csr(graph["src"], graph["dst"], n)
+    table = tabulate_filter(gaussian_filter(128, 10.0, sigma=0.3), 2001, 10.0, "cuda")
+    xs = torch.randn(n, 128, device="cuda")
+    gu = torch.randn(n, 128, device="cuda")
+    g = dict(graph, csr=csr)
+    u, gp, gx = _run(tabulated_cfconv, graph["pos"], xs, g, table, gu)
+    ur, gpr, gxr = _run(tabulated_cfconv_reference, graph["pos"].double(), xs.double(), g,
+                        table, gu)
+    assert rel_err(u, ur) < 1e-5 and rel_err(gp, gpr) < 1e-5 and rel_err(gx, gxr) < 1e-5
