@@ -1,4 +1,4 @@
-"""Command line: ``workbench run``, ``workbench info``, ``workbench bench``."""
+"""Command line: ``workbench run``, ``workbench info``, ``workbench bench``, ``workbench train``."""
 
 from __future__ import annotations
 
@@ -119,6 +119,47 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--profile", action="store_true", help="print the top device kernels")
     bench.add_argument("--device", default="auto")
     bench.add_argument("--out", default="artifacts/bench")
+
+    train = sub.add_parser(
+        "train", help="train CGSchNet + priors on a structure-based teacher (force matching)"
+    )
+    train.add_argument("--protein", default="cln025", help="bundled name or PDB file")
+    source = train.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--data", default=None, help="teacher data file (.pt; its teacher is rebuilt from it)"
+    )
+    source.add_argument("--generate", action="store_true", help="generate teacher data here")
+    train.add_argument("--save-data", default=None, help="also save generated data here")
+    train.add_argument("--epsilon", type=float, default=None, help="teacher ε, kcal/mol")
+    train.add_argument("--dihedral-ratio", type=float, default=None)
+    train.add_argument(
+        "--calibrate", type=float, default=None, metavar="TARGET",
+        help="first calibrate ε to this folded fraction at the first temperature",
+    )
+    train.add_argument("--temperatures", default="300", help="comma list, kelvin")
+    train.add_argument("--replicas", type=int, default=64, help="per temperature")
+    train.add_argument("--steps", type=int, default=100000, help="production steps")
+    train.add_argument("--save-every", type=int, default=100)
+    train.add_argument("--equilibration", type=int, default=5000)
+    train.add_argument("--prior-temperature", type=float, default=None)
+    train.add_argument("--prior-grouping", default="term", choices=["term", "type"])
+    train.add_argument("--hidden", type=int, default=128)
+    train.add_argument("--filters", type=int, default=128)
+    train.add_argument("--blocks", type=int, default=3)
+    train.add_argument("--num-rbf", type=int, default=50)
+    train.add_argument("--cutoff", type=float, default=10.0, help="Å")
+    train.add_argument("--epochs", type=int, default=100)
+    train.add_argument("--batch-size", type=int, default=32)
+    train.add_argument("--lr", type=float, default=1e-3)
+    train.add_argument("--patience", type=int, default=10, help="early-stopping epochs")
+    train.add_argument("--val-fraction", type=float, default=0.1)
+    train.add_argument("--validate-steps", type=int, default=0, help="0: no MD validation")
+    train.add_argument("--validate-replicas", type=int, default=32)
+    train.add_argument("--validate-temperatures", default="300")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    train.add_argument("--out", required=True, help="output folder")
+    train.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
 
 
@@ -334,9 +375,83 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _floats(text: str) -> list[float]:
+    return [float(t) for t in text.split(",") if t.strip()]
+
+
+def cmd_train(args) -> int:
+    from workbench.model.schnet import SchNetConfig
+    from workbench.runner import resolve_device
+    from workbench.system import build_system
+    from workbench.teacher import calibrate_epsilon, teacher_potential
+    from workbench.training.data import (
+        generate_teacher_data,
+        load_teacher_data,
+        save_teacher_data,
+    )
+    from workbench.training.force_matching import FitSettings
+    from workbench.training.pipeline import TrainSettings, train_potential
+
+    device, notice = resolve_device(args.device)
+    if notice:
+        print(f"NOTE: {notice}")
+    out = ensure_writable_folder(args.out)
+    system = build_system(args.protein)
+    temperatures = _floats(args.temperatures)
+    if args.data is not None:
+        data, metadata = load_teacher_data(args.data)
+        teacher = teacher_potential(system, metadata["epsilon"], metadata["dihedral_ratio"])
+    else:
+        epsilon = args.epsilon
+        if args.calibrate is not None:
+            calibration = calibrate_epsilon(
+                system, temperatures[0], args.calibrate, device=device, seed=args.seed,
+                dihedral_ratio=args.dihedral_ratio,
+            )
+            epsilon = calibration.epsilon
+            print(f"calibrated ε = {epsilon:.4f} kcal/mol (ε, folded: {calibration.history})")
+        teacher = teacher_potential(system, epsilon, args.dihedral_ratio)
+        data = generate_teacher_data(
+            system, teacher, temperatures, args.replicas, args.steps, args.save_every,
+            device, args.seed, args.equilibration, progress=not args.quiet,
+        )
+        if args.save_data:
+            save_teacher_data(data, args.save_data, teacher.metadata)
+    settings = TrainSettings(
+        schnet=SchNetConfig(
+            hidden=args.hidden, filters=args.filters, blocks=args.blocks,
+            num_rbf=args.num_rbf, cutoff=args.cutoff,
+        ),
+        fit=FitSettings(
+            epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
+            patience=args.patience, seed=args.seed, device=str(device),
+        ),
+        validation_fraction=args.val_fraction,
+        prior_temperature=args.prior_temperature,
+        prior_grouping=args.prior_grouping,
+        validate_steps=args.validate_steps,
+        validate_replicas=args.validate_replicas,
+        validate_temperatures=_floats(args.validate_temperatures),
+        progress=not args.quiet,
+    )
+    _, card = train_potential(system, teacher, data, settings, out)
+    training = card["training"]
+    rows = [
+        ("teacher ε", f"{card['teacher']['epsilon']:g} kcal/mol"),
+        ("frames", str(card["data"]["frames"])),
+        ("epochs", f"{training['epochs_run']} (best {training['best_epoch']})"),
+        ("val force RMSE", f"{training['val_force_rmse']:.4f} kcal/mol/Å"),
+        ("files", f"{out}: {system.name}.pt, {system.name}.json, {system.name}.log.csv"),
+    ]
+    print(_summary_table(rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"run": cmd_run, "info": cmd_info, "bench": cmd_bench}[args.command]
+    handler = {"run": cmd_run, "info": cmd_info, "bench": cmd_bench, "train": cmd_train}[
+        args.command
+    ]
     try:
         return handler(args)
     except (UsageError, ValueError, FileNotFoundError, PermissionError, ImportError) as exc:

@@ -176,9 +176,10 @@ class Simulation:
     def _graph_for(self, pos: torch.Tensor) -> Graph | None:
         if self.neighbor_list is None:
             return None
-        # The reference path gets the exact edge list (as CGSchNet users run it); the fused
-        # path gets the static candidate arrays and drops edges beyond the cutoff on the device.
-        exact = self.options.is_baseline
+        # Paths that materialise edge tensors get the exact edge list (as CGSchNet users run
+        # it); the fused per-edge kernels get the static candidate arrays and drop edges
+        # beyond the cutoff on the device, without a host synchronisation.
+        exact = not (self.options.fused_message_passing or self.options.tabulated_filter)
         try:
             return self.neighbor_list.update(pos, exact=exact)
         except NeighborListOverflow as overflow:

@@ -1,0 +1,264 @@
+"""The teacher: a structure-based (Gō-like) potential built from the experimental structure.
+
+Bonds and angles are harmonic at their native values, dihedrals have one cosine minimum
+at the native angle, bead pairs in native contact sit in 12–10 wells at their native
+distance and all other non-bonded pairs repel: the terms of
+:func:`~workbench.model.native_priors.native_priors`, with one energy scale ε per protein
+setting the depth of every contact well (and, with ``dihedral_ratio``, the dihedral
+strength ``dihedral_ratio · ε``). It is a :class:`~workbench.model.Potential` without
+SchNet, so it runs in :class:`~workbench.md.Simulation` for many replicas at once.
+
+ε is calibrated with :func:`calibrate_epsilon`: bisection on the folded fraction
+(Q > ``FOLDED_Q``) of short batched runs, half of the replicas starting from the native
+structure and half from denatured structures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from workbench.md import LangevinIntegrator, Simulation
+from workbench.model.native_priors import native_priors
+from workbench.model.potential import Potential
+from workbench.system.cg_system import CGSystem
+from workbench.units import FS_PER_PS
+
+#: Contact-well depth ε (kcal/mol) of each bundled protein's teacher.
+#: Calibrate on a GPU with ``calibrate_epsilon(build_system(p), 300.0, target)``, target
+#: 0.5 for the fast folders (CLN025, 2JOF: they fold and unfold repeatedly at 300 K) and
+#: 0.9 for the others (1YRF, 1ENH, 2A3D: mostly folded at 300 K, melting when heated),
+#: with a few hundred replicas and a few thousand steps; docs/models.md gives the command.
+#: Values not yet calibrated on a GPU are marked provisional.
+TEACHER_EPSILON: dict[str, float] = {
+    "cln025": 0.12,  # provisional: CPU bisection estimate, 32 replicas × 4000 steps
+    "2jof": 0.2,  # provisional (0.1 unfolds it)
+    "1yrf": 0.2,  # provisional
+    "1enh": 0.2,  # provisional
+    "2a3d": 0.2,  # provisional
+}
+
+#: ε of proteins missing from ``TEACHER_EPSILON``, kcal/mol.
+DEFAULT_EPSILON = 0.2
+
+#: Q above which a structure counts as folded.
+FOLDED_Q = 0.8
+
+
+def teacher_potential(
+    system: CGSystem, epsilon: float | None = None, dihedral_ratio: float | None = None
+) -> Potential:
+    """The structure-based teacher of ``system`` (a prior-only potential).
+
+    Parameters
+    ----------
+    system : CGSystem
+    epsilon : float, optional
+        Contact-well depth ε, kcal/mol; default ``TEACHER_EPSILON[system.name]``
+        (``DEFAULT_EPSILON`` for other proteins). ``0`` gives the chain without contacts
+        (all non-bonded pairs repel).
+    dihedral_ratio : float, optional
+        When given, the dihedral strength is ``dihedral_ratio · ε`` (kcal/mol); otherwise
+        the fixed default of :func:`native_priors`.
+
+    Returns
+    -------
+    Potential
+        Terms ``bonds``, ``angles``, ``dihedrals``, ``repulsion`` and ``contacts``;
+        ``metadata`` records ``teacher``, ``epsilon`` and ``dihedral_ratio``.
+    """
+    if epsilon is None:
+        epsilon = TEACHER_EPSILON.get(system.name, DEFAULT_EPSILON)
+    if not (epsilon >= 0 and math.isfinite(epsilon)):
+        raise ValueError(f"teacher epsilon must be non-negative and finite, got {epsilon}")
+    options = {"contact_epsilon": float(epsilon)}
+    if dihedral_ratio is not None:
+        options["dihedral_k"] = float(dihedral_ratio) * float(epsilon)
+    potential = Potential(system.bead_types, None, native_priors(system, **options))
+    potential.metadata = {
+        "teacher": "structure-based (Go-like) potential of the native structure",
+        "protein": system.name,
+        "mapping": system.mapping,
+        "epsilon": float(epsilon),
+        "dihedral_ratio": dihedral_ratio,
+    }
+    return potential
+
+
+def langevin_simulation(
+    system: CGSystem,
+    potential: Potential,
+    temperatures: float | Sequence[float] | torch.Tensor,
+    positions: torch.Tensor,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    timestep_fs: float = 4.0,
+    friction: float = 1.0,
+) -> Simulation:
+    """A BAOAB Langevin simulation of one replica per row of ``positions``.
+
+    Parameters
+    ----------
+    system : CGSystem
+    potential : Potential
+    temperatures : float or sequence of float or torch.Tensor, shape (R,)
+        Kelvin, one for all replicas or one per replica.
+    positions : torch.Tensor, shape (R, n, 3), float32
+        Starting coordinates, Å.
+    device : str or torch.device
+    seed : int
+    timestep_fs : float
+    friction : float
+        1/ps.
+    """
+    integrator = LangevinIntegrator(timestep_fs / FS_PER_PS, friction, temperatures)
+    return Simulation(
+        system, potential, integrator, replicas=positions.shape[0], positions=positions,
+        device=device, seed=seed,
+    )
+
+
+def denatured_positions(
+    system: CGSystem,
+    temperature: float,
+    replicas: int,
+    steps: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> torch.Tensor:
+    """Unfolded structures: the chain without contact wells, run from the native structure.
+
+    Returns
+    -------
+    torch.Tensor, shape (replicas, n, 3), float32
+        On ``device``.
+    """
+    native = system.native_positions.expand(replicas, -1, -1)
+    sim = langevin_simulation(
+        system, teacher_potential(system, 0.0), temperature, native, device, seed
+    )
+    sim.step(steps)
+    return sim.positions
+
+
+def folded_fraction(
+    system: CGSystem,
+    teacher: Potential,
+    temperature: float,
+    starts: torch.Tensor,
+    steps: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    folded_q: float = FOLDED_Q,
+    sample_every: int = 10,
+) -> float:
+    """Fraction of folded samples (Q > ``folded_q``) over the second half of a run.
+
+    Parameters
+    ----------
+    system : CGSystem
+    teacher : Potential
+    temperature : float
+        Kelvin.
+    starts : torch.Tensor, shape (R, n, 3), float32
+        Starting structure of each replica.
+    steps : int
+        Length of the run; Q is sampled every ``sample_every`` steps of its second half.
+    device, seed, folded_q, sample_every
+        As named.
+    """
+    sim = langevin_simulation(system, teacher, temperature, starts, device, seed)
+    sim.step(steps // 2)
+    folded = []
+    for _ in range(max(1, (steps - steps // 2) // sample_every)):
+        sim.step(sample_every)
+        folded.append(sim.metrics()["q"] > folded_q)
+    live = ~sim.frozen
+    return float(torch.stack(folded)[:, live].float().mean())
+
+
+@dataclass
+class Calibration:
+    """Result of :func:`calibrate_epsilon`.
+
+    Attributes
+    ----------
+    epsilon : float
+        Calibrated contact-well depth, kcal/mol.
+    history : list of (float, float)
+        Every (ε, folded fraction) evaluated, in order.
+    """
+
+    epsilon: float
+    history: list[tuple[float, float]] = field(default_factory=list)
+
+
+def calibrate_epsilon(
+    system: CGSystem,
+    temperature: float = 300.0,
+    target: float = 0.5,
+    bounds: tuple[float, float] = (0.1, 3.0),
+    iterations: int = 8,
+    replicas: int = 64,
+    steps: int = 400,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    dihedral_ratio: float | None = None,
+    folded_q: float = FOLDED_Q,
+) -> Calibration:
+    """ε whose teacher has folded fraction ``target`` at ``temperature``, by bisection.
+
+    Half of the replicas start from the native structure, half from denatured
+    structures (:func:`denatured_positions`, made once); every ε is run with the same
+    starts and seed, so the estimate is smooth in ε. The folded fraction grows with ε,
+    so bisection on ``log ε`` within ``bounds`` converges to the crossing.
+
+    Parameters
+    ----------
+    system : CGSystem
+    temperature : float
+        Kelvin.
+    target : float
+        Folded fraction wanted, in (0, 1).
+    bounds : (float, float)
+        Smallest and largest ε tried, kcal/mol.
+    iterations : int
+        Bisection steps (each one run of ``replicas`` × ``steps``).
+    replicas : int
+        At least 2.
+    steps : int
+        Steps per run.
+    device, seed, dihedral_ratio, folded_q
+        As in :func:`teacher_potential` and :func:`folded_fraction`.
+
+    Returns
+    -------
+    Calibration
+        The geometric midpoint of the final bracket and every evaluation.
+    """
+    if not 0.0 < target < 1.0:
+        raise ValueError(f"target folded fraction must be in (0, 1), got {target}")
+    low, high = (float(b) for b in bounds)
+    if not 0.0 < low < high:
+        raise ValueError(f"bounds must satisfy 0 < low < high, got {bounds}")
+    if replicas < 2:
+        raise ValueError(f"calibration needs at least 2 replicas, got {replicas}")
+    unfolded = denatured_positions(system, temperature, replicas // 2, steps, device, seed)
+    native = system.native_positions.to(unfolded.device).expand(replicas - replicas // 2, -1, -1)
+    starts = torch.cat([native, unfolded])
+    result = Calibration(math.sqrt(low * high))
+    for _ in range(iterations):
+        teacher = teacher_potential(system, result.epsilon, dihedral_ratio)
+        fraction = folded_fraction(
+            system, teacher, temperature, starts, steps, device, seed + 1, folded_q
+        )
+        result.history.append((result.epsilon, fraction))
+        if fraction < target:
+            low = result.epsilon
+        else:
+            high = result.epsilon
+        result.epsilon = math.sqrt(low * high)
+    return result

@@ -1,0 +1,293 @@
+"""Priors fitted to sampled structures by Boltzmann inversion (the CGSchNet convention).
+
+The free energy of a feature x is ``F(x) = −kT ln p(x)``, estimated from a histogram.
+Bonds are fitted by ``k (r − x0)²`` and angles by ``k (cos θ − x0)²`` (weighted least
+squares, each bin weighted by its count), dihedrals by a Fourier series in φ, and the
+repulsion radius σ of a non-bonded pair is its closest approach in the data (its
+repulsion ``(σ/r)⁶`` is then 1 kcal/mol there). Parameters are fitted per term or per
+class of terms (terms whose bead types agree, in either direction), pooling the samples
+of a class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from workbench.model.geometry import angle_cosines, bond_lengths, torsions
+from workbench.model.priors import (
+    FourierDihedrals,
+    HarmonicAngles,
+    HarmonicBonds,
+    PriorTerm,
+    Repulsion,
+)
+from workbench.system.cg_system import CGSystem
+from workbench.system.topology import nonbonded_pairs
+from workbench.units import KB
+
+#: Ways to group terms whose samples are pooled for one fit.
+GROUPINGS = ("term", "type")
+
+#: Smallest force constant a harmonic fit returns (a flat histogram fits no well).
+MIN_FORCE_CONSTANT = 1e-3
+
+
+def term_groups(bead_types: torch.Tensor, index: torch.Tensor, grouping: str) -> torch.Tensor:
+    """Group of each term: itself, or its class of bead-type tuples.
+
+    Parameters
+    ----------
+    bead_types : torch.Tensor, shape (n,), int64
+    index : torch.Tensor, shape (P, order), int64
+    grouping : {"term", "type"}
+        ``"type"`` puts terms with the same bead types, read forwards or backwards,
+        in one group.
+
+    Returns
+    -------
+    torch.Tensor, shape (P,), int64
+        Group ids 0..G−1.
+    """
+    if grouping not in GROUPINGS:
+        raise ValueError(f"unknown grouping {grouping!r}; use one of {GROUPINGS}")
+    if grouping == "term":
+        return torch.arange(index.shape[0])
+    base = int(bead_types.max()) + 1
+    types = bead_types[index]
+    weights = base ** torch.arange(index.shape[1] - 1, -1, -1)
+    keys = torch.minimum((types * weights).sum(1), (types.flip(-1) * weights).sum(1))
+    return torch.unique(keys, return_inverse=True)[1]
+
+
+def pooled_histograms(
+    samples: torch.Tensor,
+    groups: torch.Tensor,
+    bins: int,
+    value_range: tuple[float, float] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Histogram of every group's pooled samples.
+
+    Parameters
+    ----------
+    samples : torch.Tensor, shape (M, P), float64
+        One column per term.
+    groups : torch.Tensor, shape (P,), int64
+        Group of each term, 0..G−1.
+    bins : int
+    value_range : (float, float), optional
+        Common range of all histograms; default each group's own sample range.
+
+    Returns
+    -------
+    centres : torch.Tensor, shape (G, bins), float64
+    counts : torch.Tensor, shape (G, bins), float64
+    """
+    n_groups = int(groups.max()) + 1
+    member = groups.expand_as(samples).reshape(-1)
+    flat = samples.reshape(-1)
+    if value_range is None:
+        low = torch.full((n_groups,), torch.inf, dtype=flat.dtype)
+        high = torch.full((n_groups,), -torch.inf, dtype=flat.dtype)
+        low = low.scatter_reduce(0, member, flat, "amin")
+        high = high.scatter_reduce(0, member, flat, "amax")
+    else:
+        low = torch.full((n_groups,), float(value_range[0]), dtype=flat.dtype)
+        high = torch.full((n_groups,), float(value_range[1]), dtype=flat.dtype)
+    width = torch.clamp((high - low) / bins, min=1e-12)
+    slot = ((flat - low[member]) / width[member]).floor().clamp(0, bins - 1).long()
+    counts = torch.zeros(n_groups * bins, dtype=flat.dtype)
+    counts.index_add_(0, member * bins + slot, torch.ones_like(flat))
+    centres = low[:, None] + (torch.arange(bins, dtype=flat.dtype) + 0.5) * width[:, None]
+    return centres, counts.reshape(n_groups, bins)
+
+
+def fit_harmonic(
+    samples: torch.Tensor, kT: float, groups: torch.Tensor | None = None, bins: int = 60
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Harmonic ``k (x − x0)²`` fitted to ``−kT ln p(x)`` of each group.
+
+    Weighted least squares of a parabola through the histogram's free energies, each
+    bin weighted by its count (the inverse variance of ``ln`` of a Poisson count).
+
+    Parameters
+    ----------
+    samples : torch.Tensor, shape (M, P), float
+        Feature samples (distances in Å or angle cosines), one column per term.
+    kT : float
+        kcal/mol.
+    groups : torch.Tensor, shape (P,), int64, optional
+        Terms fitted together; default each term alone.
+    bins : int
+
+    Returns
+    -------
+    x0 : torch.Tensor, shape (P,), float64
+    k : torch.Tensor, shape (P,), float64
+        At least ``MIN_FORCE_CONSTANT``.
+    """
+    samples = samples.detach().to(torch.float64)
+    groups = torch.arange(samples.shape[1]) if groups is None else groups.cpu()
+    centres, counts = pooled_histograms(samples, groups, bins)
+    # centre and scale each group's coordinate so the 3-column design is well conditioned
+    mean = (centres * counts).sum(1, keepdim=True) / counts.sum(1, keepdim=True)
+    spread = ((centres - mean) ** 2 * counts).sum(1, keepdim=True) / counts.sum(1, keepdim=True)
+    scale = torch.sqrt(torch.clamp(spread, min=1e-24))
+    u = (centres - mean) / scale
+    free = torch.where(counts > 0, -kT * torch.log(torch.clamp(counts, min=1.0)), 0.0)
+    weight = torch.sqrt(counts)
+    design = torch.stack([u**2, u, torch.ones_like(u)], -1) * weight[..., None]
+    coef = torch.linalg.lstsq(design, (free * weight)[..., None]).solution[..., 0]
+    curvature = torch.clamp(coef[:, 0], min=MIN_FORCE_CONSTANT * scale[:, 0] ** 2)
+    k = curvature / scale[:, 0] ** 2
+    x0 = mean[:, 0] - coef[:, 1] * scale[:, 0] / (2.0 * curvature)
+    return x0[groups], k[groups]
+
+
+def fit_fourier(
+    phi: torch.Tensor,
+    kT: float,
+    groups: torch.Tensor | None = None,
+    degree: int = 3,
+    bins: int = 72,
+    pseudo_count: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fourier series ``v0 + Σ_n k1_n sin(nφ) + k2_n cos(nφ)`` fitted to ``−kT ln p(φ)``.
+
+    ``pseudo_count`` is added to every bin, so unvisited angles get a finite free
+    energy (about ``kT ln(samples per bin)`` above the minimum); the series is then
+    fitted to all bins by ordinary least squares, and ``v0`` makes the lowest bin zero.
+
+    Parameters
+    ----------
+    phi : torch.Tensor, shape (M, P), float
+        Torsions in (−π, π], radians.
+    kT : float
+        kcal/mol.
+    groups : torch.Tensor, shape (P,), int64, optional
+    degree : int
+        Highest harmonic D.
+    bins : int
+    pseudo_count : float
+
+    Returns
+    -------
+    k1s, k2s : torch.Tensor, shape (P, D), float64
+    v0 : torch.Tensor, shape (P,), float64
+    """
+    phi = phi.detach().to(torch.float64)
+    groups = torch.arange(phi.shape[1]) if groups is None else groups.cpu()
+    centres, counts = pooled_histograms(phi, groups, bins, (-torch.pi, torch.pi))
+    free = -kT * torch.log(counts + pseudo_count)
+    free = free - free.amin(1, keepdim=True)
+    n = torch.arange(1, degree + 1, dtype=torch.float64)
+    angles = centres[..., None] * n
+    design = torch.cat([torch.ones_like(centres)[..., None], angles.sin(), angles.cos()], -1)
+    coef = torch.linalg.lstsq(design, free[..., None]).solution[..., 0]
+    return coef[:, 1 : degree + 1][groups], coef[:, degree + 1 :][groups], coef[:, 0][groups]
+
+
+def sample_features(
+    positions: torch.Tensor,
+    index: torch.Tensor,
+    feature: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    chunk: int = 4096,
+) -> torch.Tensor:
+    """A geometric feature of every term in every frame, in float64.
+
+    Parameters
+    ----------
+    positions : torch.Tensor, shape (M, n, 3), float
+    index : torch.Tensor, shape (P, order), int64
+    feature : callable
+        One of :mod:`workbench.model.geometry`'s functions.
+    chunk : int
+        Frames converted to float64 at once.
+
+    Returns
+    -------
+    torch.Tensor, shape (M, P), float64
+    """
+    return torch.cat(
+        [
+            feature(positions[start : start + chunk].to(torch.float64), index)
+            for start in range(0, positions.shape[0], chunk)
+        ]
+    )
+
+
+def closest_approach(
+    positions: torch.Tensor, pairs: torch.Tensor, chunk: int = 256
+) -> torch.Tensor:
+    """Smallest distance of each pair over all frames, Å.
+
+    Parameters
+    ----------
+    positions : torch.Tensor, shape (M, n, 3), float
+    pairs : torch.Tensor, shape (P, 2), int64
+    chunk : int
+        Frames per block (a block holds ``chunk × P`` distances).
+
+    Returns
+    -------
+    torch.Tensor, shape (P,), float64
+    """
+    closest = torch.full((pairs.shape[0],), torch.inf, dtype=torch.float64)
+    for start in range(0, positions.shape[0], chunk):
+        block = bond_lengths(positions[start : start + chunk].to(torch.float64), pairs)
+        closest = torch.minimum(closest, block.amin(0))
+    return closest
+
+
+def fit_priors(
+    system: CGSystem,
+    positions: torch.Tensor,
+    temperature: float,
+    grouping: str = "term",
+    bins: int = 60,
+    dihedral_degree: int = 3,
+) -> dict[str, PriorTerm]:
+    """Bond, angle, dihedral and repulsion priors of ``system`` fitted to sampled frames.
+
+    Parameters
+    ----------
+    system : CGSystem
+    positions : torch.Tensor, shape (M, n, 3), float
+        Frames sampled at ``temperature``.
+    temperature : float
+        Kelvin.
+    grouping : {"term", "type"}
+        Fit each term alone, or each class of bead-type tuples (:func:`term_groups`).
+        The repulsion is always fitted per pair.
+    bins : int
+        Histogram bins of the harmonic fits (the dihedral fit uses 72 over 2π).
+    dihedral_degree : int
+
+    Returns
+    -------
+    dict of str to PriorTerm
+        ``bonds``, ``angles``, ``dihedrals``, ``repulsion`` (pairs of
+        :func:`~workbench.system.topology.nonbonded_pairs`).
+    """
+    kT = KB * float(temperature)
+    positions = positions.detach().cpu()
+    types = system.bead_types.cpu()
+
+    def harmonic(index, feature):
+        samples = sample_features(positions, index, feature)
+        return fit_harmonic(samples, kT, term_groups(types, index, grouping), bins)
+
+    bond_x0, bond_k = harmonic(system.bonds, bond_lengths)
+    angle_x0, angle_k = harmonic(system.angles, angle_cosines)
+    phi = sample_features(positions, system.dihedrals, torsions)
+    k1s, k2s, v0 = fit_fourier(
+        phi, kT, term_groups(types, system.dihedrals, grouping), dihedral_degree
+    )
+    pairs = nonbonded_pairs(system)
+    return {
+        "bonds": HarmonicBonds(system.bonds, x0=bond_x0, k=bond_k),
+        "angles": HarmonicAngles(system.angles, x0=angle_x0, k=angle_k),
+        "dihedrals": FourierDihedrals(system.dihedrals, k1s=k1s, k2s=k2s, v0=v0),
+        "repulsion": Repulsion(pairs, sigma=closest_approach(positions, pairs)),
+    }

@@ -1,0 +1,127 @@
+"""Teacher data: frames and forces sampled with the teacher, saved compactly.
+
+A data set is a dict ``{"positions": (M, n, 3), "forces": (M, n, 3), "temperature": (M,)}``
+of float32 tensors (Å, kcal/mol/Å, K). On disk it is a ``torch.save`` archive with a
+format tag and a JSON metadata string, written atomically and read back with
+``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from workbench.model.io import atomic_save
+from workbench.model.potential import Potential
+from workbench.system.cg_system import CGSystem
+from workbench.teacher import langevin_simulation
+
+FORMAT = "cg-workbench-teacher-data"
+KEYS = ("positions", "forces", "temperature")
+
+
+def generate_teacher_data(
+    system: CGSystem,
+    teacher: Potential,
+    temperatures: Sequence[float],
+    replicas: int,
+    steps: int,
+    save_every: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    equilibration: int = 0,
+    progress: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Sample frames and teacher forces with Langevin dynamics of the teacher.
+
+    ``replicas`` replicas per temperature run together from the native structure; after
+    ``equilibration`` steps a frame of every live replica is kept every ``save_every``
+    steps. The forces are those the integrator computed at the kept positions.
+
+    Parameters
+    ----------
+    system : CGSystem
+    teacher : Potential
+    temperatures : sequence of float
+        Kelvin.
+    replicas : int
+        Replicas per temperature.
+    steps : int
+        Production steps after equilibration.
+    save_every : int
+    device : str or torch.device
+    seed : int
+    equilibration : int
+        Steps run before the first frame is kept.
+    progress : bool
+        Show a tqdm bar.
+
+    Returns
+    -------
+    dict
+        ``positions`` (M, n, 3), ``forces`` (M, n, 3), ``temperature`` (M,), float32 on
+        the CPU; ``M = replicas × len(temperatures) × (steps // save_every)`` less frames
+        of replicas frozen by the safety checks.
+    """
+    if replicas < 1 or steps < save_every or save_every < 1:
+        raise ValueError(
+            f"need replicas >= 1 and steps >= save_every >= 1, got replicas={replicas}, "
+            f"steps={steps}, save_every={save_every}"
+        )
+    per_replica = torch.tensor([float(t) for t in temperatures]).repeat_interleave(replicas)
+    native = system.native_positions.expand(per_replica.shape[0], -1, -1)
+    sim = langevin_simulation(system, teacher, per_replica, native, device, seed)
+    sim.step(equilibration)
+    frames: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    for _ in tqdm(range(steps // save_every), disable=not progress, desc="teacher", unit="frame"):
+        sim.step(save_every)
+        frames.append((sim.positions.cpu(), sim.forces.cpu(), sim.frozen.cpu()))
+    live = ~frames[-1][2]
+    return {
+        "positions": torch.cat([p[live] for p, _, _ in frames]).float(),
+        "forces": torch.cat([f[live] for _, f, _ in frames]).float(),
+        "temperature": per_replica[live].repeat(len(frames)).float(),
+    }
+
+
+def save_teacher_data(
+    data: dict[str, torch.Tensor], path: str | os.PathLike, metadata: dict | None = None
+) -> Path:
+    """Write a data set (float32) and its metadata atomically."""
+    payload = {k: data[k].detach().cpu().float().contiguous() for k in KEYS}
+    payload["format"] = FORMAT
+    payload["metadata"] = json.dumps(metadata or {})
+    return atomic_save(payload, path)
+
+
+def load_teacher_data(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict]:
+    """Read a data set written by :func:`save_teacher_data`: (data, metadata)."""
+    payload = torch.load(Path(path), map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a {FORMAT} file")
+    return {k: payload[k] for k in KEYS}, json.loads(payload["metadata"])
+
+
+def split_indices(
+    count: int, validation_fraction: float, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random disjoint training and validation frame indices.
+
+    Returns
+    -------
+    train, validation : torch.Tensor, int64
+        At least one frame in each.
+    """
+    if count < 2 or not 0.0 < validation_fraction < 1.0:
+        raise ValueError(
+            f"need at least 2 frames and 0 < validation fraction < 1, got {count} frames "
+            f"and {validation_fraction}"
+        )
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
+    n_val = min(count - 1, max(1, round(validation_fraction * count)))
+    return order[n_val:], order[:n_val]

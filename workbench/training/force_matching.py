@@ -1,0 +1,243 @@
+"""Force matching: CGSchNet trained on teacher forces minus prior forces.
+
+The PyTorch reference path is used throughout (the fused kernels return no weight
+gradients): forces are ``−∂E/∂x`` from ``torch.autograd.grad(..., create_graph=True)``
+so the loss can be differentiated with respect to the weights. The loss is the mean
+squared force error per component, (kcal/mol/Å)².
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+from tqdm import tqdm
+
+from workbench.model.potential import Potential
+from workbench.model.priors import PriorTerm
+from workbench.model.schnet import CGSchNet
+from workbench.neighbors import NeighborList
+
+LOG_COLUMNS = ("epoch", "train_loss", "val_loss", "val_force_rmse", "learning_rate", "seconds")
+
+
+@dataclass
+class FitSettings:
+    """Optimisation settings of :func:`train_force_matching`.
+
+    Attributes
+    ----------
+    epochs : int
+        Largest number of passes over the training frames.
+    batch_size : int
+        Frames per optimiser step.
+    learning_rate : float
+        Initial Adam learning rate.
+    lr_factor, lr_patience : float, int
+        ReduceLROnPlateau: multiply the rate by ``lr_factor`` after ``lr_patience``
+        epochs without a better validation loss.
+    patience : int
+        Early stopping: stop after this many epochs without a better validation loss.
+    min_improvement : float
+        Relative decrease of the validation loss that counts as better.
+    seed : int
+        Seed of the batch order.
+    device : str
+    """
+
+    epochs: int = 100
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    lr_factor: float = 0.5
+    lr_patience: int = 3
+    patience: int = 10
+    min_improvement: float = 1e-3
+    seed: int = 0
+    device: str = "cpu"
+
+
+@dataclass
+class FitResult:
+    """Outcome of :func:`train_force_matching`.
+
+    Attributes
+    ----------
+    history : list of dict
+        One row per epoch with the keys ``LOG_COLUMNS``.
+    best_epoch : int
+        Epoch whose weights were kept (1-based).
+    stopped_early : bool
+    """
+
+    history: list[dict] = field(default_factory=list)
+    best_epoch: int = 0
+    stopped_early: bool = False
+
+    @property
+    def best_val_force_rmse(self) -> float:
+        """Validation force RMSE of the kept weights, kcal/mol/Å."""
+        return self.history[self.best_epoch - 1]["val_force_rmse"]
+
+
+def model_forces(
+    potential: Potential, pos: torch.Tensor, create_graph: bool = False
+) -> torch.Tensor:
+    """Forces ``−∂E/∂x`` of ``potential`` on the reference path, exact graph per call.
+
+    Parameters
+    ----------
+    potential : Potential
+    pos : torch.Tensor, shape (B, n, 3), float32
+    create_graph : bool
+        Keep the graph of the derivative (for a loss on the forces).
+
+    Returns
+    -------
+    torch.Tensor, shape (B, n, 3), float32
+    """
+    graph = None
+    if potential.schnet is not None:
+        graph = NeighborList(pos.shape[1], potential.cutoff, skin=0.0).update(pos)
+    with torch.enable_grad():
+        pos = pos.detach().requires_grad_(True)
+        energy = potential.energy(pos, graph)
+        (grad,) = torch.autograd.grad(energy.sum(), pos, create_graph=create_graph)
+    return -grad
+
+
+def prior_forces(
+    bead_types: torch.Tensor,
+    priors: dict[str, PriorTerm],
+    positions: torch.Tensor,
+    batch_size: int = 1024,
+    device: str = "cpu",
+) -> torch.Tensor:
+    """Forces of the priors alone on every frame.
+
+    Parameters
+    ----------
+    bead_types : torch.Tensor, shape (n,), int64
+    priors : dict of str to PriorTerm
+    positions : torch.Tensor, shape (M, n, 3), float32
+    batch_size : int
+    device : str
+
+    Returns
+    -------
+    torch.Tensor, shape (M, n, 3), float32, on the CPU
+    """
+    potential = Potential(bead_types, None, priors).to(device)
+    return torch.cat(
+        [
+            model_forces(potential, positions[s : s + batch_size].to(device)).detach().cpu()
+            for s in range(0, positions.shape[0], batch_size)
+        ]
+    )
+
+
+def _mean_loss(
+    potential: Potential, positions: torch.Tensor, targets: torch.Tensor, settings: FitSettings
+) -> float:
+    """Mean squared force error over all frames, without weight gradients."""
+    total = 0.0
+    for start in range(0, positions.shape[0], settings.batch_size):
+        pos = positions[start : start + settings.batch_size].to(settings.device)
+        target = targets[start : start + settings.batch_size].to(settings.device)
+        error = model_forces(potential, pos).detach() - target
+        total += float(error.square().sum())
+    return total / targets.numel()
+
+
+def train_force_matching(
+    schnet: CGSchNet,
+    bead_types: torch.Tensor,
+    train: tuple[torch.Tensor, torch.Tensor],
+    validation: tuple[torch.Tensor, torch.Tensor],
+    settings: FitSettings,
+    log_path: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> FitResult:
+    """Fit ``schnet`` (in place) so that its forces match the targets.
+
+    Adam with ReduceLROnPlateau on the validation loss and early stopping; the weights
+    of the best validation epoch are restored at the end.
+
+    Parameters
+    ----------
+    schnet : CGSchNet
+        Trained in place.
+    bead_types : torch.Tensor, shape (n,), int64
+    train, validation : (torch.Tensor, torch.Tensor)
+        Positions (M, n, 3) and target forces (M, n, 3), float32 (teacher minus priors).
+    settings : FitSettings
+    log_path : str or os.PathLike, optional
+        CSV file with one row per epoch (columns ``LOG_COLUMNS``), flushed every epoch.
+    progress : bool
+        Show a tqdm bar over epochs.
+
+    Returns
+    -------
+    FitResult
+    """
+    potential = Potential(bead_types, schnet).to(settings.device)
+    optimizer = torch.optim.Adam(schnet.parameters(), lr=settings.learning_rate)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+        optimizer, factor=settings.lr_factor, patience=settings.lr_patience
+    )
+    generator = torch.Generator().manual_seed(settings.seed)
+    positions, targets = train
+    result = FitResult()
+    best_loss, best_state = math.inf, None
+    log = open(log_path, "w", newline="") if log_path is not None else None  # noqa: SIM115
+    writer = csv.DictWriter(log, LOG_COLUMNS) if log is not None else None
+    if writer is not None:
+        writer.writeheader()
+    bar = tqdm(range(1, settings.epochs + 1), disable=not progress, desc="train", unit="epoch")
+    try:
+        for epoch in bar:
+            start = time.perf_counter()
+            schnet.train()
+            total = 0.0
+            for batch in torch.randperm(positions.shape[0], generator=generator).split(
+                settings.batch_size
+            ):
+                pos = positions[batch].to(settings.device)
+                target = targets[batch].to(settings.device)
+                loss = (model_forces(potential, pos, create_graph=True) - target).square().mean()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach()) * target.numel()
+            schnet.eval()
+            val_loss = _mean_loss(potential, *validation, settings)
+            row = {
+                "epoch": epoch,
+                "train_loss": total / targets.numel(),
+                "val_loss": val_loss,
+                "val_force_rmse": math.sqrt(val_loss),
+                "learning_rate": optimizer.param_groups[0]["lr"],
+                "seconds": time.perf_counter() - start,
+            }
+            result.history.append(row)
+            if writer is not None:
+                writer.writerow(row)
+                log.flush()
+            bar.set_postfix_str(f"train {row['train_loss']:.4g} | val {val_loss:.4g}")
+            scheduler.step(val_loss)
+            if val_loss < best_loss * (1.0 - settings.min_improvement):
+                best_loss, result.best_epoch = val_loss, epoch
+                best_state = {k: v.detach().clone() for k, v in schnet.state_dict().items()}
+            elif epoch - result.best_epoch >= settings.patience:
+                result.stopped_early = True
+                break
+    finally:
+        bar.close()
+        if log is not None:
+            log.close()
+    if best_state is not None:
+        schnet.load_state_dict(best_state)
+    return result

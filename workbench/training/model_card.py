@@ -1,0 +1,83 @@
+"""Model cards: what a trained potential is, what it was trained on and how well it fits.
+
+A card is a JSON file next to the model (``<model stem>.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from workbench.cli import atomic_write_text
+from workbench.model.schnet import SchNetConfig
+from workbench.training.force_matching import FitResult
+
+
+def card_path(model_path: str | os.PathLike) -> Path:
+    """Where the card of a model file lives: same folder and stem, ``.json``."""
+    return Path(model_path).with_suffix(".json")
+
+
+def build_model_card(
+    protein: str,
+    teacher_metadata: dict,
+    data: dict[str, torch.Tensor],
+    config: SchNetConfig,
+    fit: FitResult,
+    prior_settings: dict,
+    validation: dict | None = None,
+) -> dict:
+    """The card's content.
+
+    Parameters
+    ----------
+    protein : str
+    teacher_metadata : dict
+        The teacher's ``metadata`` (holds ε).
+    data : dict
+        The training data set (``positions``, ``forces``, ``temperature``).
+    config : SchNetConfig
+    fit : FitResult
+    prior_settings : dict
+        How the priors were fitted (temperature, grouping, ...).
+    validation : dict, optional
+        Numbers of :func:`workbench.training.validate.validate_against_teacher`.
+
+    Returns
+    -------
+    dict
+        JSON-able.
+    """
+    history = fit.history
+    return {
+        "protein": protein,
+        "model": "CGSchNet + priors fitted by Boltzmann inversion, trained by force matching",
+        "teacher": teacher_metadata,
+        "data": {
+            "frames": int(data["positions"].shape[0]),
+            "beads": int(data["positions"].shape[1]),
+            "temperatures_K": sorted({round(float(t), 3) for t in data["temperature"]}),
+        },
+        "priors": prior_settings,
+        "schnet": config.to_dict(),
+        "training": {
+            "epochs_run": len(history),
+            "best_epoch": fit.best_epoch,
+            "stopped_early": fit.stopped_early,
+            "first_val_force_rmse": history[0]["val_force_rmse"] if history else None,
+            "val_force_rmse": fit.best_val_force_rmse if history else None,
+            "final_learning_rate": history[-1]["learning_rate"] if history else None,
+            "force_rmse_units": "kcal/mol/A",
+        },
+        "validation": validation,
+    }
+
+
+def write_model_card(card: dict, model_path: str | os.PathLike) -> Path:
+    """Write ``card`` as JSON next to ``model_path`` (atomically); returns its path."""
+    path = card_path(model_path)
+    atomic_write_text(path, json.dumps(card, indent=2))
+    return path

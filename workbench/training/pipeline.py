@@ -1,0 +1,153 @@
+"""The whole training run of ``workbench train``: data, priors, force matching, card.
+
+Teacher data are read from a file or generated in the same job; priors are fitted by
+Boltzmann inversion to the frames at ``prior_temperature``; CGSchNet is trained on the
+teacher forces minus the prior forces; the potential (SchNet + priors) is saved with
+:func:`~workbench.model.io.save_potential` as ``<out>/<protein>.pt`` with the model card
+``<out>/<protein>.json`` and the epoch log ``<out>/<protein>.log.csv``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from workbench.model.io import save_potential
+from workbench.model.potential import Potential
+from workbench.model.schnet import CGSchNet, SchNetConfig
+from workbench.system.cg_system import CGSystem
+from workbench.training.boltzmann_inversion import fit_priors
+from workbench.training.data import split_indices
+from workbench.training.force_matching import (
+    FitSettings,
+    model_forces,
+    prior_forces,
+    train_force_matching,
+)
+from workbench.training.model_card import build_model_card, write_model_card
+from workbench.training.validate import force_rmse, validate_against_teacher
+
+
+@dataclass
+class TrainSettings:
+    """What :func:`train_potential` does besides the optimisation itself.
+
+    Attributes
+    ----------
+    schnet : SchNetConfig
+    fit : FitSettings
+    validation_fraction : float
+    prior_temperature : float or None
+        Frames at this temperature (K) feed the Boltzmann inversion; None: the lowest.
+    prior_grouping : {"term", "type"}
+    validate_steps : int
+        Steps of the teacher-vs-model validation runs (0: none).
+    validate_replicas : int
+        Replicas per validation temperature.
+    validate_temperatures : list of float
+    progress : bool
+    """
+
+    schnet: SchNetConfig = field(default_factory=SchNetConfig)
+    fit: FitSettings = field(default_factory=FitSettings)
+    validation_fraction: float = 0.1
+    prior_temperature: float | None = None
+    prior_grouping: str = "term"
+    validate_steps: int = 0
+    validate_replicas: int = 32
+    validate_temperatures: list[float] = field(default_factory=lambda: [300.0])
+    progress: bool = True
+
+
+def train_potential(
+    system: CGSystem,
+    teacher: Potential,
+    data: dict[str, torch.Tensor],
+    settings: TrainSettings,
+    out: str | Path,
+) -> tuple[Potential, dict]:
+    """Fit priors and CGSchNet to teacher data and save the potential and its card.
+
+    Parameters
+    ----------
+    system : CGSystem
+    teacher : Potential
+        The teacher that produced ``data`` (its metadata goes into the card; it is run
+        again only for the validation).
+    data : dict
+        ``positions``, ``forces`` (M, n, 3) and ``temperature`` (M,), float32.
+    settings : TrainSettings
+    out : str or Path
+        Existing folder.
+
+    Returns
+    -------
+    (Potential, dict)
+        The trained potential (on the CPU) and its model card.
+    """
+    out = Path(out)
+    temperature = data["temperature"]
+    prior_t = settings.prior_temperature or float(temperature.min())
+    at_prior_t = (temperature - prior_t).abs() < 1e-3
+    if not at_prior_t.any():
+        raise ValueError(f"no frames at the prior temperature {prior_t} K")
+    priors = fit_priors(
+        system, data["positions"][at_prior_t], prior_t, grouping=settings.prior_grouping
+    )
+    device = settings.fit.device
+    residual = data["forces"] - prior_forces(
+        system.bead_types, priors, data["positions"], device=device
+    )
+    train, val = split_indices(
+        data["positions"].shape[0], settings.validation_fraction, settings.fit.seed
+    )
+    state = torch.random.get_rng_state()
+    torch.manual_seed(settings.fit.seed)
+    try:
+        schnet = CGSchNet(settings.schnet)
+    finally:
+        torch.random.set_rng_state(state)
+    fit = train_force_matching(
+        schnet,
+        system.bead_types,
+        (data["positions"][train], residual[train]),
+        (data["positions"][val], residual[val]),
+        settings.fit,
+        log_path=out / f"{system.name}.log.csv",
+        progress=settings.progress,
+    )
+    potential = Potential(system.bead_types, schnet.cpu(), priors)
+    potential.metadata = {
+        "trained": True,
+        "description": f"CGSchNet + priors trained by force matching on the structure-based "
+        f"teacher of {system.name} (epsilon {teacher.metadata.get('epsilon')} kcal/mol)",
+        "protein": system.name,
+        "mapping": system.mapping,
+        "teacher": teacher.metadata,
+    }
+    validation = None
+    if settings.validate_steps > 0:
+        held_out = data["positions"][val][:1024].to(device)
+        predicted = model_forces(potential.to(device), held_out).cpu()
+        validation = validate_against_teacher(
+            system, teacher, potential, settings.validate_temperatures,
+            settings.validate_replicas, settings.validate_steps,
+            max(1, settings.validate_steps // 1000), device, settings.fit.seed,
+            plot_path=out / f"{system.name}.validation.png",
+        )
+        validation["force_rmse"] = force_rmse(predicted, data["forces"][val][:1024])
+        potential.cpu()
+    prior_settings = {
+        "method": "Boltzmann inversion",
+        "temperature_K": prior_t,
+        "grouping": settings.prior_grouping,
+        "terms": list(priors),
+    }
+    card = build_model_card(
+        system.name, teacher.metadata, data, settings.schnet, fit, prior_settings, validation
+    )
+    save_potential(potential, out / f"{system.name}.pt")
+    write_model_card(card, out / f"{system.name}.pt")
+    return potential, card

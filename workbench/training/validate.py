@@ -1,0 +1,237 @@
+"""Validation of a trained potential against its teacher.
+
+Both are run with the same replicas, temperatures and seed; the numbers compared are
+the Q histograms (intersection ≥ 0.8), the folded fractions (within 0.1), the
+correlation of RMSD and Q (negative), the folding and unfolding events (counted with
+hysteresis: folded above Q 0.8, unfolded below Q 0.4) and the force RMSE on held-out
+teacher frames. Plots need matplotlib, which is optional.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from workbench.model.potential import Potential
+from workbench.system.cg_system import CGSystem
+from workbench.teacher import FOLDED_Q, langevin_simulation
+
+#: Q below which a structure counts as unfolded (hysteresis with ``FOLDED_Q``).
+UNFOLDED_Q = 0.4
+#: Pass thresholds.
+MIN_INTERSECTION = 0.8
+MAX_FOLDED_DIFFERENCE = 0.1
+
+
+def histogram_intersection(a: torch.Tensor, b: torch.Tensor, bins: int = 50) -> float:
+    """Overlap ``Σ min(p_a, p_b)`` of two normalised histograms on [0, 1] (1: identical).
+
+    Parameters
+    ----------
+    a, b : torch.Tensor, any shape, float
+        Samples in [0, 1] (e.g. Q).
+    bins : int
+    """
+    p = torch.histc(a.double().flatten(), bins, 0.0, 1.0)
+    q = torch.histc(b.double().flatten(), bins, 0.0, 1.0)
+    return float(torch.minimum(p / p.sum(), q / q.sum()).sum())
+
+
+def folded_fraction(q: torch.Tensor, threshold: float = FOLDED_Q) -> float:
+    """Fraction of samples with Q above ``threshold``."""
+    return float((q > threshold).double().mean())
+
+
+def count_transitions(
+    q: torch.Tensor, folded: float = FOLDED_Q, unfolded: float = UNFOLDED_Q
+) -> tuple[int, int]:
+    """Folding and unfolding events with hysteresis.
+
+    A trajectory's state changes only when Q crosses the far threshold: to folded when
+    ``Q > folded``, to unfolded when ``Q < unfolded``; its first state is the first
+    of these it reaches. Every later change is an event.
+
+    Parameters
+    ----------
+    q : torch.Tensor, shape (T,) or (R, T), float
+        Q time series, one row per replica.
+    folded, unfolded : float
+
+    Returns
+    -------
+    (int, int)
+        Folding events (unfolded → folded) and unfolding events, summed over replicas.
+    """
+    q = q.reshape(-1, q.shape[-1]).double()
+    state = torch.zeros(q.shape[0], dtype=torch.long)  # 0 unknown, 1 folded, −1 unfolded
+    folding = unfolding = 0
+    for column in q.T:
+        new = torch.where(column > folded, 1, torch.where(column < unfolded, -1, state))
+        folding += int(((state == -1) & (new == 1)).sum())
+        unfolding += int(((state == 1) & (new == -1)).sum())
+        state = new
+    return folding, unfolding
+
+
+def pearson(x: torch.Tensor, y: torch.Tensor) -> float:
+    """Pearson correlation of two equally long sample sets (NaN if one is constant)."""
+    x, y = x.double().flatten(), y.double().flatten()
+    x, y = x - x.mean(), y - y.mean()
+    denominator = float(torch.linalg.vector_norm(x) * torch.linalg.vector_norm(y))
+    return float((x * y).sum()) / denominator if denominator > 0 else math.nan
+
+
+def force_rmse(predicted: torch.Tensor, reference: torch.Tensor) -> float:
+    """Root-mean-square difference per force component, kcal/mol/Å."""
+    return float((predicted.double() - reference.double()).square().mean().sqrt())
+
+
+def sample_q_rmsd(
+    system: CGSystem,
+    potential: Potential,
+    temperatures: Sequence[float],
+    replicas: int,
+    steps: int,
+    save_every: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q and CA RMSD time series of ``replicas`` runs per temperature from the native state.
+
+    Returns
+    -------
+    q, rmsd : torch.Tensor, shape (len(temperatures), replicas, steps // save_every), float32
+    """
+    per_replica = torch.tensor([float(t) for t in temperatures]).repeat_interleave(replicas)
+    native = system.native_positions.expand(per_replica.shape[0], -1, -1)
+    sim = langevin_simulation(system, potential, per_replica, native, device, seed)
+    q, rmsd = [], []
+    for _ in range(steps // save_every):
+        sim.step(save_every)
+        metrics = sim.metrics()
+        q.append(metrics["q"].float().cpu())
+        rmsd.append(metrics["rmsd"].float().cpu())
+    shape = (len(temperatures), replicas, -1)
+    return torch.stack(q, -1).reshape(shape), torch.stack(rmsd, -1).reshape(shape)
+
+
+def compare_q(
+    q_teacher: torch.Tensor, q_model: torch.Tensor, rmsd_model: torch.Tensor
+) -> dict:
+    """Validation numbers of one temperature.
+
+    Parameters
+    ----------
+    q_teacher : torch.Tensor, shape (R, T), float
+    q_model, rmsd_model : torch.Tensor, shape (R, T), float
+
+    Returns
+    -------
+    dict
+        ``q_intersection``, ``folded_teacher``, ``folded_model``, ``rmsd_q_correlation``,
+        ``events_teacher`` and ``events_model`` (folding, unfolding), ``passes``.
+    """
+    intersection = histogram_intersection(q_teacher, q_model)
+    folded_t, folded_m = folded_fraction(q_teacher), folded_fraction(q_model)
+    correlation = pearson(rmsd_model, q_model)
+    return {
+        "q_intersection": intersection,
+        "folded_teacher": folded_t,
+        "folded_model": folded_m,
+        "rmsd_q_correlation": correlation,
+        "events_teacher": count_transitions(q_teacher),
+        "events_model": count_transitions(q_model),
+        "passes": {
+            "q_intersection": intersection >= MIN_INTERSECTION,
+            "folded_fraction": abs(folded_t - folded_m) <= MAX_FOLDED_DIFFERENCE,
+            "rmsd_q_anticorrelated": correlation < 0,
+        },
+    }
+
+
+def validate_against_teacher(
+    system: CGSystem,
+    teacher: Potential,
+    model: Potential,
+    temperatures: Sequence[float],
+    replicas: int,
+    steps: int,
+    save_every: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    plot_path: str | Path | None = None,
+) -> dict:
+    """Run teacher and model alike and compare them at every temperature.
+
+    Returns
+    -------
+    dict
+        ``temperatures`` (list of float), ``steps``, ``replicas`` and ``results`` (one
+        :func:`compare_q` dict per temperature); ``plot`` holds the PNG path when one was
+        written.
+    """
+    runs = {
+        name: sample_q_rmsd(
+            system, potential, temperatures, replicas, steps, save_every, device, seed
+        )
+        for name, potential in (("teacher", teacher), ("model", model))
+    }
+    results = [
+        compare_q(runs["teacher"][0][i], runs["model"][0][i], runs["model"][1][i])
+        for i in range(len(temperatures))
+    ]
+    summary = {
+        "temperatures": [float(t) for t in temperatures],
+        "steps": steps,
+        "replicas": replicas,
+        "results": results,
+    }
+    if plot_path is not None and plot_validation(runs, temperatures, plot_path):
+        summary["plot"] = str(plot_path)
+    return summary
+
+
+def plot_validation(
+    runs: dict[str, tuple[torch.Tensor, torch.Tensor]],
+    temperatures: Sequence[float],
+    path: str | Path,
+) -> bool:
+    """Q histograms (teacher vs model) and model RMSD–Q scatter per temperature, as PNG.
+
+    Parameters
+    ----------
+    runs : dict
+        ``"teacher"`` and ``"model"`` → (q, rmsd) of :func:`sample_q_rmsd`.
+    temperatures : sequence of float
+    path : str or Path
+
+    Returns
+    -------
+    bool
+        False (and nothing written) when matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(2, len(temperatures), figsize=(4 * len(temperatures), 7),
+                             squeeze=False)
+    for i, temperature in enumerate(temperatures):
+        for name in ("teacher", "model"):
+            axes[0, i].hist(runs[name][0][i].flatten().numpy(), bins=50, range=(0, 1),
+                            density=True, histtype="step", label=name)
+        axes[0, i].set(title=f"{temperature:g} K", xlabel="Q", ylabel="density")
+        axes[0, i].legend()
+        axes[1, i].scatter(runs["model"][0][i].flatten().numpy(),
+                           runs["model"][1][i].flatten().numpy(), s=2, alpha=0.3)
+        axes[1, i].set(xlabel="Q (model)", ylabel="CA RMSD (Å)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
