@@ -177,10 +177,10 @@ _RB_CONFIGS = pick_configs([triton.Config({"BLOCK_E": b}, num_warps=w)
                            triton.Config({"BLOCK_E": 32}, num_warps=4))
 
 
-@triton.autotune(configs=_RB_CONFIGS, key=["E", "KP"])
+@triton.autotune(configs=_RB_CONFIGS, key=["SIZE_CLASS", "KP"])
 @triton.jit
 def _radial_fwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, d_out, e_out, c_out, E,
-                       num_nodes, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
+                       SIZE_CLASS, num_nodes, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
                        env_upper, env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                        ENV_IN_BASIS: tl.constexpr, ENV_ON_FILTER: tl.constexpr,
                        HAS_COUNT: tl.constexpr, KP: tl.constexpr, BLOCK_E: tl.constexpr):
@@ -201,10 +201,10 @@ def _radial_fwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, d_out, e_out, c
              tl.where(ok[:, None], basis, 0.0), mask=inb[:, None] & (k[None, :] < K))
 
 
-@triton.autotune(configs=_RB_CONFIGS, key=["E", "KP"])
+@triton.autotune(configs=_RB_CONFIGS, key=["SIZE_CLASS", "KP"])
 @triton.jit
 def _radial_bwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, gd_ptr, ge_ptr, gc_ptr, g_out,
-                       E, num_nodes, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
+                       E, SIZE_CLASS, num_nodes, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
                        env_upper, env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                        ENV_IN_BASIS: tl.constexpr, ENV_ON_FILTER: tl.constexpr,
                        HAS_COUNT: tl.constexpr, KP: tl.constexpr, BLOCK_E: tl.constexpr):
@@ -225,9 +225,12 @@ def _radial_bwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, gd_ptr, ge_ptr,
 
 
 def _launch_args(pos, src, dst, csr, spec, num_edges):
+    """Kernel arguments; ``SIZE_CLASS`` (E rounded up to a power of two) is the autotune key,
+    so edge lists whose length changes every step (exact lists) do not re-tune every step."""
     E = src.numel()
     return dict(pos_ptr=pos, src_ptr=src, dst_ptr=dst,
                 num_edges_ptr=num_edges if num_edges is not None else src, E=E,
+                SIZE_CLASS=next_pow2(E),
                 num_nodes=csr.num_nodes, HAS_COUNT=num_edges is not None,
                 KP=next_pow2(spec.num_basis), **spec.kernel_args())
 

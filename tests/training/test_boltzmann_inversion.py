@@ -1,0 +1,66 @@
+"""Boltzmann inversion recovers known parameters from synthetic samples."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from helpers import tiny_system
+
+from workbench.teacher import teacher_potential
+from workbench.training.boltzmann_inversion import (
+    closest_approach,
+    fit_fourier,
+    fit_harmonic,
+    fit_priors,
+    term_groups,
+)
+from workbench.training.data import generate_teacher_data
+from workbench.units import KB
+
+KT = KB * 300.0
+
+
+def test_harmonic_fit_recovers_k_and_x0():
+    gen = torch.Generator().manual_seed(0)
+    k, x0 = torch.tensor([100.0, 20.0]), torch.tensor([3.8, -0.3])
+    samples = x0 + torch.sqrt(KT / (2 * k)) * torch.randn(50_000, 2, generator=gen)
+    fit_x0, fit_k = fit_harmonic(samples, KT)
+    assert torch.allclose(fit_x0, x0.double(), atol=2e-3)
+    assert torch.allclose(fit_k, k.double(), rtol=0.05)
+    _, pooled_k = fit_harmonic(samples[:, [0, 0]], KT, torch.tensor([0, 0]))
+    assert torch.allclose(pooled_k, fit_k[0].expand(2), rtol=0.02)
+
+
+def test_fourier_fit_recovers_a_cosine_well():
+    k, phi0 = 1.0, 1.0
+    grid = torch.linspace(-math.pi, math.pi, 20_001, dtype=torch.float64)
+    energy = k * (1 - torch.cos(grid - phi0))
+    cdf = torch.cumsum(torch.exp(-energy / KT), 0)
+    cdf = cdf / cdf[-1]
+    u = torch.rand(100_000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    phi = grid[torch.searchsorted(cdf, u).clamp(max=grid.numel() - 1)][:, None]
+    k1s, k2s, v0 = fit_fourier(phi, KT, degree=3)
+    assert abs(float(k1s[0, 0]) + k * math.sin(phi0)) < 0.05
+    assert abs(float(k2s[0, 0]) + k * math.cos(phi0)) < 0.05
+    assert k1s[0, 1:].abs().max() < 0.05 and k2s[0, 1:].abs().max() < 0.05
+
+
+def test_type_grouping_ignores_direction():
+    types = torch.tensor([1, 2, 3, 1])
+    groups = term_groups(types, torch.tensor([[0, 1], [1, 0], [1, 2], [3, 1]]), "type")
+    assert groups[0] == groups[1] == groups[3] != groups[2]
+    assert term_groups(types, torch.tensor([[0, 1], [1, 0]]), "term").tolist() == [0, 1]
+
+
+def test_priors_fitted_to_teacher_frames():
+    sys = tiny_system()
+    data = generate_teacher_data(sys, teacher_potential(sys), [300.0], 8, 300, 10, seed=0)
+    priors = fit_priors(sys, data["positions"], 300.0, grouping="type")
+    native = teacher_potential(sys).priors["bonds"].x0
+    assert torch.allclose(priors["bonds"].x0, native, atol=0.1)
+    assert (priors["bonds"].k > 10).all()
+    sigma = priors["repulsion"].sigma
+    closest = closest_approach(data["positions"], priors["repulsion"].index)
+    assert torch.equal(sigma, closest.float())
+    assert (sigma > 2.0).all()

@@ -1,0 +1,121 @@
+"""Force matching on a tiny SchNet, the training pipeline, its files and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+from helpers import small_config, small_schnet, tiny_system
+
+from workbench import models
+from workbench.cli import main
+from workbench.model.io import load_potential
+from workbench.runner import choose_potential
+from workbench.teacher import teacher_potential
+from workbench.training.boltzmann_inversion import fit_priors
+from workbench.training.data import (
+    generate_teacher_data,
+    load_teacher_data,
+    save_teacher_data,
+    split_indices,
+)
+from workbench.training.force_matching import (
+    LOG_COLUMNS,
+    FitSettings,
+    prior_forces,
+    train_force_matching,
+)
+from workbench.training.pipeline import TrainSettings, train_potential
+
+TINY = {"hidden": 8, "filters": 8, "blocks": 1, "num_rbf": 6, "cutoff": 5.0}
+
+
+@pytest.fixture(scope="module")
+def data():
+    sys = tiny_system()
+    return generate_teacher_data(sys, teacher_potential(sys), [300.0], 4, 200, 10, seed=0)
+
+
+@pytest.fixture(scope="module")
+def residual(data):
+    sys = tiny_system()
+    priors = fit_priors(sys, data["positions"], 300.0)
+    return data["forces"] - prior_forces(sys.bead_types, priors, data["positions"])
+
+
+def test_split_is_disjoint_and_seeded():
+    train, val = split_indices(50, 0.2, seed=3)
+    assert len(val) == 10 and not set(train.tolist()) & set(val.tolist())
+    assert torch.equal(val, split_indices(50, 0.2, seed=3)[1])
+
+
+def test_force_matching_lowers_validation_loss_and_logs(data, residual, tmp_path):
+    train, val = split_indices(data["positions"].shape[0], 0.25)
+    pos = data["positions"]
+    settings = FitSettings(epochs=4, batch_size=16, learning_rate=3e-3, patience=10)
+    result = train_force_matching(
+        small_schnet(**TINY), tiny_system().bead_types, (pos[train], residual[train]),
+        (pos[val], residual[val]), settings, tmp_path / "log.csv", progress=False,
+    )
+    losses = [row["val_loss"] for row in result.history]
+    assert min(losses[1:]) < losses[0]
+    assert not result.stopped_early
+    with open(tmp_path / "log.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 4 and tuple(rows[0]) == LOG_COLUMNS
+
+
+def test_early_stopping_keeps_the_best_epoch(data, residual):
+    pos = data["positions"][:20]
+    settings = FitSettings(epochs=50, batch_size=10, learning_rate=0.0, patience=2)
+    result = train_force_matching(
+        small_schnet(**TINY), tiny_system().bead_types, (pos, residual[:20]),
+        (pos, residual[:20]), settings, progress=False,
+    )
+    assert result.stopped_early and result.best_epoch == 1 and len(result.history) == 3
+
+
+def test_pipeline_saves_a_loadable_model_and_card(data, tmp_path, monkeypatch):
+    sys = tiny_system()
+    settings = TrainSettings(
+        schnet=small_config(**TINY), fit=FitSettings(epochs=2, batch_size=20),
+        validate_steps=20, validate_replicas=2, progress=False,
+    )
+    potential, card = train_potential(sys, teacher_potential(sys), data, settings, tmp_path)
+    card_file = json.loads((tmp_path / "cln025.json").read_text())
+    assert card_file["teacher"]["epsilon"] == card["teacher"]["epsilon"]
+    assert card_file["data"]["frames"] == data["positions"].shape[0]
+    assert card_file["training"]["val_force_rmse"] > 0
+    assert card_file["validation"]["force_rmse"] > 0
+    loaded = load_potential(tmp_path / "cln025.pt")
+    assert loaded.metadata["trained"] and set(loaded.priors) == set(potential.priors)
+    # shipped-model lookup: <package>/models/data/<protein>.pt
+    (tmp_path / "data").mkdir()
+    (tmp_path / "cln025.pt").rename(tmp_path / "data" / "cln025.pt")
+    monkeypatch.setattr(models.resources, "files", lambda _: tmp_path)
+    shipped, notice = choose_potential(sys, None)
+    assert notice is None and shipped.metadata["trained"]
+
+
+def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
+    common = ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
+              "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",
+              "--device", "cpu", "--quiet"]
+    data_file = tmp_path / "teacher.pt"
+    assert main(["train", "--generate", "--replicas", "2", "--steps", "40", "--save-every",
+                 "10", "--equilibration", "0", "--save-data", str(data_file),
+                 "--out", str(tmp_path / "a"), *common]) == 0
+    data, metadata = load_teacher_data(data_file)
+    assert data["positions"].shape[0] == 8 and "epsilon" in metadata
+    assert main(["train", "--data", str(data_file), "--out", str(tmp_path / "b"), *common]) == 0
+    assert load_potential(tmp_path / "b" / "cln025.pt").schnet.config.hidden == 8
+    assert "val force RMSE" in capsys.readouterr().out
+
+
+def test_saved_data_round_trip(data, tmp_path):
+    save_teacher_data(data, tmp_path / "d.pt", {"epsilon": 0.3})
+    loaded, metadata = load_teacher_data(tmp_path / "d.pt")
+    assert metadata == {"epsilon": 0.3}
+    assert all(torch.equal(loaded[k], data[k]) for k in data)
