@@ -181,7 +181,8 @@ _RB_CONFIGS = pick_configs([triton.Config({"BLOCK_E": b}, num_warps=w)
 @triton.jit
 def _radial_fwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, d_out, e_out, c_out,
                        E, SIZE_CLASS, num_nodes, mu_ptr, gamma_ptr, K, alpha, basis_lower,
-                       env_a, env_b, env_upper, env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
+                       env_a, env_b, env_upper, env_lower, EXP_NORMAL: tl.constexpr,
+                       ENV_LOWER: tl.constexpr,
                        ENV_IN_BASIS: tl.constexpr, ENV_ON_FILTER: tl.constexpr,
                        HAS_COUNT: tl.constexpr, KP: tl.constexpr, BLOCK_E: tl.constexpr):
     e = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -205,7 +206,8 @@ def _radial_fwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, d_out, e_out, c
 @triton.jit
 def _radial_bwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, gd_ptr, ge_ptr, gc_ptr,
                        g_out, E, SIZE_CLASS, num_nodes, mu_ptr, gamma_ptr, K, alpha,
-                       basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
+                       basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL: tl.constexpr,
+                       ENV_LOWER: tl.constexpr,
                        ENV_IN_BASIS: tl.constexpr, ENV_ON_FILTER: tl.constexpr,
                        HAS_COUNT: tl.constexpr, KP: tl.constexpr, BLOCK_E: tl.constexpr):
     e = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)
