@@ -1,0 +1,221 @@
+"""The quickstart notebook in a real JupyterLab, driven by headless Chromium (Playwright).
+
+Start JupyterLab on a free port with a scratch HOME and a token, open a copy of
+01-quickstart, run all cells, press Start, then check what a user would see: plotly
+figures with data, a non-blank NGL canvas, the Start button changed, and no widget
+error. Screenshots go to ``artifacts/browser/``. See shared/design/WORKBENCH-NOTES.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "notebooks" / "01-quickstart.ipynb"
+ARTIFACTS = ROOT / "artifacts" / "browser"
+CHROMIUM = "/usr/bin/chromium"
+TOKEN = "workbench-browser-test"
+WIDGET_ERRORS = ("javascript error", "Failed to load", "not registered", "Loading widget")
+
+pytestmark = pytest.mark.browser
+
+
+def _missing() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} not found (apt-get install -y chromium)"
+    for module in ("playwright", "jupyterlab", "PIL", "nglview", "plotly"):
+        if importlib.util.find_spec(module) is None:
+            return f"python package {module!r} not installed (pip install -e '.[dev]')"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_for_server(port: int, server: subprocess.Popen, timeout: float = 60.0) -> None:
+    url = f"http://127.0.0.1:{port}/api/status?token={TOKEN}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with code {server.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"jupyter lab did not answer on port {port} within {timeout} s")
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """A running JupyterLab serving a scratch folder with a copy of the quickstart."""
+    reason = _missing()
+    if reason:
+        pytest.skip(reason)
+    root = tmp_path / "lab"
+    home = tmp_path / "home"
+    root.mkdir()
+    home.mkdir()
+    shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
+    port = _free_port()
+    env = {**os.environ, "HOME": str(home), "WORKBENCH_SHORT": "1", "PYTHONWARNINGS": "ignore"}
+    log = open(tmp_path / "jupyter.log", "w")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--ServerApp.token={TOKEN}",
+            f"--ServerApp.root_dir={root}",
+            "--ServerApp.port_retries=0",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=root,
+    )
+    try:
+        _wait_for_server(port, server)
+        yield port
+    finally:
+        server.terminate()
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tmp_path / "jupyter.log", ARTIFACTS / "jupyter.log")
+
+
+def _wait_kernel_idle(page, timeout_ms: int = 60000) -> None:
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status=idle]", timeout=timeout_ms)
+    page.wait_for_function(
+        "() => (document.querySelector('#jp-main-statusbar')?.innerText || '').includes('Idle')",
+        timeout=timeout_ms,
+    )
+
+
+def _run_all(page) -> None:
+    page.click("#jp-menu-panel >> text=Run")
+    page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+
+
+def _dismiss_news_toast(page) -> None:
+    """Answer JupyterLab's "notified about official Jupyter news?" toast if it is shown."""
+    toast = page.locator(".jp-toast-button", has_text="No")
+    if toast.count():
+        toast.first.click()
+
+
+def _canvas_stats(png: bytes) -> tuple[float, int]:
+    """Fraction of pixels that differ from the corner colour, and number of colours."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    pixels = [image.getpixel((x, y)) for y in range(image.height) for x in range(image.width)]
+    background = pixels[0]
+    differing = sum(
+        1 for p in pixels if max(abs(a - b) for a, b in zip(p, background, strict=True)) > 12
+    )
+    return differing / len(pixels), len(set(pixels))
+
+
+def _line_traces_with_data(page) -> int:
+    """Plotly line traces whose path has at least two points."""
+    paths = page.eval_on_selector_all(
+        ".main-svg .scatterlayer .trace path.js-line", "els => els.map(e => e.getAttribute('d'))"
+    )
+    return sum(1 for d in paths if d and re.search(r"[LC]", d))
+
+
+def test_quickstart_runs_in_jupyterlab(lab):
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    console: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1800})
+            page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+            page.goto(f"http://127.0.0.1:{lab}/lab/tree/{NOTEBOOK.name}?token={TOKEN}&reset")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60000)
+            _wait_kernel_idle(page)
+            _run_all(page)
+            start = page.locator(".jp-OutputArea-output button.widget-button", has_text="Start")
+            start.first.wait_for(timeout=120000)
+            page.wait_for_selector(".jp-OutputArea-output canvas", timeout=60000)
+            page.wait_for_timeout(4000)
+            page.screenshot(path=str(ARTIFACTS / "01-before-start.png"), full_page=True)
+
+            _dismiss_news_toast(page)
+            start.first.click()
+            page.wait_for_function(
+                """() => [...document.querySelectorAll('.jp-OutputArea-output button')]
+                        .some(b => /Running|Start new run/.test(b.innerText))""",
+                timeout=60000,
+            )
+            started_label = page.locator(
+                ".jp-OutputArea-output button.widget-button", has_text=re.compile("Running|new run")
+            ).first.inner_text()
+            page.wait_for_function(
+                """() => [...document.querySelectorAll('.scatterlayer .trace path.js-line')]
+                        .filter(p => /[LC]/.test(p.getAttribute('d') || '')).length >= 3""",
+                timeout=180000,
+            )
+            page.wait_for_timeout(8000)
+
+            page.screenshot(path=str(ARTIFACTS / "02-running.png"), full_page=True)
+            canvas = page.locator(".jp-OutputArea-output canvas").first
+            canvas.scroll_into_view_if_needed()
+            canvas_png = canvas.screenshot(path=str(ARTIFACTS / "03-ngl-canvas.png"))
+            plots = page.locator(".jp-OutputArea-output .js-plotly-plot").first
+            plots.screenshot(path=str(ARTIFACTS / "04-throughput-plot.png"))
+            texts = page.eval_on_selector_all(
+                ".jp-OutputArea-output", "els => els.map(e => e.innerText)"
+            )
+            data_url_length = canvas.evaluate("c => c.toDataURL().length")
+            svgs = page.locator(".jp-OutputArea-output .main-svg").count()
+            traces = _line_traces_with_data(page)
+        finally:
+            (ARTIFACTS / "console.log").write_text("\n".join(console))
+            browser.close()
+
+    shown = "\n".join(texts)
+    for marker in WIDGET_ERRORS:
+        assert marker not in shown, f"a widget shows {marker!r}"
+    widget_console_errors = [
+        line
+        for line in console
+        if line.startswith("error") and any(m in line for m in ("Failed to load", "not registered"))
+    ]
+    assert not widget_console_errors, widget_console_errors
+    assert "Error:" not in shown, "the workbench reports an error: " + shown[:2000]
+    assert re.search(r"Running|new run", started_label)
+    assert svgs > 0 and traces >= 3, f"{svgs} plotly svgs, {traces} line traces with data"
+    fraction, colours = _canvas_stats(canvas_png)
+    assert data_url_length > 10000, f"NGL canvas looks blank (toDataURL length {data_url_length})"
+    assert fraction > 0.005 and colours > 50, f"NGL canvas: {fraction:.3%} drawn, {colours} colours"

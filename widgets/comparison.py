@@ -1,0 +1,335 @@
+"""A/B race of two kernel configurations on the same system, seeds and device.
+
+Both simulations start from the same coordinates with the same seed and share
+one potential; a background thread advances them in alternating chunks, so both
+lines of the race plot grow together and both feel the same machine load. Each
+chunk is timed on its own (with a device synchronisation), peak memory is taken
+per chunk, Q is sampled after every chunk, and the forces of both configurations
+are compared on identical coordinates at the start and at the end.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+
+from widgets.force_deviation import ForceDeviation, force_deviation
+from widgets.kernel_switches import failure_message, options_label, usable_options
+from widgets.snapshot import RunState
+from workbench.md import LangevinIntegrator, Simulation
+from workbench.model.options import KernelOptions
+from workbench.runner import PreparedRun, RunSettings, ThroughputMeter, prepare_run
+from workbench.units import FS_PER_PS
+
+#: Configurations offered for A and B.
+PRESETS: dict[str, Callable[[], KernelOptions]] = {
+    "baseline (PyTorch)": KernelOptions.baseline,
+    "all fused, fp32": KernelOptions.all_on,
+    "all fused, bf16": lambda: KernelOptions.all_on("bf16"),
+    "all fused, fp16": lambda: KernelOptions.all_on("fp16"),
+}
+
+
+@dataclass(frozen=True)
+class SideSnapshot:
+    """Progress of one configuration.
+
+    Attributes
+    ----------
+    name : str
+        ``"A"`` or ``"B"``.
+    label : str
+        Applied switches (``"baseline"``, ``"fused_radial_basis+…"``).
+    wall_s : numpy.ndarray, shape (c,)
+        Own cumulative wall time after each chunk.
+    timestep_mol : numpy.ndarray, shape (c,)
+        Cumulative steps × replicas after each chunk.
+    rate : numpy.ndarray, shape (c,)
+        timestep·mol/s of each chunk.
+    mean_rate : float
+        Aggregate timestep·mol/s, first (warm-up) chunk excluded.
+    peak_memory_gb : float or None
+        CUDA only.
+    q : numpy.ndarray, shape (samples,)
+        Q of every replica after every chunk.
+    """
+
+    name: str
+    label: str
+    wall_s: np.ndarray
+    timestep_mol: np.ndarray
+    rate: np.ndarray
+    mean_rate: float
+    peak_memory_gb: float | None
+    q: np.ndarray
+
+
+@dataclass(frozen=True)
+class CompareSnapshot:
+    """State of a comparison; ``a`` and ``b`` are None until the simulations exist."""
+
+    state: RunState
+    message: str = ""
+    error: str | None = None
+    traceback: str | None = None
+    messages: tuple[str, ...] = ()
+    a: SideSnapshot | None = None
+    b: SideSnapshot | None = None
+    deviation_start: ForceDeviation | None = None
+    deviation_end: ForceDeviation | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        """timestep·mol/s of B over A (None until both are measured)."""
+        if self.a is None or self.b is None or not self.a.mean_rate > 0:
+            return None
+        return self.b.mean_rate / self.a.mean_rate
+
+
+@dataclass
+class _Side:
+    name: str
+    sim: Simulation
+    meter: ThroughputMeter
+    wall_s: list[float] = field(default_factory=list)
+    timestep_mol: list[float] = field(default_factory=list)
+    rate: list[float] = field(default_factory=list)
+    peak_memory_gb: float | None = None
+    q: list[np.ndarray] = field(default_factory=list)
+
+    def snapshot(self) -> SideSnapshot:
+        chunks = self.meter.chunks
+        return SideSnapshot(
+            name=self.name,
+            label=options_label(self.sim.options),
+            wall_s=np.array(self.wall_s),
+            timestep_mol=np.array(self.timestep_mol),
+            rate=np.array(self.rate),
+            mean_rate=self.meter.timestep_mol_per_s() if chunks else 0.0,
+            peak_memory_gb=self.peak_memory_gb,
+            q=np.concatenate(self.q) if self.q else np.empty(0),
+        )
+
+
+def twin_simulation(sim: Simulation, settings: RunSettings, options: KernelOptions) -> Simulation:
+    """A second simulation of the same system and potential, same seed, other switches."""
+    integrator = LangevinIntegrator(
+        settings.timestep_fs / FS_PER_PS, settings.friction, settings.temperature
+    )
+    return Simulation(
+        sim.system,
+        sim.potential,
+        integrator,
+        replicas=sim.replicas,
+        device=sim.device,
+        seed=settings.seed,
+        options=options,
+        neighbors=copy.deepcopy(settings.neighbors),
+    )
+
+
+class CompareRunner:
+    """Race configuration A against B.
+
+    Parameters
+    ----------
+    settings : RunSettings
+        System, replicas, temperature, time step, seed and device of both runs.
+    options_a, options_b : KernelOptions
+    steps : int
+        Steps each configuration runs.
+    chunk_steps : int, optional
+        Steps per timed chunk; default ``steps // 10`` (at least 1).
+    prepare : callable, optional
+        ``prepare(settings) -> PreparedRun``.
+    clock : callable
+    """
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        options_a: KernelOptions,
+        options_b: KernelOptions,
+        steps: int,
+        chunk_steps: int | None = None,
+        prepare: Callable[[RunSettings], PreparedRun] = prepare_run,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        if steps < 1:
+            raise ValueError(f"steps must be at least 1, got {steps}")
+        self.settings = copy.deepcopy(settings)
+        self.options_a = replace(options_a)
+        self.options_b = replace(options_b)
+        self.steps = int(steps)
+        self.chunk_steps = int(chunk_steps) if chunk_steps else max(1, self.steps // 10)
+        self._prepare = prepare
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[CompareRunner, bool], None]] = []
+        self._thread: threading.Thread | None = None
+        self._state = RunState.IDLE
+        self._message = "ready"
+        self._error: str | None = None
+        self._traceback: str | None = None
+        self._messages: list[str] = []
+        self._sides: list[_Side] = []
+        self._deviation: dict[str, ForceDeviation | None] = {"start": None, "end": None}
+
+    @property
+    def state(self) -> RunState:
+        """Current state (idle, running, stopped or error)."""
+        return self._state
+
+    def add_listener(self, listener: Callable[[CompareRunner, bool], None]) -> None:
+        """Call ``listener(runner, forced)`` after every chunk and when the state changes."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[CompareRunner, bool], None]) -> None:
+        """Stop calling ``listener`` (no error when it is not registered)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def start(self) -> None:
+        """Start the race in a background thread."""
+        with self._lock:
+            if self._state is not RunState.IDLE:
+                raise RuntimeError(f"cannot start a comparison that is {self._state.value}")
+            self._state = RunState.RUNNING
+            self._message = "building both simulations…"
+            self._thread = threading.Thread(target=self._run, name="workbench-compare", daemon=True)
+            self._thread.start()
+        self._notify(True)
+
+    def stop(self) -> None:
+        """End the race after the current chunk."""
+        with self._lock:
+            if self._state is RunState.RUNNING:
+                self._state = RunState.STOPPED
+                self._message = "stopped by the user"
+        self._notify(True)
+
+    def wait(self, timeout: float | None = None) -> RunState:
+        """Block until the race has ended (or ``timeout`` seconds); return the state."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self._state
+
+    def snapshot(self) -> CompareSnapshot:
+        """A consistent copy of the race so far."""
+        with self._lock:
+            sides = [side.snapshot() for side in self._sides]
+            return CompareSnapshot(
+                state=self._state,
+                message=self._message,
+                error=self._error,
+                traceback=self._traceback,
+                messages=tuple(self._messages),
+                a=sides[0] if sides else None,
+                b=sides[1] if sides else None,
+                deviation_start=self._deviation["start"],
+                deviation_end=self._deviation["end"],
+            )
+
+    # -- worker ---------------------------------------------------------------------
+    def _notify(self, forced: bool = False) -> None:
+        for listener in list(self._listeners):
+            listener(self, forced)
+
+    def _run(self) -> None:
+        try:
+            self._build()
+            self._measure_deviation("start")
+            self._race()
+            self._measure_deviation("end")
+            with self._lock:
+                if self._state is RunState.RUNNING:
+                    self._state = RunState.STOPPED
+                    self._message = f"finished {self.steps} steps each"
+        except Exception as exc:  # noqa: BLE001 - every failure is shown in the panel
+            with self._lock:
+                self._state = RunState.ERROR
+                self._error = f"{type(exc).__name__}: {exc}"
+                self._traceback = traceback.format_exc()
+                self._message = "failed"
+        finally:
+            self._notify(True)
+
+    def _build(self) -> None:
+        settings = replace(self.settings, options=KernelOptions.baseline())
+        prepared = self._prepare(settings)
+        sim_a = prepared.simulation
+        sim_b = twin_simulation(sim_a, self.settings, KernelOptions.baseline())
+        sides = []
+        for name, sim, requested in (("A", sim_a, self.options_a), ("B", sim_b, self.options_b)):
+            sim.options, message = usable_options(requested, sim.device)
+            if message:
+                self._messages.append(f"{name}: {message}")
+            meter = ThroughputMeter(sim.replicas, self.settings.timestep_fs, sim.device)
+            sides.append(_Side(name, sim, meter))
+        with self._lock:
+            self._messages[:0] = prepared.notices
+            self._sides = sides
+            self._message = "racing"
+        self._notify(True)
+
+    def _measure_deviation(self, when: str) -> None:
+        sim_a, sim_b = self._sides[0].sim, self._sides[1].sim
+        try:
+            deviation = force_deviation(
+                sim_a.potential, sim_a.positions, sim_a.graph, sim_a.options, sim_b.options
+            )
+        except Exception as exc:  # noqa: BLE001 - reported, the race itself is still valid
+            with self._lock:
+                self._messages.append(f"force comparison ({when}) failed: {exc}")
+            return
+        with self._lock:
+            self._deviation[when] = deviation
+
+    def _race(self) -> None:
+        done = 0
+        while done < self.steps:
+            steps = min(self.chunk_steps, self.steps - done)
+            for side in self._sides:
+                if self._state is not RunState.RUNNING:
+                    return
+                self._timed_chunk(side, steps)
+                self._notify()
+            done += steps
+
+    def _timed_chunk(self, side: _Side, steps: int) -> None:
+        sim, meter = side.sim, side.meter
+        if sim.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(sim.device)
+        meter.synchronize()
+        start = self._clock()
+        try:
+            sim.step(steps)
+        except Exception as exc:
+            if sim.options.is_baseline:
+                raise
+            message = failure_message(sim.options, exc)
+            sim.options = KernelOptions.baseline()
+            with self._lock:
+                self._messages.append(f"{side.name}: {message}")
+            start = self._clock()
+            sim.step(steps)
+        meter.synchronize()
+        seconds = self._clock() - start
+        q = sim.metrics()["q"].detach().cpu().numpy()
+        with self._lock:
+            meter.record(steps, seconds)
+            side.wall_s.append((side.wall_s[-1] if side.wall_s else 0.0) + seconds)
+            previous = side.timestep_mol[-1] if side.timestep_mol else 0.0
+            side.timestep_mol.append(previous + steps * sim.replicas)
+            side.rate.append(steps * sim.replicas / seconds if seconds > 0 else 0.0)
+            if sim.device.type == "cuda":
+                peak = torch.cuda.max_memory_allocated(sim.device) / 1e9
+                side.peak_memory_gb = max(peak, side.peak_memory_gb or 0.0)
+            side.q.append(q)

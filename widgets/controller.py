@@ -1,0 +1,453 @@
+"""Run a simulation in a background thread that the UI can start, pause, resume and stop.
+
+The controller holds no widgets. A worker thread builds the simulation from
+:class:`~workbench.runner.RunSettings`, then steps it in short timed chunks; after
+each chunk it records throughput and memory, at every save interval the metrics
+and a frame, and it calls the listeners (the panels), which throttle themselves.
+Kernel switches requested from the UI are applied between chunks. Whatever goes
+wrong in the thread ends the run in the ``error`` state with the message kept in
+the snapshot; the thread never dies silently.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from widgets.decimation import DecimatingBuffer
+from widgets.gpu_memory import gpu_memory_gb
+from widgets.kernel_switches import (
+    KernelEvent,
+    failure_message,
+    usable_options,
+    warning_message,
+)
+from widgets.snapshot import METRIC_KEYS, THROUGHPUT_KEYS, RunState, Snapshot
+from workbench.model.options import KernelOptions
+from workbench.runner import PreparedRun, RunSettings, ThroughputMeter, prepare_run
+from workbench.units import ns_per_day
+
+Listener = Callable[["SimulationController", bool], None]
+
+#: Legal user transitions: action -> states it may start from.
+TRANSITIONS = {
+    "start": (RunState.IDLE,),
+    "pause": (RunState.RUNNING,),
+    "resume": (RunState.PAUSED,),
+    "stop": (RunState.IDLE, RunState.RUNNING, RunState.PAUSED),
+}
+
+
+class InvalidTransition(RuntimeError):
+    """A start/pause/resume/stop that the current state does not allow."""
+
+
+def plan_chunk(
+    step: int,
+    remaining: int | None,
+    save_interval: int,
+    seconds_per_step: float | None,
+    chunk_seconds: float,
+) -> int:
+    """Number of steps for the next chunk.
+
+    Aims at ``chunk_seconds`` of wall time (one step while nothing is measured yet),
+    never crosses the next save boundary and never exceeds what is left.
+
+    Parameters
+    ----------
+    step : int
+        Steps done so far.
+    remaining : int or None
+        Steps left; None when running until stopped.
+    save_interval : int
+    seconds_per_step : float or None
+        Measured on the previous chunk.
+    chunk_seconds : float
+
+    Returns
+    -------
+    int
+        At least 1 (0 only when ``remaining`` is 0).
+    """
+    if seconds_per_step is None or seconds_per_step <= 0:
+        steps = 1
+    else:
+        steps = max(1, int(chunk_seconds / seconds_per_step))
+    steps = min(steps, save_interval - step % save_interval)
+    if remaining is not None:
+        steps = min(steps, remaining)
+    return steps
+
+
+class SimulationController:
+    """Owns one run and the thread that advances it.
+
+    Parameters
+    ----------
+    settings : RunSettings
+        What to simulate; ``settings.options`` are the starting kernel switches.
+    until_stopped : bool
+        Ignore ``settings.steps`` and run until :meth:`stop`.
+    prepare : callable, optional
+        ``prepare(settings) -> PreparedRun``; :func:`workbench.runner.prepare_run` by default.
+    chunk_seconds : float
+        Wall time aimed at per chunk: how quickly pause, stop and switches take effect.
+    history_points : int
+        Bound on stored metric and throughput rows (older rows are thinned).
+    frame_capacity : int
+        Bound on stored position frames.
+    clock : callable
+        Seconds, monotonic; ``time.perf_counter`` by default.
+    """
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        until_stopped: bool = False,
+        prepare: Callable[[RunSettings], PreparedRun] = prepare_run,
+        chunk_seconds: float = 0.25,
+        history_points: int = 2000,
+        frame_capacity: int = 200,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.settings = copy.deepcopy(settings)
+        self.until_stopped = bool(until_stopped)
+        self.chunk_seconds = float(chunk_seconds)
+        self._prepare = prepare
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._sim_lock = threading.Lock()
+        self._listeners: list[Listener] = []
+        self._thread: threading.Thread | None = None
+        self._state = RunState.IDLE
+        self._message = "ready"
+        self._error: str | None = None
+        self._traceback: str | None = None
+        self._notices: list[str] = []
+        self._kernel_messages: list[str] = []
+        self._display_errors: list[str] = []
+        self._pending_options: KernelOptions | None = None
+        self._watch_warnings = False
+        self._events: list[KernelEvent] = []
+        self._metrics = DecimatingBuffer(history_points)
+        self._throughput = DecimatingBuffer(history_points)
+        self._frames = DecimatingBuffer(frame_capacity)
+        self._sim = None
+        self._meter: ThroughputMeter | None = None
+        self._started_at = 0.0
+        self._seconds_per_step: float | None = None
+
+    # -- public state -------------------------------------------------------------
+    @property
+    def state(self) -> RunState:
+        """Current state."""
+        return self._state
+
+    @property
+    def simulation(self):
+        """The simulation once built (None before)."""
+        return self._sim
+
+    @property
+    def target_steps(self) -> int | None:
+        """Steps to run, or None when running until stopped."""
+        return None if self.until_stopped else int(self.settings.steps)
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(controller, forced)`` after every chunk and state change.
+
+        ``forced`` is True for state changes, which a throttled display must not skip.
+        Listeners run on the worker thread or the thread that changed the state; their
+        exceptions are recorded in the snapshot's ``display_errors``.
+        """
+        with self._lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        """Stop calling ``listener`` (no error when it is not registered)."""
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    # -- transitions --------------------------------------------------------------
+    def _transition(self, action: str, new_state: RunState, message: str) -> None:
+        with self._lock:
+            if self._state not in TRANSITIONS[action]:
+                raise InvalidTransition(f"cannot {action} a run that is {self._state.value}")
+            self._state = new_state
+            self._message = message
+            self._wake.notify_all()
+            if action == "start":
+                self._thread = threading.Thread(
+                    target=self._run, name="workbench-simulation", daemon=True
+                )
+                self._thread.start()
+        self._notify(forced=True)
+
+    def start(self) -> None:
+        """Build the simulation and start stepping it in a background thread."""
+        self._transition("start", RunState.RUNNING, f"building {self.settings.protein}…")
+
+    def pause(self) -> None:
+        """Stop stepping after the current chunk; :meth:`resume` continues."""
+        self._transition("pause", RunState.PAUSED, "paused")
+
+    def resume(self) -> None:
+        """Continue a paused run."""
+        self._transition("resume", RunState.RUNNING, "running")
+
+    def stop(self) -> None:
+        """End the run after the current chunk (nothing happens once it has ended)."""
+        if self._state in (RunState.STOPPED, RunState.ERROR):
+            return
+        self._transition("stop", RunState.STOPPED, "stopped by the user")
+
+    def wait(self, timeout: float | None = None) -> RunState:
+        """Block until the worker thread has ended (or ``timeout`` seconds); return the state."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+        return self._state
+
+    def set_options(self, options: KernelOptions) -> None:
+        """Request kernel switches; a running simulation takes them at its next chunk."""
+        options = replace(options)
+        with self._lock:
+            if self._sim is None:
+                self.settings.options = options
+            else:
+                self._pending_options = options
+
+    # -- data for the panels --------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """A consistent copy of everything the panels show."""
+        with self._lock:
+            sim = self._sim
+            meter = self._meter
+            memory, peak = gpu_memory_gb(sim.device) if sim is not None else (None, None)
+            latest = self._frames.latest
+            mean = meter.timestep_mol_per_s() if meter and meter.chunks else 0.0
+            return Snapshot(
+                state=self._state,
+                message=self._message,
+                error=self._error,
+                traceback=self._traceback,
+                notices=tuple(self._notices),
+                kernel_messages=tuple(self._kernel_messages),
+                display_errors=tuple(self._display_errors),
+                step=sim.step_count if sim is not None else 0,
+                target_steps=self.target_steps,
+                replicas=self.settings.replicas,
+                timestep_fs=self.settings.timestep_fs,
+                device=str(sim.device) if sim is not None else self.settings.device,
+                system=getattr(sim, "system", None),
+                cutoff=float(getattr(getattr(sim, "potential", None), "cutoff", 0.0)),
+                options=replace(sim.options) if sim is not None else self.settings.options,
+                metrics=self._metrics.columns(METRIC_KEYS),
+                throughput=self._throughput.columns(THROUGHPUT_KEYS),
+                events=tuple(self._events),
+                frame_steps=np.array([f[0] for f in self._frames.rows()], dtype=np.int64),
+                latest_positions=None if latest is None else latest[1],
+                frozen=tuple(sim.frozen_report()) if sim is not None else (),
+                mean_timestep_mol_per_s=mean,
+                mean_ns_per_day=ns_per_day(mean, self.settings.timestep_fs),
+                memory_gb=memory,
+                peak_memory_gb=peak,
+            )
+
+    def frames(self) -> list[tuple[int, np.ndarray]]:
+        """Recorded frames ``(step, positions [R, n, 3] float32)``, oldest first (decimated)."""
+        with self._lock:
+            return self._frames.rows()
+
+    def with_simulation(self, fn: Callable):
+        """Call ``fn(simulation)`` between chunks (so the state is not changing meanwhile)."""
+        with self._sim_lock:
+            if self._sim is None:
+                raise RuntimeError("the simulation has not been built yet")
+            return fn(self._sim)
+
+    # -- worker ---------------------------------------------------------------------
+    def _notify(self, forced: bool = False) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(self, forced)
+            except Exception as exc:  # noqa: BLE001 - a broken display must not stop the run
+                with self._lock:
+                    self._display_errors = [
+                        *self._display_errors[-4:],
+                        f"{type(exc).__name__}: {exc}",
+                    ]
+
+    def _set(self, state: RunState | None = None, message: str | None = None) -> None:
+        with self._lock:
+            if state is not None:
+                self._state = state
+            if message is not None:
+                self._message = message
+
+    def _run(self) -> None:
+        try:
+            self._build()
+            self._loop()
+        except Exception as exc:  # noqa: BLE001 - every failure is shown in the panel
+            with self._lock:
+                self._state = RunState.ERROR
+                self._error = f"{type(exc).__name__}: {exc}"
+                self._traceback = traceback.format_exc()
+                self._message = "failed"
+        finally:
+            self._notify(forced=True)
+
+    def _build(self) -> None:
+        prepared = self._prepare(self.settings)
+        sim = prepared.simulation
+        with self._lock:
+            self._notices.extend(prepared.notices)
+        with self._sim_lock:
+            requested = sim.options
+            applied, message = usable_options(requested, sim.device)
+            sim.options = applied
+            with self._lock:
+                self._sim = sim
+                self._started_at = self._clock()
+                self._meter = ThroughputMeter(sim.replicas, self.settings.timestep_fs, sim.device)
+                self._events.append(KernelEvent(sim.step_count, 0.0, requested, applied, message))
+                if message:
+                    self._kernel_messages.append(message)
+                if self._state is RunState.RUNNING:
+                    self._message = "running"
+            self._record_point(sim)
+        self._notify(forced=True)
+
+    def _loop(self) -> None:
+        sim = self._sim
+        target = self.target_steps
+        while True:
+            with self._lock:
+                while self._state is RunState.PAUSED:
+                    self._wake.wait()
+                if self._state is not RunState.RUNNING:
+                    return
+            remaining = None if target is None else target - sim.step_count
+            if remaining is not None and remaining <= 0:
+                self._set(RunState.STOPPED, f"finished {target} steps")
+                return
+            with self._sim_lock:
+                self._apply_pending_options(sim)
+                steps = plan_chunk(
+                    sim.step_count,
+                    remaining,
+                    self.settings.save_interval,
+                    self._seconds_per_step,
+                    self.chunk_seconds,
+                )
+                self._run_chunk(sim, steps)
+            self._notify()
+
+    def _apply_pending_options(self, sim) -> None:
+        with self._lock:
+            requested, self._pending_options = self._pending_options, None
+        if requested is None or requested == sim.options:
+            return
+        applied, message = usable_options(requested, sim.device)
+        self._switch(sim, requested, applied, message)
+
+    def _switch(self, sim, requested: KernelOptions, applied: KernelOptions, message) -> None:
+        sim.options = applied
+        with self._lock:
+            wall = self._clock() - self._started_at
+            self._events.append(KernelEvent(sim.step_count, wall, requested, applied, message))
+            if message:
+                self._kernel_messages.append(message)
+            self._meter = ThroughputMeter(sim.replicas, self.settings.timestep_fs, sim.device)
+            self._watch_warnings = not applied.is_baseline
+            self._seconds_per_step = None
+
+    def _run_chunk(self, sim, steps: int) -> None:
+        meter = self._meter
+        meter.synchronize()
+        start = self._clock()
+        try:
+            self._step_watching_warnings(sim, steps)
+        except Exception as exc:
+            if sim.options.is_baseline:
+                raise
+            self._switch(
+                sim, sim.options, KernelOptions.baseline(), failure_message(sim.options, exc)
+            )
+            return
+        meter.synchronize()
+        seconds = self._clock() - start
+        meter.record(steps, seconds)
+        self._seconds_per_step = seconds / steps
+        self._record_chunk(sim, steps, seconds)
+        if sim.step_count % self.settings.save_interval == 0 or sim.step_count == self.target_steps:
+            self._record_point(sim)
+
+    def _step_watching_warnings(self, sim, steps: int) -> None:
+        if not self._watch_warnings:
+            sim.step(steps)
+            return
+        self._watch_warnings = False
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sim.step(steps)
+        if caught:
+            message = warning_message(sim.options, [str(w.message) for w in caught])
+            with self._lock:
+                self._kernel_messages.append(message)
+                self._events.append(
+                    KernelEvent(
+                        sim.step_count,
+                        self._clock() - self._started_at,
+                        sim.options,
+                        sim.options,
+                        message,
+                    )
+                )
+
+    def _record_chunk(self, sim, steps: int, seconds: float) -> None:
+        rate = steps * sim.replicas / seconds if seconds > 0 else math.nan
+        memory, peak = gpu_memory_gb(sim.device)
+        row = {
+            "step": sim.step_count,
+            "wall_s": self._clock() - self._started_at,
+            "steps": steps,
+            "seconds": seconds,
+            "timestep_mol_per_s": rate,
+            "ns_per_day": ns_per_day(rate, self.settings.timestep_fs),
+            "memory_gb": math.nan if memory is None else memory,
+            "peak_memory_gb": math.nan if peak is None else peak,
+        }
+        with self._lock:
+            self._throughput.append(row)
+
+    def _record_point(self, sim) -> None:
+        metrics = {k: v.detach().cpu().numpy() for k, v in sim.metrics().items()}
+        positions = sim.positions.detach().to("cpu", torch.float32).numpy().copy()
+        row = {
+            "step": sim.step_count,
+            "time_ps": sim.step_count * self.settings.timestep_fs / 1000.0,
+            "wall_s": self._clock() - self._started_at,
+            "rmsd": metrics["rmsd"],
+            "q": metrics["q"],
+            "potential_energy": metrics["potential_energy"],
+            "temperature": metrics["temperature"],
+        }
+        with self._lock:
+            self._metrics.append(row)
+            self._frames.append((sim.step_count, positions))

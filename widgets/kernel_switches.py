@@ -1,0 +1,88 @@
+"""Kernel switches of a run: what was asked for, what could run, and when.
+
+The fused kernels need a CUDA GPU. When a requested set of switches cannot run,
+the run keeps the PyTorch reference path and the user gets one clear message,
+whether the reason is known in advance (no GPU), or the engine raises or warns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from workbench.model.options import KernelOptions
+
+
+def options_label(options: KernelOptions) -> str:
+    """Short name of a set of switches: ``"baseline"`` or the enabled techniques joined by +."""
+    enabled = options.enabled()
+    return "+".join(enabled) if enabled else "baseline"
+
+
+def usable_options(
+    options: KernelOptions, device: torch.device
+) -> tuple[KernelOptions, str | None]:
+    """The switches that can run on ``device`` and a message when they differ from the request.
+
+    Parameters
+    ----------
+    options : KernelOptions
+        Requested switches.
+    device : torch.device
+        Device of the simulation.
+
+    Returns
+    -------
+    (KernelOptions, str or None)
+        ``options`` itself, or the reference path with the reason.
+    """
+    if options.is_baseline or device.type == "cuda":
+        return options, None
+    return KernelOptions.baseline(), (
+        f"Fused kernels ({options_label(options)}) need a CUDA GPU; this run is on "
+        f"{device.type}, so it keeps the PyTorch reference path."
+    )
+
+
+def failure_message(options: KernelOptions, exc: BaseException) -> str:
+    """Message for switches the engine refused by raising ``exc``."""
+    return (
+        f"Fused kernels ({options_label(options)}) failed ({type(exc).__name__}: {exc}); "
+        "switched back to the PyTorch reference path."
+    )
+
+
+def warning_message(options: KernelOptions, messages: list[str]) -> str:
+    """Message for switches the engine accepted with warnings (it may have fallen back)."""
+    return f"Kernel switch to {options_label(options)}: engine warned: " + " | ".join(messages)
+
+
+@dataclass(frozen=True)
+class KernelEvent:
+    """One change of the kernel switches during a run.
+
+    Attributes
+    ----------
+    step : int
+        Simulation step at which the new switches took effect.
+    wall_s : float
+        Seconds since the run started.
+    requested : KernelOptions
+        What the user asked for.
+    applied : KernelOptions
+        What the simulation used from then on.
+    message : str or None
+        Why ``applied`` differs from ``requested`` (or what the engine warned).
+    """
+
+    step: int
+    wall_s: float
+    requested: KernelOptions
+    applied: KernelOptions
+    message: str | None = None
+
+    @property
+    def label(self) -> str:
+        """Name of the applied switches, for plot markers."""
+        return options_label(self.applied)

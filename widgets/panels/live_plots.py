@@ -1,0 +1,233 @@
+"""Live plots: throughput with kernel-switch markers, GPU memory, RMSD and Q per replica."""
+
+from __future__ import annotations
+
+import ipywidgets as ipw
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from widgets.panels.base import LivePanel
+from widgets.plot_style import COLORS, new_figure
+from widgets.replica_bands import BANDS, replica_band
+from widgets.snapshot import Snapshot
+
+MEAN_ONLY = -1
+
+
+def _band_traces(name: str, color: str, row_col: dict, show_legend: bool) -> list[go.Scatter]:
+    """Lower edge, upper edge (filled to the lower), mean and one selected replica."""
+    return [
+        go.Scatter(
+            name=f"{name} band",
+            mode="lines",
+            line={"width": 0},
+            showlegend=False,
+            hoverinfo="skip",
+            **row_col,
+        ),
+        go.Scatter(
+            name="replica band",
+            mode="lines",
+            line={"width": 0},
+            fill="tonexty",
+            fillcolor=COLORS["band"],
+            showlegend=show_legend,
+            **row_col,
+        ),
+        go.Scatter(
+            name="mean",
+            mode="lines+markers",
+            line={"color": color, "width": 2},
+            marker={"size": 4},
+            showlegend=show_legend,
+            **row_col,
+        ),
+        go.Scatter(
+            name="selected replica",
+            mode="lines",
+            line={"color": "#ff7f0e", "width": 1.5},
+            showlegend=show_legend,
+            **row_col,
+        ),
+    ]
+
+
+class LivePlots(LivePanel):
+    """Throughput, memory and folding metrics of the attached run, updated while it runs.
+
+    Parameters
+    ----------
+    controller : SimulationController, optional
+    font_size : int
+    width : int
+        Figure width in pixels.
+    refresh_interval : float
+        Seconds between redraws.
+    """
+
+    def __init__(
+        self,
+        controller=None,
+        font_size: int = 12,
+        width: int = 720,
+        refresh_interval: float = 0.3,
+    ):
+        super().__init__(refresh_interval=refresh_interval)
+        self.throughput_figure = new_figure(
+            "Throughput", "step", "timestep·mol/s", font_size=font_size
+        )
+        self.throughput_figure.add_scatter(
+            name="timestep·mol/s", mode="lines+markers", line={"color": COLORS["A"]}
+        )
+        self.throughput_figure.add_scatter(
+            name="ns/day", mode="lines", yaxis="y2", line={"color": "#2ca02c", "dash": "dot"}
+        )
+        self.throughput_figure.update_layout(
+            yaxis2={"title": "ns/day", "overlaying": "y", "side": "right", "showgrid": False}
+        )
+        self.memory_figure = new_figure("GPU memory", "step", "GB", height=220, font_size=font_size)
+        self.memory_figure.add_scatter(name="allocated", mode="lines+markers")
+        self.memory_figure.add_scatter(name="peak", mode="lines", line={"dash": "dash"})
+        self.folding_figure = self._folding_figure(font_size)
+        self.band = ipw.Dropdown(
+            options=BANDS, value=BANDS[0], description="band", layout={"width": "180px"}
+        )
+        self.replica = ipw.Dropdown(
+            options=[("mean only", MEAN_ONLY)],
+            value=MEAN_ONLY,
+            description="replica",
+            layout={"width": "200px"},
+        )
+        self.band.observe(lambda _: self.refresh(), names="value")
+        self.replica.observe(lambda _: self.refresh(), names="value")
+        for figure in self.figures().values():
+            figure.update_layout(width=width)
+        self.set_body(
+            self.throughput_figure,
+            self.memory_figure,
+            ipw.HBox([self.band, self.replica]),
+            self.folding_figure,
+        )
+        if controller is not None:
+            self.attach(controller)
+
+    @staticmethod
+    def _folding_figure(font_size: int) -> go.FigureWidget:
+        layout = make_subplots(rows=1, cols=2, subplot_titles=("RMSD (Å)", "Q"))
+        figure = go.FigureWidget(layout)
+        for trace in _band_traces("rmsd", COLORS["A"], {"xaxis": "x", "yaxis": "y"}, True):
+            figure.add_trace(trace)
+        for trace in _band_traces("q", COLORS["A"], {"xaxis": "x2", "yaxis": "y2"}, False):
+            figure.add_trace(trace)
+        figure.update_layout(
+            height=280,
+            font={"size": font_size},
+            template="plotly_white",
+            uirevision="keep",
+            margin={"l": 60, "r": 30, "t": 40 + font_size, "b": 40 + font_size},
+            legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.1, "yanchor": "bottom"},
+        )
+        figure.update_xaxes(title_text="time (ps)")
+        figure.update_yaxes(range=[0, 1.05], row=1, col=2)
+        return figure
+
+    def figures(self) -> dict[str, go.FigureWidget]:
+        """The figures by file name (for export)."""
+        return {
+            "throughput": self.throughput_figure,
+            "memory": self.memory_figure,
+            "rmsd_q": self.folding_figure,
+        }
+
+    def update(self, snapshot: Snapshot) -> None:
+        """Redraw all figures from ``snapshot``."""
+        self._update_replica_choices(snapshot.replicas)
+        self._draw_throughput(snapshot)
+        self._draw_memory(snapshot)
+        self._draw_folding(snapshot)
+
+    def _update_replica_choices(self, replicas: int) -> None:
+        if len(self.replica.options) == replicas + 1:
+            return
+        choices = [("mean only", MEAN_ONLY)] + [(f"replica {r}", r) for r in range(replicas)]
+        value = self.replica.value if self.replica.value < replicas else MEAN_ONLY
+        self.replica.options = choices
+        self.replica.value = value
+
+    def _draw_throughput(self, snapshot: Snapshot) -> None:
+        columns = snapshot.throughput
+        figure = self.throughput_figure
+        markers = [event for event in snapshot.events if event.step > 0]
+        with figure.batch_update():
+            figure.data[0].x = columns["step"]
+            figure.data[0].y = columns["timestep_mol_per_s"]
+            figure.data[1].x = columns["step"]
+            figure.data[1].y = columns["ns_per_day"]
+            figure.layout.shapes = [
+                {
+                    "type": "line",
+                    "xref": "x",
+                    "yref": "paper",
+                    "x0": e.step,
+                    "x1": e.step,
+                    "y0": 0,
+                    "y1": 1,
+                    "line": {"color": "#9467bd", "dash": "dash", "width": 2},
+                }
+                for e in markers
+            ]
+            figure.layout.annotations = [
+                {
+                    "x": e.step,
+                    "y": 1,
+                    "xref": "x",
+                    "yref": "paper",
+                    "text": e.label,
+                    "showarrow": False,
+                    "xanchor": "left",
+                    "yanchor": "top",
+                    "textangle": -90,
+                    "font": {"color": "#9467bd"},
+                }
+                for e in markers
+            ]
+            figure.layout.title.text = (
+                f"Throughput: {snapshot.mean_timestep_mol_per_s:,.0f} timestep·mol/s, "
+                f"{snapshot.mean_ns_per_day:.3g} ns/day ({snapshot.device or 'device'})"
+            )
+
+    def _draw_memory(self, snapshot: Snapshot) -> None:
+        columns = snapshot.throughput
+        figure = self.memory_figure
+        on_gpu = snapshot.memory_gb is not None
+        with figure.batch_update():
+            figure.data[0].x = columns["step"]
+            figure.data[0].y = columns["memory_gb"]
+            figure.data[1].x = columns["step"]
+            figure.data[1].y = columns["peak_memory_gb"]
+            if on_gpu:
+                figure.layout.title.text = (
+                    f"GPU memory: {snapshot.memory_gb:.2f} GB now, "
+                    f"peak {snapshot.peak_memory_gb:.2f} GB"
+                )
+            else:
+                figure.layout.title.text = "GPU memory: none in use (CPU run)"
+
+    def _draw_folding(self, snapshot: Snapshot) -> None:
+        metrics = snapshot.metrics
+        figure = self.folding_figure
+        if snapshot.points == 0:
+            return
+        time_ps = metrics["time_ps"]
+        replica = self.replica.value
+        with figure.batch_update():
+            for offset, key in ((0, "rmsd"), (4, "q")):
+                values = metrics[key]
+                mean, lower, upper = replica_band(values, self.band.value)
+                for index, y in enumerate((lower, upper, mean)):
+                    figure.data[offset + index].x = time_ps
+                    figure.data[offset + index].y = y
+                selected = figure.data[offset + 3]
+                selected.x = time_ps if replica != MEAN_ONLY else np.empty(0)
+                selected.y = values[:, replica] if replica != MEAN_ONLY else np.empty(0)

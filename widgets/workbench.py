@@ -1,0 +1,105 @@
+"""The workbench: every panel in one view, all following the run started last."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import ipywidgets as ipw
+
+from widgets.controller import SimulationController
+from widgets.modes import default_settings, short_mode
+from widgets.panels.adjacency import AdjacencyPanel
+from widgets.panels.compare import ComparePanel
+from widgets.panels.export import ExportPanel
+from widgets.panels.kernels import KernelsPanel
+from widgets.panels.launch import LaunchPanel
+from widgets.panels.live_plots import LivePlots
+from widgets.panels.structure3d import Structure3D
+from workbench.runner import PreparedRun, RunSettings, prepare_run
+from workbench.system import build_system
+
+
+class Workbench(ipw.VBox):
+    """Launch, watch and compare simulations.
+
+    Layout: Launch and Kernels on top; the live plots beside the 3-D structure;
+    Adjacency, Compare and Export in tabs below.
+
+    Parameters
+    ----------
+    settings : RunSettings, optional
+        Initial launch settings; :func:`widgets.modes.default_settings` by default
+        (short runs on a CPU or with ``WORKBENCH_SHORT=1``).
+    until_stopped : bool
+        Start with "run until stopped" ticked.
+    font_size : int
+        Figure font size (raise it for a talk).
+    prepare : callable, optional
+        ``prepare(settings) -> PreparedRun`` for new runs (tests pass a fake engine).
+    """
+
+    def __init__(
+        self,
+        settings: RunSettings | None = None,
+        until_stopped: bool = False,
+        font_size: int = 12,
+        prepare: Callable[[RunSettings], PreparedRun] = prepare_run,
+    ):
+        settings = settings or default_settings()
+        self.kernels = KernelsPanel(options=settings.options)
+        self.launch = LaunchPanel(
+            settings,
+            until_stopped=until_stopped,
+            options_source=lambda: self.kernels.options,
+            prepare=prepare,
+        )
+        self.plots = LivePlots(font_size=font_size)
+        self.structure = Structure3D(system=build_system(settings.protein, settings.mapping))
+        self.adjacency = AdjacencyPanel(font_size=font_size)
+        self.compare = ComparePanel(settings_source=self.launch.settings, font_size=font_size)
+        self.export = ExportPanel(figures_source=self.figures)
+        self.launch.on_new_run(self._follow)
+        self.launch.protein.observe(self._preview_protein, names="value")
+        tabs = ipw.Tab(children=[self.adjacency, self.compare, self.export])
+        for index, title in enumerate(("Adjacency", "Compare", "Export")):
+            tabs.set_title(index, title)
+        mode = "short mode (CPU or WORKBENCH_SHORT=1)" if short_mode() else "full length"
+        super().__init__(
+            children=[
+                ipw.HTML(f"<h3 style='margin:4px 0'>CG workbench</h3><i>{mode}</i>"),
+                ipw.HBox([self.launch, self.kernels]),
+                ipw.HBox([self.plots, ipw.Box([self.structure], layout={"flex": "1 1 320px"})]),
+                tabs,
+            ]
+        )
+
+    @property
+    def controller(self) -> SimulationController | None:
+        """The run started last (None before the first Start)."""
+        return self.launch.controller
+
+    def start(self) -> SimulationController | None:
+        """Press Start: a new run from the Launch fields (see :meth:`LaunchPanel.start`)."""
+        return self.launch.start()
+
+    def figures(self) -> dict:
+        """Every figure by file name (live plots, adjacency and race)."""
+        return {
+            **self.plots.figures(),
+            "adjacency": self.adjacency.heatmap,
+            "edge_counts": self.adjacency.counts,
+            **self.compare.figures(),
+        }
+
+    def _follow(self, controller: SimulationController) -> None:
+        for panel in (self.kernels, self.plots, self.structure, self.adjacency, self.export):
+            panel.attach(controller)
+
+    def _preview_protein(self, change) -> None:
+        if self.controller is not None and self.controller.state.active:
+            return
+        try:
+            system = build_system(change["new"], self.launch.initial.mapping)
+        except Exception:  # noqa: BLE001 - the upload handler already reported it
+            return
+        self.structure.show_system(system)
