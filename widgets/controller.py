@@ -248,7 +248,7 @@ class SimulationController:
                 display_errors=tuple(self._display_errors),
                 step=sim.step_count if sim is not None else 0,
                 target_steps=self.target_steps,
-                replicas=self.settings.replicas,
+                replicas=sim.replicas if sim is not None else self.settings.replicas,
                 timestep_fs=self.settings.timestep_fs,
                 device=str(sim.device) if sim is not None else self.settings.device,
                 system=getattr(sim, "system", None),

@@ -1,0 +1,107 @@
+"""A fake engine for the widget tests: the controller's contract without the physics."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from workbench.model.options import KernelOptions
+from workbench.runner import PreparedRun, RunSettings
+
+
+class FakeSimulation:
+    """Steps instantly (or slowly), records the options of every step, can raise or warn.
+
+    Parameters
+    ----------
+    replicas, beads : int
+    step_seconds : float
+        Sleep per step.
+    fail_at : int, optional
+        Step count at which ``step`` raises RuntimeError.
+    refuse_fused : bool
+        Raise when asked to step with non-baseline options.
+    warn_fused : bool
+        Warn when stepping with non-baseline options.
+    """
+
+    def __init__(
+        self,
+        replicas=2,
+        beads=5,
+        step_seconds=0.0,
+        fail_at=None,
+        refuse_fused=False,
+        warn_fused=False,
+    ):
+        self.replicas = replicas
+        self.device = torch.device("cpu")
+        self.options = KernelOptions()
+        self.step_count = 0
+        self.positions = torch.arange(replicas * beads * 3, dtype=torch.float32).reshape(
+            replicas, beads, 3
+        )
+        self.potential = SimpleNamespace(cutoff=10.0)
+        self.graph = None
+        self.step_seconds = step_seconds
+        self.fail_at = fail_at
+        self.refuse_fused = refuse_fused
+        self.warn_fused = warn_fused
+        self.options_seen: list[KernelOptions] = []
+
+    def step(self, steps=1):
+        for _ in range(steps):
+            if self.fail_at is not None and self.step_count == self.fail_at:
+                raise RuntimeError("engine exploded")
+            if not self.options.is_baseline and self.refuse_fused:
+                raise RuntimeError("no fused kernel for this device")
+            if not self.options.is_baseline and self.warn_fused:
+                warnings.warn("fused kernel unavailable, using reference", stacklevel=2)
+            if self.step_seconds:
+                time.sleep(self.step_seconds)
+            self.step_count += 1
+            self.options_seen.append(replace(self.options))
+
+    def metrics(self):
+        r = self.replicas
+        ramp = torch.linspace(0.0, 1.0, r)
+        return {
+            "rmsd": 0.1 * self.step_count + ramp,
+            "q": torch.clamp(1.0 - 0.01 * self.step_count - 0.1 * ramp, 0, 1),
+            "potential_energy": torch.zeros(r),
+            "kinetic_energy": torch.zeros(r),
+            "temperature": torch.full((r,), 300.0),
+            "frozen": torch.zeros(r, dtype=torch.bool),
+        }
+
+    def frozen_report(self):
+        return []
+
+
+@pytest.fixture
+def fake_run():
+    """``make(**kwargs) -> (prepare, sim)``: a prepare function returning a FakeSimulation."""
+
+    def make(**kwargs):
+        sim = FakeSimulation(**kwargs)
+
+        def prepare(settings: RunSettings) -> PreparedRun:
+            sim.options = settings.options
+            return PreparedRun(settings, None, sim, ["fake engine"])
+
+        return prepare, sim
+
+    return make
+
+
+@pytest.fixture
+def gpu_like(monkeypatch):
+    """Pretend the fused path can run (as on a GPU) so switches reach the simulation."""
+    monkeypatch.setattr(
+        "widgets.controller.usable_options", lambda options, device: (options, None)
+    )

@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+import torch
+
+from widgets.adjacency_frames import ADDED, KEPT, REMOVED, diff_codes, edge_counts, frame_adjacency
+from widgets.kernel_switches import options_label, usable_options
+from widgets.modes import default_settings, short_mode
+from widgets.replica_bands import replica_band
+from workbench.model.options import KernelOptions
+from workbench.system import build_system
+
+
+def test_replica_band_min_max_and_std():
+    values = np.array([[1.0, 3.0], [2.0, 6.0]])
+    mean, low, high = replica_band(values)
+    assert np.allclose(mean, [2, 4]) and np.allclose(low, [1, 2]) and np.allclose(high, [3, 6])
+    mean, low, high = replica_band(values, "±std")
+    assert np.allclose(high - mean, [1, 2])
+    assert replica_band(np.empty((0, 3)))[0].shape == (0,)
+    with pytest.raises(ValueError):
+        replica_band(values, "iqr")
+
+
+def test_adjacency_of_frames_and_their_difference():
+    system = build_system("cln025")
+    native = system.native_positions.numpy()
+    stretched = native * 1.5
+    frames = np.stack([native, stretched])
+    bead = frame_adjacency(frames, system, 10.0)
+    residue = frame_adjacency(frames, system, 10.0, level="residue")
+    assert bead.shape == (2, system.n_beads, system.n_beads)
+    assert residue.shape == (2, system.n_residues, system.n_residues)
+    counts = edge_counts(bead)
+    assert counts[1] < counts[0]
+    codes = diff_codes(bead[0], bead[1])
+    assert (codes == REMOVED).sum() == counts[0] - counts[1] and (codes == ADDED).sum() == 0
+    assert (codes == KEPT).sum() == counts[1]
+
+
+def test_switches_fall_back_off_the_gpu():
+    cpu = torch.device("cpu")
+    assert usable_options(KernelOptions(), cpu) == (KernelOptions(), None)
+    applied, message = usable_options(KernelOptions(fused_update=True), cpu)
+    assert applied.is_baseline and "fused_update" in message and "CUDA" in message
+    assert options_label(KernelOptions.all_on("fp16")).endswith("mlp_fp16")
+
+
+def test_short_mode_follows_the_environment(monkeypatch):
+    monkeypatch.setenv("WORKBENCH_SHORT", "1")
+    assert short_mode() and default_settings().replicas <= 4
+    monkeypatch.setenv("WORKBENCH_SHORT", "0")
+    assert not short_mode() and default_settings().replicas == 64
+    first, second = default_settings(short=True), default_settings(short=True)
+    assert first.neighbors is not second.neighbors
