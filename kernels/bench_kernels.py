@@ -38,6 +38,15 @@ __all__ = ["make_benchmark_graph", "make_schnet_weights", "pack_schnet", "schnet
            "energy_and_forces", "sweep_cfconv", "main"]
 
 
+def benchmark_setup(beads: int, replicas: int):
+    """Device (CUDA, else the interpreter on CPU) and benchmark graph; prints the versions."""
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    gpu = torch.cuda.get_device_name() if dev == "cuda" else "none (interpreter smoke run)"
+    print(f"GPU {gpu}  torch {torch.__version__}  triton {__import__('triton').__version__}")
+    return dev, make_benchmark_graph(beads, replicas, device=dev)
+
+
 def make_benchmark_graph(beads=269, replicas=64, cutoff=10.0, degree=68.0, device="cuda",
                          seed=0):
     """Random globules (one per replica) and their cutoff graph, sorted by dst.
@@ -198,11 +207,7 @@ def main(argv=None):
     ap.add_argument("--features", type=int, default=128, help="F = H")
     ap.add_argument("--sweep", action="store_true", help="only sweep cfconv kernel configs")
     args = ap.parse_args(argv)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.backends.cuda.matmul.allow_tf32 = False
-    gpu = torch.cuda.get_device_name() if dev == "cuda" else "none (interpreter smoke run)"
-    print(f"GPU {gpu}  torch {torch.__version__}  triton {__import__('triton').__version__}")
-    graph = make_benchmark_graph(args.beads, args.replicas, device=dev)
+    dev, graph = benchmark_setup(args.beads, args.replicas)
     pos, src, dst, n = graph["pos"], graph["src"], graph["dst"], graph["num_nodes"]
     E = src.numel()
     print(f"nodes {n}  edges {E}  ({E / args.replicas:.0f} per replica, "

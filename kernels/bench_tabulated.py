@@ -20,7 +20,7 @@ import importlib
 import torch
 
 from kernels import build_csr, cfconv, pack_filter
-from kernels.bench_kernels import _bench, _rel, make_benchmark_graph, make_schnet_weights
+from kernels.bench_kernels import _bench, _rel, benchmark_setup, make_schnet_weights
 from kernels.cfconv import cfconv_reference
 from kernels.radial_basis import radial_reference_terms
 from kernels.tabulated import (
@@ -62,11 +62,7 @@ def main(argv=None):
     ap.add_argument("--replicas", type=int, default=64)
     ap.add_argument("--points", default="501,1001,2001", help="table sizes G for accuracy")
     args = ap.parse_args(argv)
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.backends.cuda.matmul.allow_tf32 = False
-    gpu = torch.cuda.get_device_name() if dev == "cuda" else "none (interpreter smoke run)"
-    print(f"GPU {gpu}  torch {torch.__version__}  triton {__import__('triton').__version__}")
-    graph = make_benchmark_graph(args.beads, args.replicas, device=dev)
+    dev, graph = benchmark_setup(args.beads, args.replicas)
     pos, src, dst, n = graph["pos"], graph["src"], graph["dst"], graph["num_nodes"]
     csr = build_csr(src, dst, n)
     print(f"nodes {n}  edges {src.numel()}  ({src.numel() / n:.1f} per node)")

@@ -66,3 +66,14 @@ def rel_err(a, b) -> float:
     """``|a - b| / |b|`` in float64."""
     a, b = a.detach().double(), b.detach().double()
     return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+def central_differences(energy, pos: torch.Tensor, h: float = 1e-5) -> torch.Tensor:
+    """Central finite differences of a scalar ``energy(pos)`` w.r.t. every coordinate."""
+    fd = torch.zeros_like(pos)
+    for idx in range(pos.numel()):
+        step = torch.zeros_like(pos).view(-1)
+        step[idx] = h
+        step = step.view_as(pos)
+        fd.view(-1)[idx] = (energy(pos + step) - energy(pos - step)) / (2 * h)
+    return fd

@@ -207,13 +207,15 @@ def fused_node_energies(
     packed = packed_weights(schnet, precision)
     sixteen = precision != "fp32"
     src, dst, csr = real_edge_graph(schnet, pos, graph)
-    n = graph.num_nodes
-    safe_src = torch.where(src < n, src, 0)
-    safe_dst = torch.where(dst < n, dst, 0)
-
     tables = filter_tables(schnet, packed, pos.device) if options.tabulated_filter else None
+    n = graph.num_nodes
+    materialised = tables is None and not options.fused_message_passing
+    if materialised:  # only the edge-tensor paths gather with these indices
+        safe_src = torch.where(src < n, src, 0)
+        safe_dst = torch.where(dst < n, dst, 0)
+
     rbf = env = None
-    if tables is None and not options.fused_message_passing:
+    if materialised:
         if options.fused_radial_basis:
             _, rbf, env = radial_basis(pos, src, dst, csr, packed.spec)
         else:
