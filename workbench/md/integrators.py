@@ -103,15 +103,40 @@ class LangevinIntegrator(Integrator):
             raise ValueError(f"friction must be non-negative, got {friction} 1/ps")
         self.friction = float(friction)
         self.temperature = as_temperatures(temperature)
+        self._kt: torch.Tensor | None = None
+
+    def set_temperature(self, temperature: float | Sequence[float] | torch.Tensor) -> None:
+        """Change the bath temperature(s) between steps (K, scalar or one per replica).
+
+        The device copy used by :meth:`step` is updated in place, so a captured CUDA
+        graph sees the new values at its next replay.
+        """
+        new = as_temperatures(temperature)
+        if self._kt is not None and new.numel() not in (1, self._kt.numel()):
+            raise ValueError(
+                f"{new.numel()} temperatures given for {self._kt.numel()} replicas"
+            )
+        self.temperature = new
+        if self._kt is not None:
+            self._kt.copy_((KB * new).to(self._kt.dtype).expand(self._kt.numel()))
+
+    def thermal_energy(self, replicas: int, device, dtype) -> torch.Tensor:
+        """k_B T per replica in kcal/mol, shape (R,), kept on ``device`` between steps."""
+        kt = self._kt
+        if kt is None or kt.device != torch.device(device) or kt.dtype != dtype \
+                or kt.numel() != replicas:
+            t = self.temperature
+            t = t.expand(replicas) if t.numel() == 1 else t
+            if t.numel() != replicas:
+                raise ValueError(f"{t.numel()} temperatures given for {replicas} replicas")
+            kt = self._kt = (KB * t).to(device=device, dtype=dtype).contiguous()
+        return kt
 
     def thermal_velocity_scale(
         self, inv_mass: torch.Tensor, replicas: int, device, dtype
     ) -> torch.Tensor:
         """√(k_B T / m) in Å/ps, shape (R, n, 1)."""
-        kt = (KB * self.temperature).to(device=device, dtype=dtype)
-        kt = kt.expand(replicas) if kt.numel() == 1 else kt
-        if kt.numel() != replicas:
-            raise ValueError(f"{kt.numel()} temperatures given for {replicas} replicas")
+        kt = self.thermal_energy(replicas, device, dtype)
         return torch.sqrt(kt[:, None, None] * inv_mass[None])
 
     def step(self, pos, vel, forces, inv_mass, force_fn, generator):
