@@ -102,6 +102,35 @@ def profile_table(sim, steps: int = 5, rows: int = 15) -> str:
     return prof.key_averages().table(sort_by=sort, row_limit=rows)
 
 
+#: Host calls that put work on the GPU (kernels, graphs, copies, fills).
+LAUNCH_CALLS = frozenset({
+    "cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+    "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync",
+})
+
+
+def launches_per_step(sim, steps: int = 20) -> dict[str, float]:
+    """Host launch calls and device kernels per MD step, counted by torch.profiler.
+
+    A captured step shows about one ``cudaGraphLaunch`` per step (plus the copies in
+    and out of the chunk), however many kernels run inside the graph.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    sim.step(1)  # capture (if on) outside the window
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        sim.step(steps)
+        _sync(sim.device)
+    events = prof.events()
+    host = sum(1 for e in events if e.name in LAUNCH_CALLS)
+    kernels = sum(
+        1 for e in events
+        if e.device_type == torch.autograd.DeviceType.CUDA and "memcpy" not in e.name.lower()
+        and "memset" not in e.name.lower()
+    )
+    return {"host_launches_per_step": host / steps, "kernels_per_step": kernels / steps}
+
+
 def run_case(
     case: BenchCase,
     device: str = "auto",
@@ -151,6 +180,8 @@ def run_case(
         "edges_per_replica": _edges_within_cutoff(sim) / case.replicas,
         "frozen_replicas": len(sim.frozen_report()),
     }
+    if dev.type == "cuda":
+        record["launches"] = launches_per_step(sim)
     if breakdown:
         record["breakdown"] = step_breakdown(sim)
     if profile:
@@ -192,15 +223,21 @@ def markdown_table(records: list[dict]) -> str:
     """Markdown table of benchmark records."""
     head = (
         "| protein | beads | replicas | config | timestep·mol/s | ns/day | peak GB | "
-        "edges/replica |\n|---|---|---|---|---|---|---|---|"
+        "edges/replica | launches/step (host, kernels) |\n|---|---|---|---|---|---|---|---|---|"
     )
     rows = []
     for r in records:
         peak = "–" if r["peak_memory_gb"] is None else f"{r['peak_memory_gb']:.2f}"
         edges = "–" if r["edges_per_replica"] is None else f"{r['edges_per_replica']:,.0f}"
+        launches = r.get("launches")
+        launches = (
+            f"{launches['host_launches_per_step']:,.1f}, {launches['kernels_per_step']:,.0f}"
+            if launches else "–"
+        )
         rows.append(
             f"| {r['protein']} | {r['beads']} | {r['replicas']} | {r['label']} | "
-            f"{r['timestep_mol_per_s']:,.0f} | {r['ns_per_day']:,.1f} | {peak} | {edges} |"
+            f"{r['timestep_mol_per_s']:,.0f} | {r['ns_per_day']:,.1f} | {peak} | {edges} | "
+            f"{launches} |"
         )
     return "\n".join([head, *rows])
 

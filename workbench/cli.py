@@ -27,6 +27,8 @@ KERNEL_PRESETS = {
     "baseline": KernelOptions.baseline,
     "all": KernelOptions.all_on,
     "all+tables": lambda: KernelOptions.all_on(tabulated_filter=True),
+    "all+graph": lambda: KernelOptions.all_on(cuda_graph=True),
+    "all+tables+graph": lambda: KernelOptions.all_on(tabulated_filter=True, cuda_graph=True),
 }
 FOLDED_Q = 0.8
 
@@ -109,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--replicas", default="64", help="comma list: a replica sweep")
     bench.add_argument(
         "--configs", default="baseline",
-        help="comma list of presets (baseline, all, all+tables) or single techniques, "
+        help="comma list of presets (baseline, all, all+tables, all+graph, all+tables+graph) "
+        "or single techniques, "
         "each optionally with -fp16 or -bf16 (e.g. all+tables-fp16)",
     )
     bench.add_argument("--steps", type=int, default=200, help="timed steps per window")

@@ -215,3 +215,31 @@ def test_bad_settings(kwargs, message):
 def test_wrong_position_shape():
     with pytest.raises(ValueError, match=r"shape \(R, 5, 3\), got \(2, 4, 3\)"):
         NeighborList(5, CUTOFF).update(torch.zeros(2, 4, 3))
+
+
+# -- static-shape lists (what a captured step rebuilds every step) ------------------------
+@pytest.mark.parametrize("max_block", [1 << 23, 2 * 30 * 30])  # one chunk; two replicas each
+def test_static_graph_holds_the_edges_in_build_order(max_block):
+    pos = random_cloud(replicas=4, n=30, box=12.0, seed=3)
+    nl = NeighborList(30, CUTOFF, skin=1.0, max_block=max_block)
+    slots = nl.slots_needed(pos) + 7
+    graph, needed = nl.static_graph(pos, slots, margin=0.0)
+    assert graph.num_edges == 4 * slots and graph.num_nodes == 120
+    assert int(needed) <= slots
+    check_layout(graph, 30)
+    assert edge_set(graph) == brute_force_edges(pos, CUTOFF)
+    padding = ~graph.valid
+    assert bool((graph.src[padding] == 120).all() and (graph.dst[padding] == 120).all())
+    exact = nl.update(pos, exact=True)  # real edges in the same relative order
+    assert torch.equal(graph.src[graph.valid], exact.src)
+    assert torch.equal(graph.dst[graph.valid], exact.dst)
+
+
+def test_static_graph_reports_what_it_needed_when_too_small():
+    pos = random_cloud(replicas=2, n=30, box=12.0, seed=4)
+    nl = NeighborList(30, CUTOFF)
+    per_replica = [len(brute_force_edges(pos[r : r + 1], CUTOFF)) for r in range(2)]
+    assert nl.slots_needed(pos, margin=0.0) == max(per_replica)
+    graph, needed = nl.static_graph(pos, 10, margin=0.0)
+    assert graph.num_edges == 20  # never grows on its own: the caller redoes the step
+    assert int(needed) == -(-sum(per_replica) // 2) > 10

@@ -21,7 +21,9 @@ from pathlib import Path
 import torch
 
 from workbench.analysis import fraction_native_contacts, rmsd
+from workbench.md.captured_steps import CapturedSteps, DynamicState, captured_steps_problem
 from workbench.md.integrators import Integrator, maxwell_boltzmann
+from workbench.model.fused_schnet import warn_fallback_once
 from workbench.model.io import atomic_save
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
@@ -130,6 +132,7 @@ class Simulation:
         self.inv_mass = (KCAL_TO_AMU_A2_PS2 / self.system.masses.float())[:, None]
         self.neighbor_list = self._make_neighbor_list()
         self.graph: Graph | None = None
+        self._captured: CapturedSteps | None = None
 
         pos = self._initial_positions(positions)
         temperature = getattr(integrator, "temperature", torch.tensor([300.0]))
@@ -191,10 +194,6 @@ class Simulation:
         self.graph = self._graph_for(pos)
         return self.potential.energy_and_forces(pos, self.graph, self.options)
 
-    def _force_fn(self, pos: torch.Tensor) -> torch.Tensor:
-        self.energy, forces = self._evaluate(pos)
-        return forces
-
     # -- stepping -----------------------------------------------------------------
     def _blown_up(self, pos: torch.Tensor, forces: torch.Tensor) -> torch.Tensor:
         """Replicas that left the safe region, shape (R,) bool (no host sync)."""
@@ -204,25 +203,90 @@ class Simulation:
         too_wide = torch.linalg.vector_norm(centred, dim=-1).amax(1) > self.limits.max_extent
         return ~finite | too_strong | too_wide
 
+    @property
+    def state(self) -> DynamicState:
+        """The dynamic state (positions, velocities, forces, energy, frozen flags)."""
+        return DynamicState(
+            self.positions, self.velocities, self.forces, self.energy,
+            self.frozen, self.frozen_step,
+        )
+
+    def _set_state(self, state: DynamicState) -> None:
+        (self.positions, self.velocities, self.forces, self.energy,
+         self.frozen, self.frozen_step) = state
+
+    def integrate(self, state: DynamicState, next_step, evaluate) -> DynamicState:
+        """One integrator step of ``state`` with per-replica blow-up freezing.
+
+        Parameters
+        ----------
+        state : DynamicState
+        next_step : int or torch.Tensor
+            Number of the step being taken (recorded for replicas frozen by it).
+        evaluate : callable
+            ``evaluate(pos) -> (energy (R,), forces (R, n, 3))``.
+
+        Returns
+        -------
+        DynamicState
+            Frozen replicas keep their old values. No host synchronisation.
+        """
+        energy = []
+
+        def force_fn(pos):
+            e, f = evaluate(pos)
+            energy.append(e)
+            return f
+
+        pos, vel, forces = self.integrator.step(
+            state.positions, state.velocities, state.forces, self.inv_mass, force_fn,
+            self.generator,
+        )
+        bad = self._blown_up(pos, forces) & ~state.frozen
+        frozen = state.frozen | bad
+        keep = frozen[:, None, None]
+        return DynamicState(
+            torch.where(keep, state.positions, pos),
+            torch.where(keep, state.velocities, vel),
+            torch.where(keep, state.forces, forces),
+            torch.where(frozen, state.energy, energy[-1]),
+            frozen,
+            torch.where(bad, next_step, state.frozen_step),
+        )
+
+    def _uses_cuda_graph(self) -> bool:
+        if not self.options.cuda_graph:
+            return False
+        problem = captured_steps_problem(self)
+        if problem is not None:
+            warn_fallback_once(f"CUDA graphs off: {problem}")
+            return False
+        return True
+
+    def _steps_to_next_report(self) -> int | None:
+        gaps = [r.interval - self.step_count % r.interval for r in self.reporters]
+        return min(gaps) if gaps else None
+
     def step(self, steps: int = 1) -> None:
-        """Advance every live replica by ``steps`` integrator steps, calling reporters."""
+        """Advance every live replica by ``steps`` integrator steps, calling reporters.
+
+        With ``options.cuda_graph`` on (and a CUDA device), whole steps run as a
+        captured CUDA graph in chunks between reporter calls; otherwise eagerly.
+        """
         if steps < 0:
             raise ValueError(f"number of steps must be non-negative, got {steps}")
-        for _ in range(int(steps)):
-            old = (self.positions, self.velocities, self.forces, self.energy)
-            pos, vel, forces = self.integrator.step(
-                self.positions, self.velocities, self.forces, self.inv_mass,
-                self._force_fn, self.generator,
-            )
-            bad = self._blown_up(pos, forces) & ~self.frozen
-            self.frozen_step = torch.where(bad, self.step_count + 1, self.frozen_step)
-            self.frozen = self.frozen | bad
-            keep = self.frozen[:, None, None]
-            self.positions = torch.where(keep, old[0], pos)
-            self.velocities = torch.where(keep, old[1], vel)
-            self.forces = torch.where(keep, old[2], forces)
-            self.energy = torch.where(self.frozen, old[3], self.energy)
-            self.step_count += 1
+        remaining = int(steps)
+        while remaining > 0:
+            chunk = min(remaining, self._steps_to_next_report() or remaining)
+            if self._uses_cuda_graph():
+                if self._captured is None:
+                    self._captured = CapturedSteps(self)
+                self._captured.advance(chunk)
+            else:
+                for _ in range(chunk):
+                    self._set_state(self.integrate(self.state, self.step_count + 1, self._evaluate))
+                    self.step_count += 1
+            remaining -= chunk
             for reporter in self.reporters:
                 if self.step_count % reporter.interval == 0:
                     reporter.report(self)

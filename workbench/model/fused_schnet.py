@@ -93,16 +93,18 @@ class PackedWeights:
     tables: list | None = None
 
 
-def _weights_key(schnet, precision: str) -> tuple:
-    params = tuple((p.data_ptr(), p._version) for p in schnet.parameters())
-    return (precision, params)
+def weights_key(module: torch.nn.Module) -> tuple:
+    """Identity and version of every parameter and buffer: changes when any is replaced
+    or modified in place."""
+    tensors = (*module.parameters(), *module.buffers())
+    return tuple((t.data_ptr(), t._version) for t in tensors)
 
 
 def packed_weights(schnet, precision: str) -> PackedWeights:
     """Packed weights, cached on the module until a parameter changes."""
     from kernels import pack_filter, pack_linear
 
-    key = _weights_key(schnet, precision)
+    key = (precision, weights_key(schnet))
     cached = getattr(schnet, "_packed_weights", None)
     if cached is not None and cached.key == key:
         return cached

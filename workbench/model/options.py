@@ -34,6 +34,9 @@ class KernelOptions:
         Read each block's filter ``W(d) = MLP(basis(d))·C(d)`` from a cubic Hermite
         table built from the loaded weights, instead of evaluating the MLP per edge
         (replaces the fused message-passing kernel; needs no filter MLP at all).
+    cuda_graph : bool
+        Capture a whole MD step (neighbour list rebuilt with static shapes, forces,
+        integrator) as a CUDA graph and replay it (CUDA devices only).
     """
 
     fused_radial_basis: bool = False
@@ -42,6 +45,7 @@ class KernelOptions:
     fused_update: bool = False
     mlp_precision: str = "fp32"
     tabulated_filter: bool = False
+    cuda_graph: bool = False
 
     def __post_init__(self):
         if self.mlp_precision not in PRECISIONS:
@@ -55,9 +59,11 @@ class KernelOptions:
         return cls()
 
     @classmethod
-    def all_on(cls, mlp_precision: str = "fp32", tabulated_filter: bool = False) -> KernelOptions:
-        """Every fused technique of the flash engine on (tables optional)."""
-        return cls(True, True, True, True, mlp_precision, tabulated_filter)
+    def all_on(
+        cls, mlp_precision: str = "fp32", tabulated_filter: bool = False, cuda_graph: bool = False
+    ) -> KernelOptions:
+        """Every fused technique of the flash engine on (tables and graphs optional)."""
+        return cls(True, True, True, True, mlp_precision, tabulated_filter, cuda_graph)
 
     @property
     def is_baseline(self) -> bool:

@@ -16,6 +16,11 @@ Two output modes:
   last bead) and ``valid = False``. More candidates than C raise
   :class:`NeighborListOverflow`, with the count needed, so the caller can grow
   the capacity; nothing is truncated silently.
+
+For a captured CUDA-graph step, :meth:`NeighborList.static_graph` builds the pairs
+within the cutoff afresh at every call into static arrays (a fixed number of slots
+per replica) and returns, as a device tensor, how many slots it needed, so the
+caller can detect an overflow after the fact without a host synchronisation.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+#: Å beyond the cutoff searched by :meth:`NeighborList.static_graph` (absorbs rounding
+#: differences between the build's and the force evaluation's distance arithmetic).
+FIXED_MARGIN = 0.05
 
 
 class NeighborListOverflow(RuntimeError):
@@ -131,22 +140,76 @@ class NeighborList:
         self.builds = 0
 
     # -- building -----------------------------------------------------------------
-    def _candidate_pairs(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """All pairs within ``cutoff + skin``, as flattened (src, dst) sorted by dst."""
+    def _blocks(self, pos: torch.Tensor, radius: float):
+        """Yield ``(start, within)`` per chunk of replicas: ``within[r, i, j]`` is True when
+        bead j lies within ``radius`` of bead i (an allowed pair) in replica ``start + r``."""
         r_count, n, _ = pos.shape
         allowed = self._allowed.to(pos.device)
-        radius2 = (self.cutoff + self.skin) ** 2
         chunk = max(1, self.max_block // (n * n))
-        srcs, dsts = [], []
         for start in range(0, r_count, chunk):
             block = pos[start : start + chunk]
             diff = block[:, :, None, :] - block[:, None, :, :]
-            within = ((diff * diff).sum(-1) < radius2) & allowed
+            yield start, ((diff * diff).sum(-1) < radius * radius) & allowed
+
+    def _candidate_pairs(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """All pairs within ``cutoff + skin``, as flattened (src, dst) sorted by dst."""
+        n = pos.shape[1]
+        srcs, dsts = [], []
+        for start, within in self._blocks(pos, self.cutoff + self.skin):
             rep, i, j = within.nonzero(as_tuple=True)
             base = (rep + start) * n
             dsts.append(base + i)
             srcs.append(base + j)
         return torch.cat(srcs), torch.cat(dsts)
+
+    def static_graph(
+        self, pos: torch.Tensor, slots_per_replica: int, margin: float = FIXED_MARGIN
+    ) -> tuple[Graph, torch.Tensor]:
+        """Pairs within ``cutoff + margin`` in arrays of static length, without host sync.
+
+        Built from scratch at every call (what a captured CUDA graph replays each step,
+        so no skin bookkeeping is needed). Each chunk of ``c`` replicas owns
+        ``c * slots_per_replica`` consecutive slots, filled in (dst, src) order, the
+        rest padding (``src = dst = R·n``). Real edges appear in the same relative order
+        as in :meth:`build`, so segment reductions see the same summation order.
+
+        Parameters
+        ----------
+        pos : torch.Tensor, shape (R, n, 3), float32
+        slots_per_replica : int
+            Edge slots per replica (on average over a chunk).
+        margin : float
+            Å beyond the cutoff; the force evaluation drops edges at or beyond the cutoff.
+
+        Returns
+        -------
+        graph : Graph
+            ``R * slots_per_replica`` slots with a ``valid`` mask.
+        needed : torch.Tensor, shape (), int64
+            Slots per replica this call needed (device tensor); more than
+            ``slots_per_replica`` means edges were lost and the step must be redone.
+        """
+        r_count, n, _ = pos.shape
+        num_nodes = r_count * n
+        srcs, dsts, needed = [], [], []
+        for start, within in self._blocks(pos.detach(), self.cutoff + margin):
+            reps = within.shape[0]
+            index = torch.nonzero_static(within, size=reps * slots_per_replica, fill_value=-1)
+            rep, i, j = index.unbind(1)
+            real = rep >= 0
+            base = (rep + start) * n
+            dsts.append(torch.where(real, base + i, num_nodes))
+            srcs.append(torch.where(real, base + j, num_nodes))
+            count = within.sum(dtype=torch.int64)
+            needed.append(torch.div(count + reps - 1, reps, rounding_mode="floor"))
+        src, dst = torch.cat(srcs), torch.cat(dsts)
+        graph = Graph(src, dst, num_nodes, src < num_nodes, -1)
+        return graph, torch.stack(needed).amax()
+
+    def slots_needed(self, pos: torch.Tensor, margin: float = FIXED_MARGIN) -> int:
+        """Largest per-replica edge count within ``cutoff + margin`` now (host value)."""
+        counts = [w.flatten(1).sum(1).amax() for _, w in self._blocks(pos, self.cutoff + margin)]
+        return int(torch.stack(counts).amax())
 
     def build(self, pos: torch.Tensor) -> None:
         """Rebuild the candidate list from positions ``(R, n, 3)``."""

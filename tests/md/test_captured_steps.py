@@ -1,0 +1,128 @@
+"""Captured whole steps: the static-shape step (what a CUDA graph replays) run on the CPU
+must give the eager trajectory bit for bit, redo a chunk that overflowed, and capture
+again when options change. The capture itself is checked on a GPU
+(tests/md/test_captured_steps_gpu.py)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from helpers import prior_potential, schnet_potential, tiny_system
+
+from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
+from workbench.md.captured_steps import CapturedSteps, captured_steps_problem
+from workbench.model import fused_schnet
+from workbench.model.options import KernelOptions
+
+GRAPH = KernelOptions(cuda_graph=True)
+
+
+@pytest.fixture(scope="module")
+def potential():
+    return schnet_potential(seed=3)
+
+
+def make_sim(potential, options=GRAPH, replicas=2, seed=7):
+    return Simulation(
+        tiny_system(), potential, LangevinIntegrator(0.004, 1.0, 350.0), replicas=replicas,
+        seed=seed, options=KernelOptions(**options.to_dict()),
+        neighbors=NeighborSettings(skin=0.5),
+    )
+
+
+def eager_steps(sim, steps):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "CUDA graphs off" on a CPU
+        sim.step(steps)
+
+
+def assert_same_state(a, b):
+    for name, x, y in zip(a.state._fields, a.state, b.state, strict=True):
+        assert torch.equal(x, y), name
+    assert a.step_count == b.step_count
+
+
+def test_static_step_reproduces_the_eager_trajectory(potential):
+    eager, captured = make_sim(potential), make_sim(potential)
+    eager_steps(eager, 6)
+    steps = CapturedSteps(captured)
+    steps.advance(4)
+    steps.advance(2)
+    assert_same_state(eager, captured)
+    assert steps.captures == 1
+    assert captured.graph.valid is not None and captured.graph.num_edges == 2 * steps.slots
+
+
+def test_prior_only_potential_needs_no_neighbour_list():
+    pot = prior_potential()
+    eager, captured = make_sim(pot, replicas=3), make_sim(pot, replicas=3)
+    eager_steps(eager, 5)
+    steps = CapturedSteps(captured)
+    steps.advance(5)
+    assert steps.slots == 0
+    assert_same_state(eager, captured)
+
+
+def test_overflow_redoes_the_chunk_with_more_slots(potential):
+    eager, captured = make_sim(potential), make_sim(potential)
+    eager_steps(eager, 3)
+    steps = CapturedSteps(captured)
+    steps.slots = 20  # far too few: edges would be lost
+    steps.advance(3)
+    assert steps.slots > 20 and steps.captures == 2
+    assert_same_state(eager, captured)
+
+
+def test_changed_options_are_captured_again(potential):
+    sim = make_sim(potential)
+    steps = CapturedSteps(sim)
+    steps.advance(1)
+    steps.advance(1)
+    assert steps.captures == 1
+    sim.options.csr_aggregation = True
+    steps.advance(1)
+    assert steps.captures == 2
+
+
+def test_changed_weights_are_captured_again():
+    pot = schnet_potential(seed=4)
+    sim = make_sim(pot)
+    steps = CapturedSteps(sim)
+    steps.advance(1)
+    with torch.no_grad():
+        pot.schnet.embedding_layer.weight.mul_(1.5)
+    steps.advance(1)
+    assert steps.captures == 2
+
+
+def test_frozen_replicas_match_the_eager_run(potential):
+    eager, captured = make_sim(potential, replicas=3), make_sim(potential, replicas=3)
+    for sim in (eager, captured):
+        sim.velocities[1] *= 1e5  # replica 1 flies apart within a step
+        sim.step_count = 40
+    eager_steps(eager, 2)
+    CapturedSteps(captured).advance(2)
+    assert_same_state(eager, captured)
+    assert captured.frozen_report() == [(1, 41)]
+
+
+def test_caller_never_sees_buffers_that_a_later_chunk_overwrites(potential):
+    sim = make_sim(potential)
+    steps = CapturedSteps(sim)
+    steps.advance(1)
+    before = sim.positions
+    kept = before.clone()
+    steps.advance(2)
+    assert torch.equal(before, kept)
+    assert not torch.equal(sim.positions, kept)
+
+
+def test_cpu_simulation_says_why_it_steps_eagerly(potential, monkeypatch):
+    monkeypatch.setattr(fused_schnet, "_WARNED", set())  # earlier tests used up the notice
+    sim = make_sim(potential)
+    assert "CUDA" in captured_steps_problem(sim)
+    with pytest.warns(RuntimeWarning, match="CUDA graphs off"):
+        sim.step(1)
+    assert sim.step_count == 1

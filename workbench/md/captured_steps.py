@@ -1,0 +1,183 @@
+"""Whole MD steps captured once as a CUDA graph and replayed.
+
+One step (neighbour list, SchNet and priors forward and backward, the BAOAB
+update, the blow-up check) is recorded into a CUDA graph and replayed, so a step
+costs one graph launch from the host instead of hundreds of kernel launches and
+the host synchronisations of an eager step.
+
+What makes the step capturable:
+
+* the neighbour list is rebuilt at every step with static shapes
+  (:meth:`~workbench.neighbors.NeighborList.static_graph`: dense distance blocks
+  and ``nonzero_static`` into a fixed number of slots per replica), so there is
+  no rebuild decision on the host and no skin;
+* the run's random generator is registered with the graph, so each replay draws
+  the numbers an eager step would have drawn (same Philox seed and offsets);
+* temperatures, the step counter and the overflow counter live in device tensors
+  that replays read and write in place.
+
+Overflow never truncates silently: every step records how many slots per replica
+it needed. After a chunk of replays (one host synchronisation per chunk) a count
+above the capacity rolls the chunk back (state and generator), grows the
+capacity and captures again. The graph is captured again, too, whenever the
+kernel options, the weights or the integrator settings change.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from workbench.neighbors import Graph
+
+#: Eager runs of the step before capture (Triton compilation and autotuning, lazy caches).
+WARMUP_STEPS = 2
+#: Capacity over the largest per-replica edge count seen.
+HEADROOM = 1.25
+
+
+class DynamicState(NamedTuple):
+    """What a step changes, for R replicas of n beads.
+
+    Attributes
+    ----------
+    positions, velocities, forces : torch.Tensor, shape (R, n, 3), float32
+        Å, Å/ps, kcal/mol/Å.
+    energy : torch.Tensor, shape (R,), float32
+        Potential energy, kcal/mol.
+    frozen : torch.Tensor, shape (R,), bool
+        Replicas stopped by the blow-up check.
+    frozen_step : torch.Tensor, shape (R,), int64
+        Step at which each frozen replica was stopped (-1 for live ones).
+    """
+
+    positions: torch.Tensor
+    velocities: torch.Tensor
+    forces: torch.Tensor
+    energy: torch.Tensor
+    frozen: torch.Tensor
+    frozen_step: torch.Tensor
+
+
+def captured_steps_problem(sim) -> str | None:
+    """Why ``sim`` cannot run captured steps, or None if it can."""
+    from workbench.model.fused_schnet import fused_path_problem
+
+    if sim.device.type != "cuda":
+        return "whole-step capture needs a CUDA device"
+    if not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
+        return "this PyTorch cannot capture a run-owned random generator"
+    if sim.potential.schnet is not None:
+        return fused_path_problem(sim.potential.schnet, sim.device, sim.options)
+    return None
+
+
+class CapturedSteps:
+    """Replays one captured MD step of a :class:`~workbench.md.Simulation`.
+
+    Parameters
+    ----------
+    sim : Simulation
+        The simulation whose state, potential, options and generator are used. Its
+        state is copied into private static buffers before each chunk and copied
+        back after it, so callers never see tensors that a later replay overwrites.
+        On a CPU the same static-shape step runs uncaptured (how the tests check
+        everything but the capture itself).
+    """
+
+    def __init__(self, sim):
+        self.sim = sim
+        nl = sim.neighbor_list
+        self.slots = math.ceil(HEADROOM * nl.slots_needed(sim.positions)) + 1 if nl else 0
+        self.cuda_graph: torch.cuda.CUDAGraph | None = None
+        self._replay = None
+        self.captures = 0
+        self._key: tuple | None = None
+        self._buffers: DynamicState | None = None
+        self._graph: Graph | None = None
+        device = sim.device
+        self._next_step = torch.zeros((), dtype=torch.long, device=device)
+        self._needed = torch.zeros((), dtype=torch.long, device=device)
+
+    # -- the captured step ----------------------------------------------------------
+    def _evaluate(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        sim = self.sim
+        graph = None
+        if sim.neighbor_list is not None:
+            graph, needed = sim.neighbor_list.static_graph(pos, self.slots)
+            torch.maximum(self._needed, needed, out=self._needed)
+        self._graph = graph
+        return sim.potential.energy_and_forces(pos, graph, sim.options)
+
+    def _body(self) -> None:
+        new = self.sim.integrate(self._buffers, self._next_step, self._evaluate)
+        for buffer, value in zip(self._buffers, new, strict=True):
+            buffer.copy_(value)
+        self._next_step.add_(1)
+
+    def _load(self) -> None:
+        """Copy the simulation's state into the static buffers (no host sync)."""
+        for buffer, value in zip(self._buffers, self.sim.state, strict=True):
+            buffer.copy_(value)
+        self._next_step.fill_(self.sim.step_count + 1)
+        self._needed.zero_()
+
+    def _capture_key(self) -> tuple:
+        from workbench.model.fused_schnet import weights_key
+
+        sim = self.sim
+        integrator = {k: v for k, v in sim.integrator.config().items() if k != "temperature"}
+        weights = weights_key(sim.potential)
+        return (tuple(sorted(sim.options.to_dict().items())), self.slots, weights,
+                tuple(sorted(integrator.items())))
+
+    def _capture(self) -> None:
+        sim = self.sim
+        self._buffers = DynamicState(*(t.clone() for t in sim.state))
+        self._key = self._capture_key()
+        self.captures += 1
+        if sim.device.type != "cuda":
+            self._replay = self._body
+            return
+        rng = sim.generator.get_state()
+        main = torch.cuda.current_stream(sim.device)
+        side = torch.cuda.Stream(sim.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP_STEPS):
+                self._load()
+                self._body()
+        main.wait_stream(side)
+        sim.generator.set_state(rng)
+        self.cuda_graph = None  # free the old graph's memory before capturing again
+        graph = torch.cuda.CUDAGraph()
+        graph.register_generator_state(sim.generator)
+        with torch.cuda.graph(graph):
+            self._body()
+        self.cuda_graph = graph
+        self._replay = graph.replay
+
+    # -- running ------------------------------------------------------------------
+    def advance(self, steps: int) -> None:
+        """Advance the simulation by ``steps`` replays (one host sync at the end)."""
+        sim = self.sim
+        while True:
+            if self._replay is None or self._key != self._capture_key():
+                self._capture()
+            rng = sim.generator.get_state()
+            self._load()
+            for _ in range(steps):
+                self._replay()
+            needed = int(self._needed)
+            if needed <= self.slots:
+                break
+            # Edges were lost in this chunk: undo it, grow, capture again, redo.
+            sim.generator.set_state(rng)
+            self.slots = math.ceil(HEADROOM * needed) + 1
+        sim._set_state(DynamicState(*(t.clone() for t in self._buffers)))
+        sim.step_count += steps
+        if self._graph is not None:
+            g = self._graph
+            sim.graph = Graph(g.src.clone(), g.dst.clone(), g.num_nodes, g.valid.clone(), -1)
