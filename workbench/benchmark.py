@@ -140,6 +140,7 @@ def run_case(
     breakdown: bool = False,
     timestep_fs: float = 4.0,
     profile: bool = False,
+    launches: bool = False,
 ) -> dict:
     """Benchmark one case; returns a JSON-able record."""
     settings = RunSettings(
@@ -180,7 +181,7 @@ def run_case(
         "edges_per_replica": _edges_within_cutoff(sim) / case.replicas,
         "frozen_replicas": len(sim.frozen_report()),
     }
-    if dev.type == "cuda":
+    if launches and dev.type == "cuda":
         record["launches"] = launches_per_step(sim)
     if breakdown:
         record["breakdown"] = step_breakdown(sim)

@@ -12,6 +12,11 @@ from pathlib import Path
 
 import torch
 
+from workbench.distributed.cli_run import (
+    add_distributed_arguments,
+    run_distributed,
+    wants_distributed,
+)
 from workbench.md import NeighborSettings
 from workbench.md.reporters import MetricsReporter, TrajectoryReporter, ensure_writable_folder
 from workbench.model.options import PRECISIONS, KernelOptions
@@ -103,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--overwrite", action="store_true", help="replace an earlier run's files")
     run.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_distributed_arguments(run)
 
     sub.add_parser("info", help="device, versions and available paths")
 
@@ -119,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--warmup", type=int, default=30)
     bench.add_argument("--repeats", type=int, default=3)
     bench.add_argument("--breakdown", action="store_true", help="step-time breakdown")
+    bench.add_argument(
+        "--launches", action="store_true", help="count kernel launches per step (profiler)"
+    )
     bench.add_argument("--profile", action="store_true", help="print the top device kernels")
     bench.add_argument("--device", default="auto")
     bench.add_argument("--out", default="artifacts/bench")
@@ -185,7 +194,9 @@ def _settings(args) -> RunSettings:
     )
 
 
-def _prepare_output(args) -> Path | None:
+def _prepare_output(args, resume_from: str = "checkpoint.pt") -> Path | None:
+    """The output folder (or None), refusing to overwrite; ``resume_from`` must exist in it
+    for --resume."""
     if args.out is None:
         if args.resume:
             raise UsageError("--resume needs --out, the folder of the run to continue")
@@ -198,8 +209,8 @@ def _prepare_output(args) -> Path | None:
             f"{out} already holds a run ({names}); pass --overwrite to replace it or "
             "--resume to continue it"
         )
-    if args.resume and not (out / "checkpoint.pt").is_file():
-        raise UsageError(f"--resume: no checkpoint.pt in {out}")
+    if args.resume and not (out / resume_from).exists():
+        raise UsageError(f"--resume: no {resume_from} in {out}")
     return out
 
 
@@ -212,6 +223,8 @@ def _summary_table(rows: list[tuple[str, str]]) -> str:
 def cmd_run(args) -> int:
     settings = _settings(args)
     settings.validate()
+    if wants_distributed(args):
+        return run_distributed(args, settings)
     out = _prepare_output(args)
     prepared = prepare_run(settings)
     sim = prepared.simulation
@@ -356,7 +369,7 @@ def cmd_bench(args) -> int:
         try:
             record = run_case(
                 case, args.device, args.steps, args.warmup, args.repeats, args.breakdown,
-                profile=args.profile,
+                profile=args.profile, launches=args.launches,
             )
         except torch.cuda.OutOfMemoryError:
             print(f"{case.protein} × {case.replicas} {case.label}: out of memory", flush=True)

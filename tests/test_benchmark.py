@@ -1,0 +1,18 @@
+"""Benchmark records and tables (a tiny CPU case; timings themselves are not tested)."""
+
+from workbench.benchmark import BenchCase, markdown_table, run_case, write_results
+from workbench.model.options import KernelOptions
+
+
+def test_record_and_table(tmp_path):
+    case = BenchCase("cln025", 2, "baseline", KernelOptions.baseline())
+    record = run_case(case, device="cpu", steps=2, warmup=1, repeats=2)
+    assert record["protein"] == "cln025" and record["replicas"] == 2
+    assert len(record["windows"]) == 2 and record["timestep_mol_per_s"] > 0
+    assert record["options"]["fused_message_passing"] is False
+    assert 100 < record["edges_per_replica"] < 49 * 48
+    assert record["peak_memory_gb"] is None and "launches" not in record
+    table = markdown_table([record])
+    assert "| cln025 | 49 | 2 | baseline |" in table and table.rstrip().endswith("| – |")
+    json_path, md_path = write_results([record], tmp_path / "bench", "workbench bench")
+    assert json_path.is_file() and "workbench bench" in md_path.read_text()
