@@ -9,8 +9,8 @@ mkdir -p "$OUT"
 export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 bench() { python -m workbench.cli bench "$@" 2>&1 | grep -v "^|"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
-timeout 240 python -m pytest -m gpu -q tests/md tests/kernels tests/model 2>&1 | tail -n 15 \
-  | tee "$OUT/gpu_tests.txt"
+timeout 300 python -m pytest -m gpu -q -x tests/md > "$OUT/gpu_tests.txt" 2>&1
+tail -n 30 "$OUT/gpu_tests.txt"
 bench --proteins 1enh --replicas 64 --steps 200 --repeats 2 --warmup 20 --launches \
   --configs baseline,fused_radial_basis,fused_message_passing,csr_aggregation,fused_update,tabulated_filter,cuda_graph,all,all-fp16,all+graph,all+graph-fp16,all+tables,all+tables+graph,all+tables+graph-fp16 \
   --out "$OUT/ablation" | tee "$OUT/ablation.txt"

@@ -196,3 +196,10 @@ def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
     norm = float(torch.linalg.vector_norm(exact))
     assert norm > 0 and math.isfinite(norm), "reference must be non-zero and finite"
     return float(torch.linalg.vector_norm(approx - exact)) / norm
+
+
+# -- statistics ---------------------------------------------------------------------------
+def block_standard_error(series: torch.Tensor, blocks: int = 20) -> float:
+    """Standard error of the mean of a correlated series (T,) by block averaging."""
+    usable = series[: len(series) // blocks * blocks].reshape(blocks, -1).mean(1)
+    return float(usable.std() / math.sqrt(blocks))

@@ -142,6 +142,10 @@ def test_resume_continues_bitwise_like_one_long_run(run_copy, tmp_path, capsys):
         (["--kernels", "warp_drive"], "unknown kernel technique"),
         (["--resume"], "--resume needs --out"),
         (["--model", "no/such/model.pt"], "no model file"),
+        (["--ladder", "300:400:3"], "--replicas 2 is not a multiple of the 3 ladder levels"),
+        (["--ladder", "300-400"], "--ladder must be T_MIN:T_MAX:LEVELS"),
+        (["--ladder", "400:300:2"], "--ladder: the highest temperature must exceed the lowest"),
+        (["--ladder", "300:400:2", "--exchange-every", "0"], "--exchange-every must be at least"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_clear_message(extra, message, capsys):
@@ -150,6 +154,49 @@ def test_bad_arguments_exit_2_with_a_clear_message(extra, message, capsys):
     assert code == 2
     assert message in captured.err
     assert captured.err.startswith("error: ") and "Traceback" not in captured.err
+
+
+# -- parallel tempering ----------------------------------------------------------------
+LADDER = ["--ladder", "300:400:2", "--exchange-every", "2", "--no-trajectory"]
+
+
+def test_ladder_run_logs_exchanges_and_resumes_bitwise(tmp_path, capsys):
+    out, long = tmp_path / "ladder", tmp_path / "long"
+    assert main([*RUN, *LADDER, "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert "2 replicas, 300–400 K in 2 levels" in stdout
+    assert "Parallel tempering: 2 levels (300, 400 K) × 1 walkers" in stdout
+    row = next(line for line in stdout.splitlines() if line.startswith("exchange acceptance"))
+    summary = json.loads((out / "summary.json").read_text())["tempering"]
+    rate = summary["acceptance"]["300–400 K"]
+    assert summary["rounds"] == 2 and 0.0 <= rate <= 1.0 and f"300–400 K {rate:.0%}" in row
+    # the metrics show each replica's bath; the exchange log one row per round
+    rows = read_rows(out / "metrics.csv")
+    assert sorted(float(r["temperature_set"]) for r in rows[:2]) == [300.0, 400.0]
+    exchanges = read_rows(out / "exchanges.csv")
+    assert [int(r["step"]) for r in exchanges] == [2, 4]
+
+    assert main([*RUN, *LADDER, "--out", str(out), "--resume"]) == 0
+    assert main([*RUN, *LADDER, "--steps", "8", "--out", str(long)]) == 0
+    capsys.readouterr()
+    a = torch.load(out / "checkpoint.pt", weights_only=True)
+    b = torch.load(long / "checkpoint.pt", weights_only=True)
+    assert a["step"] == 8
+    assert torch.equal(a["positions"], b["positions"])
+    assert torch.equal(a["velocities"], b["velocities"])
+    a = torch.load(out / "tempering.pt", weights_only=True)
+    b = torch.load(long / "tempering.pt", weights_only=True)
+    assert a["rounds"] == 4 and torch.equal(a["level_of_replica"], b["level_of_replica"])
+    assert torch.equal(a["rng_state"], b["rng_state"])
+    assert len(read_rows(out / "exchanges.csv")) == 4
+
+    # resuming needs the same kind of run
+    assert main([*RUN, "--no-trajectory", "--out", str(out), "--resume"]) == 2
+    assert "holds a run with a temperature ladder" in capsys.readouterr().err
+    assert main([*RUN, "--no-trajectory", "--out", str(long), "--overwrite"]) == 0
+    assert not any((long / name).exists() for name in ("tempering.pt", "exchanges.csv"))
+    assert main([*RUN, *LADDER, "--out", str(long), "--resume"]) == 2
+    assert "no tempering.pt" in capsys.readouterr().err
 
 
 def test_resume_without_a_checkpoint(tmp_path, capsys):

@@ -3,7 +3,9 @@
 The controller holds no widgets. A worker thread builds the simulation from
 :class:`~workbench.runner.RunSettings`, then steps it in short timed chunks; after
 each chunk it records throughput and memory, at every save interval the metrics
-and a frame, and it calls the listeners (the panels), which throttle themselves.
+and a frame (and, with a temperature ladder, the exchange statistics and every
+replica's temperature), and it calls the listeners (the panels), which throttle
+themselves. A run with a ladder is stepped through its replica exchange.
 Kernel switches requested from the UI are applied between chunks. Whatever goes
 wrong in the thread ends the run in the ``error`` state with the message kept in
 the snapshot; the thread never dies silently.
@@ -31,7 +33,14 @@ from widgets.kernel_switches import (
     usable_options,
     warning_message,
 )
-from widgets.snapshot import METRIC_KEYS, THROUGHPUT_KEYS, RunState, Snapshot
+from widgets.snapshot import (
+    METRIC_KEYS,
+    TEMPERING_KEYS,
+    THROUGHPUT_KEYS,
+    RunState,
+    Snapshot,
+    TemperingSnapshot,
+)
 from workbench.model.options import KernelOptions
 from workbench.runner import PreparedRun, RunSettings, ThroughputMeter, prepare_run
 from workbench.units import ns_per_day
@@ -143,7 +152,10 @@ class SimulationController:
         self._metrics = DecimatingBuffer(history_points)
         self._throughput = DecimatingBuffer(history_points)
         self._frames = DecimatingBuffer(frame_capacity)
+        self._temperatures = DecimatingBuffer(history_points)
+        self._tempering: TemperingSnapshot | None = None
         self._sim = None
+        self._prepared: PreparedRun | None = None
         self._meter: ThroughputMeter | None = None
         self._started_at = 0.0
         self._seconds_per_step: float | None = None
@@ -238,6 +250,9 @@ class SimulationController:
             memory, peak = gpu_memory_gb(sim.device) if sim is not None else (None, None)
             latest = self._frames.latest
             mean = meter.timestep_mol_per_s() if meter and meter.chunks else 0.0
+            tempering = self._tempering
+            if tempering is not None:
+                tempering = replace(tempering, history=self._temperatures.columns(TEMPERING_KEYS))
             return Snapshot(
                 state=self._state,
                 message=self._message,
@@ -264,6 +279,7 @@ class SimulationController:
                 mean_ns_per_day=ns_per_day(mean, self.settings.timestep_fs),
                 memory_gb=memory,
                 peak_memory_gb=peak,
+                tempering=tempering,
             )
 
     def frames(self) -> list[tuple[int, np.ndarray]]:
@@ -323,6 +339,7 @@ class SimulationController:
             sim.options = applied
             with self._lock:
                 self._sim = sim
+                self._prepared = prepared
                 self._started_at = self._clock()
                 self._meter = ThroughputMeter(sim.replicas, self.settings.timestep_fs, sim.device)
                 self._events.append(KernelEvent(sim.step_count, 0.0, requested, applied, message))
@@ -400,12 +417,12 @@ class SimulationController:
 
     def _step_watching_warnings(self, sim, steps: int) -> None:
         if not self._watch_warnings:
-            sim.step(steps)
+            self._prepared.advance(steps)
             return
         self._watch_warnings = False
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            sim.step(steps)
+            self._prepared.advance(steps)
         if caught:
             message = warning_message(sim.options, [str(w.message) for w in caught])
             with self._lock:
@@ -448,6 +465,23 @@ class SimulationController:
             "potential_energy": metrics["potential_energy"],
             "temperature": metrics["temperature"],
         }
+        exchange = self._prepared.tempering
+        if exchange is not None:
+            tempering = TemperingSnapshot(
+                temperatures=exchange.temperatures.numpy(),
+                groups=exchange.groups.numpy(),
+                exchange_every=exchange.exchange_every,
+                rounds=exchange.rounds,
+                acceptance=exchange.acceptance_rates().numpy(),
+            )
+            temperatures = {
+                "step": sim.step_count,
+                "time_ps": row["time_ps"],
+                "temperature": exchange.replica_temperatures().numpy(),
+            }
         with self._lock:
             self._metrics.append(row)
             self._frames.append((sim.step_count, positions))
+            if exchange is not None:
+                self._tempering = tempering
+                self._temperatures.append(temperatures)

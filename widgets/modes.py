@@ -12,7 +12,7 @@ from workbench.runner import RunSettings
 
 SHORT_ENV = "WORKBENCH_SHORT"
 
-SHORT = RunSettings(protein="cln025", replicas=2, steps=20, save_interval=2)
+SHORT = RunSettings(protein="cln025", replicas=2, steps=20, save_interval=2, exchange_every=2)
 FULL = RunSettings(protein="cln025", replicas=64, steps=20000, save_interval=100)
 
 

@@ -27,6 +27,10 @@ THROUGHPUT_KEYS = (
 )
 
 
+#: Columns of the temperature history of a run with a ladder; ``temperature`` is (points, R).
+TEMPERING_KEYS = ("step", "time_ps", "temperature")
+
+
 class RunState(str, Enum):
     """Life cycle of a run: idle → running ⇄ paused → stopped, or error."""
 
@@ -40,6 +44,35 @@ class RunState(str, Enum):
     def active(self) -> bool:
         """True while the run can still make progress (running or paused)."""
         return self in (RunState.RUNNING, RunState.PAUSED)
+
+
+@dataclass(frozen=True)
+class TemperingSnapshot:
+    """Parallel tempering of a run with a temperature ladder.
+
+    Attributes
+    ----------
+    temperatures : numpy.ndarray, shape (L,)
+        The ladder, K, increasing.
+    groups : numpy.ndarray, shape (W, L), int
+        Replica numbers of each exchange group (replicas that swap temperatures).
+    exchange_every : int
+        Steps between exchange rounds.
+    rounds : int
+        Exchange rounds so far.
+    acceptance : numpy.ndarray, shape (L − 1,)
+        Accepted fraction of attempted swaps per neighbouring pair (NaN before any).
+    history : dict of str to numpy.ndarray
+        Columns :data:`TEMPERING_KEYS` (decimated): each replica's bath temperature (K)
+        at every recorded point.
+    """
+
+    temperatures: np.ndarray
+    groups: np.ndarray
+    exchange_every: int
+    rounds: int
+    acceptance: np.ndarray
+    history: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -87,6 +120,8 @@ class Snapshot:
     mean_ns_per_day : float
     memory_gb, peak_memory_gb : float or None
         Allocated now and peak since the last kernel switch (CUDA only).
+    tempering : TemperingSnapshot or None
+        None for a run without a temperature ladder.
     """
 
     state: RunState
@@ -114,6 +149,7 @@ class Snapshot:
     mean_ns_per_day: float = 0.0
     memory_gb: float | None = None
     peak_memory_gb: float | None = None
+    tempering: TemperingSnapshot | None = None
 
     @property
     def points(self) -> int:

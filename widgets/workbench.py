@@ -15,6 +15,7 @@ from widgets.panels.kernels import KernelsPanel
 from widgets.panels.launch import LaunchPanel
 from widgets.panels.live_plots import LivePlots
 from widgets.panels.structure3d import Structure3D
+from widgets.panels.tempering import TemperingPanel
 from workbench.runner import PreparedRun, RunSettings, prepare_run
 from workbench.system import build_system
 
@@ -22,7 +23,8 @@ from workbench.system import build_system
 class Workbench(ipw.VBox):
     """Launch, watch and compare simulations.
 
-    Layout: Launch and Kernels on top; the live plots beside the 3-D structure;
+    Layout: Launch and Kernels on top; the live plots (and, for a run with a
+    temperature ladder, the parallel-tempering panel) beside the 3-D structure;
     Adjacency, Compare and Export in tabs below.
 
     Parameters
@@ -54,6 +56,7 @@ class Workbench(ipw.VBox):
             prepare=prepare,
         )
         self.plots = LivePlots(font_size=font_size)
+        self.tempering = TemperingPanel(font_size=font_size)
         self.structure = Structure3D(system=build_system(settings.protein, settings.mapping))
         self.adjacency = AdjacencyPanel(font_size=font_size)
         self.compare = ComparePanel(settings_source=self.launch.settings, font_size=font_size)
@@ -68,7 +71,12 @@ class Workbench(ipw.VBox):
             children=[
                 ipw.HTML(f"<h3 style='margin:4px 0'>CG workbench</h3><i>{mode}</i>"),
                 ipw.HBox([self.launch, self.kernels]),
-                ipw.HBox([self.plots, ipw.Box([self.structure], layout={"flex": "1 1 320px"})]),
+                ipw.HBox(
+                    [
+                        ipw.VBox([self.plots, self.tempering]),
+                        ipw.Box([self.structure], layout={"flex": "1 1 320px"}),
+                    ]
+                ),
                 tabs,
             ]
         )
@@ -83,16 +91,18 @@ class Workbench(ipw.VBox):
         return self.launch.start()
 
     def figures(self) -> dict:
-        """Every figure by file name (live plots, adjacency and race)."""
+        """Every figure by file name (live plots, tempering, adjacency and race)."""
         return {
             **self.plots.figures(),
+            **self.tempering.figures(),
             "adjacency": self.adjacency.heatmap,
             "edge_counts": self.adjacency.counts,
             **self.compare.figures(),
         }
 
     def _follow(self, controller: SimulationController) -> None:
-        for panel in (self.kernels, self.plots, self.structure, self.adjacency, self.export):
+        panels = (self.kernels, self.plots, self.tempering, self.structure, self.adjacency)
+        for panel in (*panels, self.export):
             panel.attach(controller)
 
     def _preview_protein(self, change) -> None:

@@ -21,6 +21,7 @@ from workbench.md import NeighborSettings
 from workbench.md.reporters import MetricsReporter, TrajectoryReporter, ensure_writable_folder
 from workbench.model.options import PRECISIONS, KernelOptions
 from workbench.runner import (
+    TEMPERING_FILES,
     RunSettings,
     ThroughputMeter,
     existing_run_files,
@@ -72,6 +73,22 @@ def kernel_options(preset: str, precision: str) -> KernelOptions:
     return options
 
 
+def parse_ladder(text: str | None) -> tuple[float, float, int] | None:
+    """``"T_MIN:T_MAX:LEVELS"`` as ``(t_min K, t_max K, levels)``; None stays None."""
+    if text is None:
+        return None
+    parts = text.split(":")
+    try:
+        if len(parts) != 3:
+            raise ValueError(text)
+        return float(parts[0]), float(parts[1]), int(parts[2])
+    except ValueError:
+        raise UsageError(
+            f"--ladder must be T_MIN:T_MAX:LEVELS (kelvin, kelvin, count), e.g. 300:450:4; "
+            f"got {text!r}"
+        ) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="workbench", description="Coarse-grained neural-network MD engine"
@@ -84,6 +101,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--replicas", type=int, default=8)
     run.add_argument("--steps", type=int, default=1000)
     run.add_argument("--temperature", type=float, default=300.0, help="kelvin")
+    run.add_argument(
+        "--ladder",
+        default=None,
+        metavar="T_MIN:T_MAX:LEVELS",
+        help="parallel tempering over a geometric temperature ladder (kelvin); "
+        "replicas = levels × walkers",
+    )
+    run.add_argument(
+        "--exchange-every", type=int, default=100, help="steps between exchanges (--ladder)"
+    )
     run.add_argument("--dt", type=float, default=4.0, help="time step in fs")
     run.add_argument("--friction", type=float, default=1.0, help="1/ps")
     run.add_argument("--save-interval", type=int, default=100, help="steps between saves")
@@ -181,6 +208,8 @@ def _settings(args) -> RunSettings:
         replicas=args.replicas,
         steps=args.steps,
         temperature=args.temperature,
+        ladder=parse_ladder(args.ladder),
+        exchange_every=args.exchange_every,
         timestep_fs=args.dt,
         friction=args.friction,
         save_interval=args.save_interval,
@@ -214,6 +243,22 @@ def _prepare_output(args, resume_from: str = "checkpoint.pt") -> Path | None:
     return out
 
 
+def _check_ladder_files(args, out: Path) -> None:
+    """--resume needs --ladder exactly when the run in ``out`` had one."""
+    had_ladder = (out / "tempering.pt").is_file()
+    if args.ladder and not had_ladder:
+        raise UsageError(f"--resume --ladder: no tempering.pt in {out} (a run without a ladder)")
+    if not args.ladder and had_ladder:
+        raise UsageError(f"{out} holds a run with a temperature ladder: pass its --ladder")
+
+
+def acceptance_text(acceptance: dict[str, float | None]) -> str:
+    """``"300–346 K 42%, 346–400 K 40%"`` from a ``summary()["acceptance"]`` dict."""
+    return ", ".join(
+        f"{pair} {'n/a' if rate is None else f'{rate:.0%}'}" for pair, rate in acceptance.items()
+    )
+
+
 def _summary_table(rows: list[tuple[str, str]]) -> str:
     width = max(len(k) for k, _ in rows)
     line = "-" * (width + 3 + max(len(v) for _, v in rows))
@@ -226,20 +271,34 @@ def cmd_run(args) -> int:
     if wants_distributed(args):
         return run_distributed(args, settings)
     out = _prepare_output(args)
+    if out is not None and args.resume:
+        _check_ladder_files(args, out)
     prepared = prepare_run(settings)
-    sim = prepared.simulation
+    sim, tempering = prepared.simulation, prepared.tempering
     for notice in prepared.notices:
         print(f"NOTE: {notice}")
+    if tempering is None:
+        temperature = f"{settings.temperature:g} K"
+    else:
+        low, high = tempering.temperatures[[0, -1]].tolist()
+        temperature = f"{low:g}–{high:g} K in {tempering.levels} levels"
     print(
         f"{prepared.system.name}: {prepared.system.n_beads} beads, {settings.replicas} replicas, "
-        f"{settings.temperature:g} K, dt {settings.timestep_fs:g} fs on {sim.device}; "
+        f"{temperature}, dt {settings.timestep_fs:g} fs on {sim.device}; "
         f"kernels: {', '.join(settings.options.enabled()) or 'baseline (PyTorch)'}"
     )
     metrics_reporter = traj_reporter = None
     if out is not None:
         if args.resume:
             sim.load_checkpoint(out / "checkpoint.pt")
+            if tempering is not None:
+                tempering.load(out / "tempering.pt")
             print(f"resumed from step {sim.step_count}")
+        if tempering is not None:
+            tempering.open_log(out / "exchanges.csv", append=args.resume)
+        elif not args.resume:  # an overwritten ladder run must not leave its files behind
+            for name in TEMPERING_FILES:
+                (out / name).unlink(missing_ok=True)
         metrics_reporter = MetricsReporter(
             out / "metrics.csv", settings.save_interval, append=args.resume
         )
@@ -260,7 +319,7 @@ def cmd_run(args) -> int:
     try:
         while done < settings.steps:
             n = min(chunk, settings.steps - done)
-            timed_steps(sim, meter, n)
+            timed_steps(sim, meter, n, prepared.advance)
             done += n
             q = float(sim.metrics()["q"].mean())
             rate = meter.timestep_mol_per_s()
@@ -271,8 +330,12 @@ def cmd_run(args) -> int:
             bar.update(n)
             if out is not None:
                 sim.save_checkpoint(out / "checkpoint.pt")
+                if tempering is not None:
+                    tempering.save(out / "tempering.pt")
     finally:
         bar.close()
+        if tempering is not None:
+            tempering.close()
         for reporter in (metrics_reporter, traj_reporter):
             if reporter is not None:
                 reporter.close()
@@ -298,12 +361,15 @@ def cmd_run(args) -> int:
         "q_mean": float(q[live].mean()) if has_q else None,
         "folded_fraction": float((q[live] > FOLDED_Q).float().mean()) if has_q else None,
         "frozen_replicas": frozen,
+        "tempering": None if tempering is None else tempering.summary(),
         "notices": prepared.notices,
     }
     files = []
     if out is not None:
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
         files = ["metrics.csv", "checkpoint.pt", "summary.json"]
+        if tempering is not None:
+            files += list(TEMPERING_FILES)
         if traj_reporter is not None:
             count = len(traj_reporter.paths)
             files.append(f"trajectory/ ({count} × .{args.format} + topology.pdb)")
@@ -317,6 +383,9 @@ def cmd_run(args) -> int:
         ("frozen replicas", ", ".join(f"{i}@step {s}" for i, s in frozen) or "none"),
         ("files", (f"{out}: " + ", ".join(files)) if out else "none (no --out)"),
     ]
+    if tempering is not None:
+        acceptance = acceptance_text(summary["tempering"]["acceptance"])
+        rows.insert(-2, ("exchange acceptance", acceptance))
     print(_summary_table(rows))
     return 0
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
+from workbench.md.tempering import ReplicaExchange, geometric_ladder
 from workbench.model.io import ModelFormatError, load_potential
 from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
@@ -18,7 +20,9 @@ from workbench.system import build_system
 from workbench.system.cg_system import CGSystem
 from workbench.units import FS_PER_PS, ns_per_day
 
-RUN_FILES = ("metrics.csv", "checkpoint.pt", "summary.json")
+#: Files of a run with a temperature ladder: exchange state and exchange log.
+TEMPERING_FILES = ("tempering.pt", "exchanges.csv")
+RUN_FILES = ("metrics.csv", "checkpoint.pt", "summary.json", *TEMPERING_FILES)
 
 
 @dataclass
@@ -32,7 +36,12 @@ class RunSettings:
     replicas : int
     steps : int
     temperature : float
-        Kelvin.
+        Kelvin (not used with a ``ladder``).
+    ladder : tuple of (float, float, int) or None
+        ``(lowest K, highest K, levels)`` of a geometric temperature ladder for parallel
+        tempering (replicas = levels × walkers); None: every replica at ``temperature``.
+    exchange_every : int
+        Steps between replica-exchange rounds (with a ``ladder``).
     timestep_fs : float
     friction : float
         1/ps.
@@ -49,12 +58,18 @@ class RunSettings:
     mapping : str
     options : KernelOptions
     neighbors : NeighborSettings
+    first_replica : int
+        Index of this run's first replica in a larger ensemble of which it is one shard
+        (``workbench.distributed``): replica r starts from structure
+        ``(first_replica + r) mod`` the number of ``structures``.
     """
 
     protein: str = "cln025"
     replicas: int = 8
     steps: int = 1000
     temperature: float = 300.0
+    ladder: tuple[float, float, int] | None = None
+    exchange_every: int = 100
     timestep_fs: float = 4.0
     friction: float = 1.0
     save_interval: int = 100
@@ -65,6 +80,7 @@ class RunSettings:
     mapping: str = "five-bead"
     options: KernelOptions = field(default_factory=KernelOptions)
     neighbors: NeighborSettings = field(default_factory=NeighborSettings)
+    first_replica: int = 0
 
     def validate(self) -> None:
         """Raise ValueError with a specific message for impossible settings."""
@@ -80,8 +96,23 @@ class RunSettings:
             raise ValueError(f"--friction must be non-negative (1/ps), got {self.friction}")
         if self.save_interval < 1:
             raise ValueError(f"--save-interval must be at least 1, got {self.save_interval}")
+        if self.first_replica < 0:
+            raise ValueError(f"first replica must be non-negative, got {self.first_replica}")
         if self.structures is not None and self.model is None:
             raise ValueError("--structures needs --model (an mlcg checkpoint)")
+        if self.exchange_every < 1:
+            raise ValueError(f"--exchange-every must be at least 1, got {self.exchange_every}")
+        if self.ladder is not None:
+            try:
+                geometric_ladder(*self.ladder)
+            except ValueError as exc:
+                raise ValueError(f"--ladder: {exc}") from exc
+            levels = self.ladder[2]
+            if self.replicas % levels:
+                raise ValueError(
+                    f"--replicas {self.replicas} is not a multiple of the {levels} ladder "
+                    "levels (replicas = levels × walkers)"
+                )
 
 
 def resolve_device(device: str) -> tuple[torch.device, str | None]:
@@ -113,12 +144,23 @@ def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, st
 
 @dataclass
 class PreparedRun:
-    """A ready simulation with what the user should be told about it."""
+    """A ready simulation with what the user should be told about it.
+
+    ``tempering`` drives the simulation when the settings have a temperature ladder.
+    """
 
     settings: RunSettings
     system: CGSystem
     simulation: Simulation
     notices: list[str]
+    tempering: ReplicaExchange | None = None
+
+    def advance(self, steps: int) -> None:
+        """Step the run ``steps`` steps, through the replica exchange if there is one."""
+        if self.tempering is not None:
+            self.tempering.run(steps)
+        else:
+            self.simulation.step(steps)
 
 
 def _imported_model(settings: RunSettings):
@@ -134,7 +176,8 @@ def _imported_model(settings: RunSettings):
     from workbench.model.mlcg_import import load_for_run
 
     system, potential, starts = load_for_run(settings.model, settings.structures)
-    positions = starts[torch.arange(settings.replicas) % starts.shape[0]]
+    first = settings.first_replica
+    positions = starts[torch.arange(first, first + settings.replicas) % starts.shape[0]]
     return system, potential, positions
 
 
@@ -172,7 +215,17 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
         neighbors=neighbors,
     )
     notices = [n for n in (device_notice, model_notice) if n]
-    return PreparedRun(settings, system, sim, notices)
+    tempering = None
+    if settings.ladder is not None:
+        tempering = ReplicaExchange(
+            sim, geometric_ladder(*settings.ladder), settings.exchange_every
+        )
+        ladder = ", ".join(f"{t:.0f}" for t in tempering.temperatures.tolist())
+        notices.append(
+            f"Parallel tempering: {tempering.levels} levels ({ladder} K) × {tempering.walkers} "
+            f"walkers, exchanges every {tempering.exchange_every} steps; --temperature is not used."
+        )
+    return PreparedRun(settings, system, sim, notices, tempering)
 
 
 def existing_run_files(folder: Path) -> list[Path]:
@@ -225,10 +278,19 @@ class ThroughputMeter:
         return torch.cuda.max_memory_allocated(self.device) / 1e9
 
 
-def timed_steps(sim: Simulation, meter: ThroughputMeter, steps: int) -> None:
-    """Run ``steps`` steps and record their wall time in ``meter``."""
+def timed_steps(
+    sim: Simulation,
+    meter: ThroughputMeter,
+    steps: int,
+    advance: Callable[[int], None] | None = None,
+) -> None:
+    """Run ``steps`` steps and record their wall time in ``meter``.
+
+    ``advance(steps)`` steps the run instead of ``sim.step`` when given (e.g.
+    :meth:`PreparedRun.advance`, which also exchanges temperatures on a ladder).
+    """
     meter.synchronize()
     start = time.perf_counter()
-    sim.step(steps)
+    (advance or sim.step)(steps)
     meter.synchronize()
     meter.record(steps, time.perf_counter() - start)

@@ -3,11 +3,15 @@ temperatures, NVE energy conservation, parameter validation."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
-from helpers import bonds_only_potential, prior_potential, schnet_potential, tiny_system
+from helpers import (
+    block_standard_error,
+    bonds_only_potential,
+    prior_potential,
+    schnet_potential,
+    tiny_system,
+)
 
 from workbench.md import LangevinIntegrator, Simulation, VelocityVerletIntegrator
 from workbench.md.integrators import as_temperatures, maxwell_boltzmann
@@ -97,12 +101,6 @@ def langevin_samples():
         bond_energy.append(sim.energy)
     assert not bool(sim.frozen.any())
     return torch.stack(temperature).double(), torch.stack(bond_energy).double()
-
-
-def block_standard_error(series: torch.Tensor, blocks: int = 20) -> float:
-    """Standard error of the mean of a correlated series (T,) by block averaging."""
-    usable = series[: len(series) // blocks * blocks].reshape(blocks, -1).mean(1)
-    return float(usable.std() / math.sqrt(blocks))
 
 
 @pytest.mark.parametrize("target", [300.0, 350.0])

@@ -100,6 +100,26 @@ def fake_run():
 
 
 @pytest.fixture
+def ladder_settings(tmp_path):
+    """Settings of a real run on a 300–400 K ladder (2 levels × 2 walkers, exchanges every
+    2 steps) with a fast prior-only model, saved to a file as a user's model would be."""
+    from helpers import prior_potential
+
+    from workbench.model import save_potential
+
+    model = save_potential(prior_potential(), tmp_path / "priors.pt")
+    return RunSettings(
+        replicas=4,
+        steps=20,
+        save_interval=5,
+        ladder=(300.0, 400.0, 2),
+        exchange_every=2,
+        device="cpu",
+        model=str(model),
+    )
+
+
+@pytest.fixture
 def gpu_like(monkeypatch):
     """Pretend the fused path can run (as on a GPU) so switches reach the simulation."""
     monkeypatch.setattr(

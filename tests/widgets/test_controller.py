@@ -218,6 +218,34 @@ def test_listener_errors_do_not_stop_the_run(fake_run):
     assert "KeyError" in controller.snapshot().display_errors[-1]
 
 
+def test_a_ladder_run_records_exchanges_and_every_replicas_temperature(ladder_settings):
+    controller = SimulationController(ladder_settings, chunk_seconds=0.01)
+    controller.start()
+    assert controller.wait(60) is RunState.STOPPED, controller.snapshot().error
+    tempering = controller.snapshot().tempering
+    assert tempering.temperatures.tolist() == [300.0, 400.0]
+    assert tempering.groups.tolist() == [[0, 1], [2, 3]]
+    assert tempering.exchange_every == 2 and tempering.rounds == 10  # steps 2, 4, …, 20
+    assert tempering.acceptance.shape == (1,) and 0.0 <= tempering.acceptance[0] <= 1.0
+    history = tempering.history
+    assert list(history["step"]) == [0, 5, 10, 15, 20]
+    assert history["temperature"].shape == (5, 4)
+    # at every point each group holds each level once, and the bath agrees with it
+    for row in history["temperature"]:
+        for group in tempering.groups:
+            assert sorted(row[group]) == [300.0, 400.0]
+    final = controller.simulation.integrator.temperature.numpy()
+    assert (history["temperature"][-1] == final).all()
+
+
+def test_a_run_without_ladder_has_no_tempering(fake_run):
+    prepare, _ = fake_run()
+    controller = SimulationController(settings(steps=4), prepare=prepare)
+    controller.start()
+    controller.wait(10)
+    assert controller.snapshot().tempering is None
+
+
 @pytest.mark.parametrize(
     ("step", "remaining", "seconds_per_step", "expected"),
     [

@@ -18,6 +18,7 @@ from widgets import (  # noqa: E402
     LivePlots,
     SimulationController,
     Structure3D,
+    TemperingPanel,
     Workbench,
 )
 from widgets.snapshot import RunState  # noqa: E402
@@ -78,6 +79,21 @@ def test_invalid_settings_are_refused_with_a_message(fake_run):
     panel.initial.friction = -1.0
     assert panel.start() is None
     assert "friction" in panel.status.value
+
+
+def test_temperature_ladder_is_off_by_default_and_validated(fake_run):
+    prepare, _ = fake_run()
+    panel = LaunchPanel(RunSettings(replicas=4, steps=10, exchange_every=5), prepare=prepare)
+    assert not panel.ladder.value and panel.settings().ladder is None
+    assert panel.t_min.disabled and panel.levels.disabled and not panel.temperature.disabled
+    panel.ladder.value = True
+    assert not panel.t_min.disabled and panel.temperature.disabled
+    panel.t_min.value, panel.t_max.value, panel.levels.value = 310.0, 420.0, 2
+    settings = panel.settings()
+    assert (settings.ladder, settings.exchange_every) == ((310.0, 420.0, 2), 5)
+    panel.replicas.value = 3
+    assert panel.start() is None
+    assert "not a multiple of the 2 ladder levels" in panel.status.value
 
 
 def _upload(panel, name, content):
@@ -186,11 +202,37 @@ def test_adjacency_and_structure_follow_a_real_run(cln025):
     assert not adjacency.error_html.value and not structure.error_html.value
 
 
+def test_tempering_panel_shows_a_ladder_run_and_hides_otherwise(ladder_settings, fake_run):
+    controller = SimulationController(ladder_settings, chunk_seconds=0.01)
+    panel = TemperingPanel(controller)
+    assert not panel.shown and panel.figures() == {}
+    controller.start()
+    assert controller.wait(60) is RunState.STOPPED
+    panel.refresh()
+    assert panel.shown and set(panel.figures()) == {"tempering"}
+    bars, *lines = panel.figure.data
+    rate = controller.snapshot().tempering.acceptance[0]
+    assert list(bars.x) == ["300–400 K"] and list(bars.y) == [rate]
+    assert [line.name for line in lines] == ["replica 0", "replica 1"]
+    assert len(lines[0].x) == 5 and set(lines[0].y) <= {300.0, 400.0}
+    assert "2 levels × 2 walkers" in panel.info.value and "10 rounds" in panel.info.value
+    assert [value for _, value in panel.group.options] == [0, 1]
+    panel.group.value = 1
+    assert [line.name for line in panel.figure.data[1:]] == ["replica 2", "replica 3"]
+    assert not panel.error_html.value
+
+    prepare, _ = fake_run()
+    plain = SimulationController(RunSettings(replicas=2, steps=2), prepare=prepare)
+    panel.attach(plain)
+    assert not panel.shown and panel.figures() == {}
+
+
 def test_workbench_composes_every_panel(fake_run):
     prepare, sim = fake_run()
     workbench = Workbench(RunSettings(replicas=2, steps=6, save_interval=2), prepare=prepare)
     controller = workbench.start()
     controller.wait(5)
-    for panel in (workbench.plots, workbench.kernels, workbench.export):
+    for panel in (workbench.plots, workbench.kernels, workbench.tempering, workbench.export):
         assert panel.source is controller
     assert set(workbench.figures()) >= {"throughput", "memory", "rmsd_q", "race"}
+    assert "tempering" not in workbench.figures()  # no ladder in this run

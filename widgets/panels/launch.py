@@ -87,6 +87,38 @@ class LaunchPanel(LivePanel):
             layout=narrow,
             style=style,
         )
+        # off by default; when ticked: 1–1.5 × the temperature in 4 levels (2 if 4 do not fit)
+        ladder = s.ladder or (s.temperature, 1.5 * s.temperature, 4 if s.replicas % 4 == 0 else 2)
+        self.ladder = ipw.Checkbox(
+            value=s.ladder is not None, description="temperature ladder", indent=False
+        )
+        self.t_min = ipw.BoundedFloatText(
+            value=ladder[0],
+            min=1.0,
+            max=5000.0,
+            description="T min (K)",
+            layout=narrow,
+            style=style,
+        )
+        self.t_max = ipw.BoundedFloatText(
+            value=ladder[1],
+            min=1.0,
+            max=5000.0,
+            description="T max (K)",
+            layout=narrow,
+            style=style,
+        )
+        self.levels = ipw.BoundedIntText(
+            value=ladder[2], min=2, max=1000, description="levels", layout=narrow, style=style
+        )
+        self.exchange_every = ipw.BoundedIntText(
+            value=s.exchange_every,
+            min=1,
+            max=10**7,
+            description="exchange every",
+            layout=narrow,
+            style=style,
+        )
         self.steps = ipw.BoundedIntText(
             value=s.steps, min=1, max=10**9, description="steps", layout=narrow, style=style
         )
@@ -136,10 +168,15 @@ class LaunchPanel(LivePanel):
         self.upload.observe(self._on_upload, names="value")
         self.until_stopped.observe(self._sync_steps_field, names="value")
         self._sync_steps_field()
+        self.ladder.observe(self._sync_ladder_fields, names="value")
+        self._sync_ladder_fields()
         self.set_body(
             ipw.HTML("<b>Launch</b>"),
             ipw.HBox([self.protein, self.upload]),
             ipw.HBox([self.replicas, self.temperature]),
+            ipw.HBox([self.ladder, self.levels]),
+            ipw.HBox([self.t_min, self.t_max]),
+            self.exchange_every,
             ipw.HBox([self.steps, self.until_stopped]),
             ipw.HBox([self.timestep, self.save_interval]),
             ipw.HBox([self.seed, self.device]),
@@ -167,6 +204,10 @@ class LaunchPanel(LivePanel):
             replicas=self.replicas.value,
             steps=self.steps.value,
             temperature=self.temperature.value,
+            ladder=(self.t_min.value, self.t_max.value, self.levels.value)
+            if self.ladder.value
+            else None,
+            exchange_every=self.exchange_every.value,
             timestep_fs=self.timestep.value,
             save_interval=self.save_interval.value,
             seed=self.seed.value,
@@ -204,6 +245,12 @@ class LaunchPanel(LivePanel):
 
     def _sync_steps_field(self, _change=None) -> None:
         self.steps.disabled = self.until_stopped.value
+
+    def _sync_ladder_fields(self, _change=None) -> None:
+        on = self.ladder.value
+        for control in (self.t_min, self.t_max, self.levels, self.exchange_every):
+            control.disabled = not on
+        self.temperature.disabled = on
 
     def _on_upload(self, change) -> None:
         files = change["new"]

@@ -1,4 +1,4 @@
-"""Molecular dynamics: integrators, simulations, checkpoints and reporters."""
+"""Molecular dynamics: integrators, simulations, checkpoints, reporters and parallel tempering."""
 
 from workbench.md.integrators import LangevinIntegrator, VelocityVerletIntegrator
 from workbench.md.simulation import (
@@ -7,12 +7,16 @@ from workbench.md.simulation import (
     SafetyLimits,
     Simulation,
 )
+from workbench.md.tempering import ReplicaExchange, attempt_exchanges, geometric_ladder
 
 __all__ = [
     "CheckpointError",
     "LangevinIntegrator",
     "NeighborSettings",
+    "ReplicaExchange",
     "SafetyLimits",
     "Simulation",
     "VelocityVerletIntegrator",
+    "attempt_exchanges",
+    "geometric_ladder",
 ]

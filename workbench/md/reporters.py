@@ -121,13 +121,37 @@ class MetricsReporter:
         metrics = {k: v.detach().cpu().numpy() for k, v in sim.metrics().items()}
         set_t = getattr(sim.integrator, "temperature", torch.tensor([float("nan")]))
         set_t = np.broadcast_to(set_t.numpy(), (sim.replicas,))
-        for r in range(sim.replicas):
+        self.write(sim.step_count, sim.time_ps, {**metrics, "temperature_set": set_t})
+        self.last = metrics
+
+    def write(
+        self,
+        step: int,
+        time_ps: float,
+        metrics: dict[str, np.ndarray],
+        replicas: np.ndarray | None = None,
+    ) -> None:
+        """Append the rows of one report.
+
+        Parameters
+        ----------
+        step : int
+        time_ps : float
+        metrics : dict of str to numpy.ndarray, each shape (R,)
+            The keys of :meth:`Simulation.metrics` plus ``temperature_set`` (bath, K).
+        replicas : numpy.ndarray, shape (R,), int, optional
+            Replica numbers written in the ``replica`` column (default ``0 .. R-1``;
+            an ensemble spread over processes passes global numbers).
+        """
+        count = len(metrics["rmsd"])
+        replicas = np.arange(count) if replicas is None else replicas
+        for r in range(count):
             self._writer.writerow(
                 [
-                    sim.step_count,
-                    f"{sim.time_ps:.4f}",
-                    r,
-                    f"{set_t[r]:.2f}",
+                    step,
+                    f"{time_ps:.4f}",
+                    int(replicas[r]),
+                    f"{metrics['temperature_set'][r]:.2f}",
                     f"{metrics['temperature'][r]:.3f}",
                     f"{metrics['potential_energy'][r]:.5f}",
                     f"{metrics['kinetic_energy'][r]:.5f}",
@@ -137,7 +161,6 @@ class MetricsReporter:
                 ]
             )
         self._handle.flush()
-        self.last = metrics
 
     def close(self) -> None:
         """Close the file."""

@@ -144,7 +144,9 @@ class NeighborList:
         """Yield ``(start, within)`` per chunk of replicas: ``within[r, i, j]`` is True when
         bead j lies within ``radius`` of bead i (an allowed pair) in replica ``start + r``."""
         r_count, n, _ = pos.shape
-        allowed = self._allowed.to(pos.device)
+        if self._allowed.device != pos.device:  # moved once (no copy inside a captured step)
+            self._allowed = self._allowed.to(pos.device)
+        allowed = self._allowed
         chunk = max(1, self.max_block // (n * n))
         for start in range(0, r_count, chunk):
             block = pos[start : start + chunk]
