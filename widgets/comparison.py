@@ -262,7 +262,8 @@ class CompareRunner:
             self._notify(True)
 
     def _build(self) -> None:
-        settings = replace(self.settings, options=KernelOptions.baseline())
+        # a race of kernel switches: both sides at one temperature, without exchanges
+        settings = replace(self.settings, options=KernelOptions.baseline(), ladder=None)
         prepared = self._prepare(settings)
         sim_a = prepared.simulation
         sim_b = twin_simulation(sim_a, self.settings, KernelOptions.baseline())

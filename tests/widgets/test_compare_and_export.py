@@ -27,6 +27,19 @@ def test_race_of_identical_configurations_agrees_exactly():
     assert race.speedup > 0
 
 
+def test_race_runs_without_the_temperature_ladder(ladder_settings):
+    runner = CompareRunner(
+        ladder_settings, KernelOptions(), KernelOptions(), steps=2, chunk_steps=1
+    )
+    runner.start()
+    assert runner.wait(60) is RunState.STOPPED
+    race = runner.snapshot()
+    assert race.error is None and race.deviation_end.max_abs == 0.0
+    assert not any("tempering" in message for message in race.messages)
+    for side in runner._sides:
+        assert side.sim.integrator.temperature.tolist() == [ladder_settings.temperature]
+
+
 def test_compare_panel_reports_cpu_fallback_of_b():
     panel = ComparePanel(settings=SETTINGS, steps=1)
     runner = panel.run()
