@@ -434,6 +434,7 @@ def cmd_bench(args) -> int:
         BenchCase(p, r, c, bench_options(c)) for p in proteins for r in replicas for c in configs
     ]
     records = []
+    failures = 0
     for case in cases:
         try:
             record = run_case(
@@ -443,6 +444,10 @@ def cmd_bench(args) -> int:
         except torch.cuda.OutOfMemoryError:
             print(f"{case.protein} × {case.replicas} {case.label}: out of memory", flush=True)
             torch.cuda.empty_cache()
+            continue
+        except Exception as exc:  # noqa: BLE001 - one failing case must not end the table
+            print(f"{case.protein} × {case.replicas} {case.label}: failed: {exc!r}", flush=True)
+            failures += 1
             continue
         records.append(record)
         print(
@@ -457,7 +462,7 @@ def cmd_bench(args) -> int:
     json_path, md_path = write_results(records, args.out, command)
     print(markdown_table(records))
     print(f"wrote {json_path} and {md_path}")
-    return 0
+    return 1 if failures else 0
 
 
 def _floats(text: str) -> list[float]:

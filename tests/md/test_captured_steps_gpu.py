@@ -42,8 +42,9 @@ def test_overflow_is_redone_on_the_gpu():
     assert torch.equal(eager.positions, graphed.positions)
 
 
-def test_one_graph_launch_per_step():
+def test_a_step_is_a_graph_launch_instead_of_hundreds():
     graphed = launches_per_step(run(KernelOptions.all_on(cuda_graph=True)), steps=50)
     eager = launches_per_step(run(KernelOptions.all_on()), steps=5)
-    assert graphed["host_launches_per_step"] < 2.0
-    assert eager["host_launches_per_step"] > 50
+    # one graph launch plus the generators' seed/offset updates per replay
+    assert graphed["host_launches_per_step"] < 5.0
+    assert eager["host_launches_per_step"] > 20 * graphed["host_launches_per_step"]

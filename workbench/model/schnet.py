@@ -238,9 +238,8 @@ class CGSchNet(nn.Module):
             src = torch.where(valid, src, 0)
             dst = torch.where(valid, dst, 0)
         diff = pos.index_select(0, dst) - pos.index_select(0, src)
-        if valid is not None:
-            far = diff.new_tensor([2.0 * self.cutoff + 1.0, 0.0, 0.0])
-            diff = torch.where(valid[:, None], diff, far)
+        if valid is not None:  # a scalar fill: no host-to-device copy (capturable)
+            diff = torch.where(valid[:, None], diff, 2.0 * self.cutoff + 1.0)
         return torch.linalg.vector_norm(diff, dim=-1), src, dst
 
     def envelope(self, block: InteractionBlock, d: torch.Tensor) -> torch.Tensor:
