@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--calibrate", type=float, default=None, metavar="TARGET",
         help="first calibrate ε to this folded fraction at the first temperature",
     )
+    train.add_argument("--calibrate-replicas", type=int, default=64)
+    train.add_argument("--calibrate-steps", type=int, default=400, help="steps per ε tried")
+    train.add_argument("--calibrate-iterations", type=int, default=8)
     train.add_argument("--temperatures", default="300", help="comma list, kelvin")
     train.add_argument("--replicas", type=int, default=64, help="per temperature")
     train.add_argument("--steps", type=int, default=100000, help="production steps")
@@ -191,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--batch-size", type=int, default=32)
     train.add_argument("--lr", type=float, default=1e-3)
     train.add_argument("--patience", type=int, default=10, help="early-stopping epochs")
+    train.add_argument(
+        "--time-limit", type=float, default=None, help="seconds of training (no new epoch after)"
+    )
     train.add_argument("--val-fraction", type=float, default=0.1)
     train.add_argument("--validate-steps", type=int, default=0, help="0: no MD validation")
     train.add_argument("--validate-replicas", type=int, default=32)
@@ -496,7 +502,8 @@ def cmd_train(args) -> int:
         if args.calibrate is not None:
             calibration = calibrate_epsilon(
                 system, temperatures[0], args.calibrate, device=device, seed=args.seed,
-                dihedral_ratio=args.dihedral_ratio,
+                dihedral_ratio=args.dihedral_ratio, replicas=args.calibrate_replicas,
+                steps=args.calibrate_steps, iterations=args.calibrate_iterations,
             )
             epsilon = calibration.epsilon
             print(f"calibrated ε = {epsilon:.4f} kcal/mol (ε, folded: {calibration.history})")
@@ -515,6 +522,7 @@ def cmd_train(args) -> int:
         fit=FitSettings(
             epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
             patience=args.patience, seed=args.seed, device=str(device),
+            time_limit=args.time_limit,
         ),
         validation_fraction=args.val_fraction,
         prior_temperature=args.prior_temperature,

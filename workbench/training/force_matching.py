@@ -47,6 +47,8 @@ class FitSettings:
     seed : int
         Seed of the batch order.
     device : str
+    time_limit : float or None
+        Seconds of training after which no new epoch starts (None: no limit).
     """
 
     epochs: int = 100
@@ -58,6 +60,7 @@ class FitSettings:
     min_improvement: float = 1e-3
     seed: int = 0
     device: str = "cpu"
+    time_limit: float | None = None
 
 
 @dataclass
@@ -71,11 +74,15 @@ class FitResult:
     best_epoch : int
         Epoch whose weights were kept (1-based).
     stopped_early : bool
+        Stopped by early stopping (patience).
+    stopped_by_time : bool
+        Stopped by ``FitSettings.time_limit``.
     """
 
     history: list[dict] = field(default_factory=list)
     best_epoch: int = 0
     stopped_early: bool = False
+    stopped_by_time: bool = False
 
     @property
     def best_val_force_rmse(self) -> float:
@@ -197,6 +204,7 @@ def train_force_matching(
     if writer is not None:
         writer.writeheader()
     bar = tqdm(range(1, settings.epochs + 1), disable=not progress, desc="train", unit="epoch")
+    began = time.perf_counter()
     try:
         for epoch in bar:
             start = time.perf_counter()
@@ -233,6 +241,11 @@ def train_force_matching(
                 best_state = {k: v.detach().clone() for k, v in schnet.state_dict().items()}
             elif epoch - result.best_epoch >= settings.patience:
                 result.stopped_early = True
+                break
+            if settings.time_limit is not None and (
+                time.perf_counter() - began > settings.time_limit
+            ):
+                result.stopped_by_time = True
                 break
     finally:
         bar.close()

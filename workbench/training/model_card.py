@@ -67,6 +67,7 @@ def build_model_card(
             "epochs_run": len(history),
             "best_epoch": fit.best_epoch,
             "stopped_early": fit.stopped_early,
+            "stopped_by_time_limit": fit.stopped_by_time,
             "first_val_force_rmse": history[0]["val_force_rmse"] if history else None,
             "val_force_rmse": fit.best_val_force_rmse if history else None,
             "final_learning_rate": history[-1]["learning_rate"] if history else None,

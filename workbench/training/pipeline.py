@@ -127,7 +127,22 @@ def train_potential(
         "mapping": system.mapping,
         "teacher": teacher.metadata,
     }
-    validation = None
+    prior_settings = {
+        "method": "Boltzmann inversion",
+        "temperature_K": prior_t,
+        "grouping": settings.prior_grouping,
+        "terms": list(priors),
+    }
+
+    def card_with(validation):
+        return build_model_card(
+            system.name, teacher.metadata, data, settings.schnet, fit, prior_settings, validation
+        )
+
+    # Saved before the (long) MD validation, so a run cut short keeps the trained model.
+    save_potential(potential, out / f"{system.name}.pt")
+    card = card_with(None)
+    write_model_card(card, out / f"{system.name}.pt")
     if settings.validate_steps > 0:
         held_out = data["positions"][val][:1024].to(device)
         predicted = model_forces(potential.to(device), held_out).cpu()
@@ -139,15 +154,6 @@ def train_potential(
         )
         validation["force_rmse"] = force_rmse(predicted, data["forces"][val][:1024])
         potential.cpu()
-    prior_settings = {
-        "method": "Boltzmann inversion",
-        "temperature_K": prior_t,
-        "grouping": settings.prior_grouping,
-        "terms": list(priors),
-    }
-    card = build_model_card(
-        system.name, teacher.metadata, data, settings.schnet, fit, prior_settings, validation
-    )
-    save_potential(potential, out / f"{system.name}.pt")
-    write_model_card(card, out / f"{system.name}.pt")
+        card = card_with(validation)
+        write_model_card(card, out / f"{system.name}.pt")
     return potential, card
