@@ -322,6 +322,9 @@ def run_ensemble(settings: EnsembleSettings, on_report=None) -> EnsembleResult:
     ]
     result = EnsembleResult(shards)
     try:
+        # Every shard holds a checkpoint before any chunk runs, so a failure at any later
+        # point leaves a complete set for ``resume`` (a loaded checkpoint is not rewritten).
+        _wait(settings, [actor.save.remote() for actor in actors])
         _drive(settings, actors, result, on_report)
         finals = _wait(settings, [actor.save.remote() for actor in actors])
         if set(finals) != {settings.run.steps}:
