@@ -45,7 +45,12 @@ def test_teacher_validated_against_itself_passes(tmp_path):
     sys = tiny_system()
     teacher = teacher_potential(sys)
     summary = validate_against_teacher(
-        sys, teacher, teacher, [300.0, 400.0], 2, 20, 5, plot_path=tmp_path / "v.png"
+        sys, teacher, teacher, [300.0, 400.0], 2, 20, 5, plot_path=tmp_path / "v.png",
+        series_path=tmp_path / "v.pt",
     )
     assert len(summary["results"]) == 2
     assert all(r["q_intersection"] == 1.0 for r in summary["results"])
+    series = torch.load(tmp_path / "v.pt", weights_only=True)
+    assert series["temperatures"] == [300.0, 400.0]
+    assert series["model_q"].shape == series["teacher_rmsd"].shape == (2, 2, 4)
+    assert torch.equal(series["model_q"], series["teacher_q"])

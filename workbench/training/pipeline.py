@@ -151,6 +151,7 @@ def train_potential(
             settings.validate_replicas, settings.validate_steps,
             max(1, settings.validate_steps // 1000), device, settings.fit.seed,
             plot_path=out / f"{system.name}.validation.png",
+            series_path=out / f"{system.name}.validation.pt",
         )
         validation["force_rmse"] = force_rmse(predicted, data["forces"][val][:1024])
         potential.cpu()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from workbench.model.io import atomic_save
 from workbench.model.potential import Potential
 from workbench.system.cg_system import CGSystem
 from workbench.teacher import FOLDED_Q, langevin_simulation
@@ -163,8 +164,13 @@ def validate_against_teacher(
     device: str | torch.device = "cpu",
     seed: int = 0,
     plot_path: str | Path | None = None,
+    series_path: str | Path | None = None,
 ) -> dict:
     """Run teacher and model alike and compare them at every temperature.
+
+    ``series_path``, when given, receives the raw series (``torch.save`` of a dict:
+    ``temperatures`` and ``{teacher,model}_{q,rmsd}``, float32 ``(temperatures, replicas,
+    frames)``), from which the plots can be redrawn without rerunning MD.
 
     Returns
     -------
@@ -191,6 +197,10 @@ def validate_against_teacher(
     }
     if plot_path is not None and plot_validation(runs, temperatures, plot_path):
         summary["plot"] = str(plot_path)
+    if series_path is not None:
+        series = {f"{name}_{kind}": runs[name][k] for name in runs
+                  for k, kind in enumerate(("q", "rmsd"))}
+        atomic_save({"temperatures": summary["temperatures"], **series}, series_path)
     return summary
 
 
