@@ -205,6 +205,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--device", default="auto", help="auto, cpu or cuda")
     train.add_argument("--out", required=True, help="output folder")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    validate = sub.add_parser(
+        "validate", help="MD validation of a trained model against its teacher (into its card)"
+    )
+    validate.add_argument("--model", required=True, help="model written by workbench train")
+    validate.add_argument("--temperatures", default="300", help="comma list, kelvin")
+    validate.add_argument("--replicas", type=int, default=64, help="per temperature")
+    validate.add_argument("--steps", type=int, default=10000)
+    validate.add_argument("--seed", type=int, default=0)
+    validate.add_argument("--device", default="auto", help="auto, cpu or cuda")
     return parser
 
 
@@ -545,11 +555,58 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_validate(args) -> int:
+    from workbench.model.io import load_potential
+    from workbench.runner import resolve_device
+    from workbench.system import build_system
+    from workbench.teacher import teacher_potential
+    from workbench.training.model_card import card_path, write_model_card
+    from workbench.training.validate import validate_against_teacher
+
+    potential = load_potential(args.model)
+    teacher_meta = potential.metadata.get("teacher")
+    if not isinstance(teacher_meta, dict) or "epsilon" not in teacher_meta:
+        raise UsageError(f"{args.model} has no teacher in its metadata (not made by train)")
+    device, notice = resolve_device(args.device)
+    if notice:
+        print(f"NOTE: {notice}")
+    system = build_system(potential.metadata["protein"])
+    teacher = teacher_potential(system, teacher_meta["epsilon"], teacher_meta.get("dihedral_ratio"))
+    model = Path(args.model)
+    stem = model.with_suffix("")
+    validation = validate_against_teacher(
+        system, teacher, potential, _floats(args.temperatures), args.replicas, args.steps,
+        max(1, args.steps // 1000), device, args.seed,
+        plot_path=f"{stem}.validation.png", series_path=f"{stem}.validation.pt",
+    )
+    card_file = card_path(model)
+    card = json.loads(card_file.read_text()) if card_file.is_file() else {}
+    previous = card.get("validation") or {}
+    if "force_rmse" in previous:  # measured on held-out teacher frames at training time
+        validation["force_rmse"] = previous["force_rmse"]
+    card["validation"] = validation
+    write_model_card(card, model)
+    rows = []
+    for temperature, result in zip(validation["temperatures"], validation["results"], strict=True):
+        verdict = "pass" if all(result["passes"].values()) else "FAIL"
+        rows.append((
+            f"{temperature:g} K",
+            f"Q overlap {result['q_intersection']:.2f}, folded teacher/model "
+            f"{result['folded_teacher']:.2f}/{result['folded_model']:.2f}, events (fold, unfold) "
+            f"teacher {tuple(result['events_teacher'])} model {tuple(result['events_model'])}: "
+            f"{verdict}",
+        ))
+    rows.append(("card", str(card_file)))
+    print(_summary_table(rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"run": cmd_run, "info": cmd_info, "bench": cmd_bench, "train": cmd_train}[
-        args.command
-    ]
+    handler = {
+        "run": cmd_run, "info": cmd_info, "bench": cmd_bench, "train": cmd_train,
+        "validate": cmd_validate,
+    }[args.command]
     try:
         return handler(args)
     except (UsageError, ValueError, FileNotFoundError, PermissionError, ImportError) as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import csv
 import json
 
@@ -77,7 +79,7 @@ def test_early_stopping_keeps_the_best_epoch(data, residual):
     assert result.stopped_early and result.best_epoch == 1 and len(result.history) == 3
 
 
-def test_time_limit_ends_training_after_the_current_epoch(data, residual):
+def test_time_limit_ends_training_after_the_current_batch(data, residual):
     pos = data["positions"][:20]
     settings = FitSettings(epochs=50, batch_size=10, learning_rate=1e-3, time_limit=0.0)
     result = train_force_matching(
@@ -85,6 +87,9 @@ def test_time_limit_ends_training_after_the_current_epoch(data, residual):
         (pos, residual[:20]), settings, progress=False,
     )
     assert result.stopped_by_time and not result.stopped_early and len(result.history) == 1
+    # one batch of the two was trained: the logged training loss is over its frames only
+    (row,) = result.history
+    assert math.isfinite(row["train_loss"]) and result.best_epoch == 1
 
 
 def test_pipeline_saves_a_loadable_model_and_card(data, tmp_path, monkeypatch):

@@ -48,7 +48,8 @@ class FitSettings:
         Seed of the batch order.
     device : str
     time_limit : float or None
-        Seconds of training after which no new epoch starts (None: no limit).
+        Seconds of training after which no new batch starts (None: no limit); the epoch
+        in progress is then validated and logged, and training ends.
     """
 
     epochs: int = 100
@@ -209,7 +210,7 @@ def train_force_matching(
         for epoch in bar:
             start = time.perf_counter()
             schnet.train()
-            total = 0.0
+            total, seen = 0.0, 0
             for batch in torch.randperm(positions.shape[0], generator=generator).split(
                 settings.batch_size
             ):
@@ -220,11 +221,17 @@ def train_force_matching(
                 loss.backward()
                 optimizer.step()
                 total += float(loss.detach()) * target.numel()
+                seen += target.numel()
+                if settings.time_limit is not None and (
+                    time.perf_counter() - began > settings.time_limit
+                ):
+                    result.stopped_by_time = True  # this epoch ends early, and training too
+                    break
             schnet.eval()
             val_loss = _mean_loss(potential, *validation, settings)
             row = {
                 "epoch": epoch,
-                "train_loss": total / targets.numel(),
+                "train_loss": total / seen,
                 "val_loss": val_loss,
                 "val_force_rmse": math.sqrt(val_loss),
                 "learning_rate": optimizer.param_groups[0]["lr"],
@@ -242,10 +249,7 @@ def train_force_matching(
             elif epoch - result.best_epoch >= settings.patience:
                 result.stopped_early = True
                 break
-            if settings.time_limit is not None and (
-                time.perf_counter() - began > settings.time_limit
-            ):
-                result.stopped_by_time = True
+            if result.stopped_by_time:
                 break
     finally:
         bar.close()
