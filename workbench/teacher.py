@@ -38,9 +38,11 @@ TEACHER_EPSILON: dict[str, float] = {
     # folded fraction 0.5 at 300 K: bisection on an H200, 128 replicas × 10,000 steps, 7 steps
     "cln025": 0.1041,
     "2jof": 0.2933,
-    "1yrf": 0.2,  # provisional
-    "1enh": 0.2,  # provisional
-    "2a3d": 0.2,  # provisional
+    # set by hand (more contacts per residue than 2JOF: mostly folded at 300 K); the model
+    # cards' validation at 300 and 360 K reports what the teacher does
+    "1yrf": 0.25,
+    "1enh": 0.25,
+    "2a3d": 0.25,
 }
 
 #: ε of proteins missing from ``TEACHER_EPSILON``, kcal/mol.
@@ -186,7 +188,7 @@ def folded_fraction(
     folded = []
     for _ in range(max(1, (steps - steps // 2) // sample_every)):
         sim.step(sample_every)
-        folded.append(sim.metrics()["q"] > folded_q)
+        folded.append(sim.native_q() > folded_q)
     live = ~sim.frozen
     return float(torch.stack(folded)[:, live].float().mean())
 

@@ -314,20 +314,24 @@ class Simulation:
         """
         ca = self.positions[:, self.system.ca_index]
         native_ca = self.system.native_positions[self.system.ca_index]
-        if len(self.system.native_contacts):
-            q = fraction_native_contacts(
-                ca, self.system.native_contacts, self.system.native_contact_distances
-            )
-        else:  # e.g. a system read from an mlcg configuration: Q is undefined
-            q = torch.full((self.replicas,), float("nan"), device=self.device)
         return {
             "rmsd": rmsd(ca, native_ca),
-            "q": q,
+            "q": self.native_q(),
             "potential_energy": self.energy,
             "kinetic_energy": self.kinetic_energy(),
             "temperature": self.kinetic_temperature(),
             "frozen": self.frozen,
         }
+
+    def native_q(self) -> torch.Tensor:
+        """Fraction of native contacts of each replica, shape (R,), on the device (NaN when
+        the system has no native contacts, e.g. one read from an mlcg configuration)."""
+        if not len(self.system.native_contacts):
+            return torch.full((self.replicas,), float("nan"), device=self.device)
+        ca = self.positions[:, self.system.ca_index]
+        return fraction_native_contacts(
+            ca, self.system.native_contacts, self.system.native_contact_distances
+        )
 
     def frozen_report(self) -> list[tuple[int, int]]:
         """(replica, step at which it was frozen) for every frozen replica."""
