@@ -13,10 +13,10 @@ export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 train() {  # protein, training seconds, extra arguments
   local protein=$1 limit=$2
   shift 2
-  timeout "${TIMEOUT:-570}" python -m workbench.cli train --protein "$protein" --generate \
+  timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
     --temperatures 300,330,360 --replicas 96 --steps 12000 --save-every 150 \
     --equilibration 1000 --epochs 100 --batch-size 32 --lr 1e-3 --patience 8 \
-    --time-limit "$limit" --seed 0 --device cuda --quiet --out "$DEST" "$@" \
+    --time-limit "$limit" --wall-limit "${WALL:-540}" --seed 0 --device cuda --quiet --out "$DEST" "$@" \
     > "$DEST/$protein.out" 2>&1
   echo "$protein finished with exit code $?"
 }

@@ -8,6 +8,7 @@ import os
 import platform
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -196,6 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--patience", type=int, default=10, help="early-stopping epochs")
     train.add_argument(
         "--time-limit", type=float, default=None, help="seconds of training (no new epoch after)"
+    )
+    train.add_argument(
+        "--wall-limit", type=float, default=None,
+        help="seconds for the data and training of this command: training ends early enough "
+        "to save the model (a batch-queue job's limit, say); --validate-steps come on top",
     )
     train.add_argument("--val-fraction", type=float, default=0.1)
     train.add_argument("--validate-steps", type=int, default=0, help="0: no MD validation")
@@ -498,6 +504,7 @@ def cmd_train(args) -> int:
     from workbench.training.force_matching import FitSettings
     from workbench.training.pipeline import TrainSettings, train_potential
 
+    began = time.monotonic()
     device, notice = resolve_device(args.device)
     if notice:
         print(f"NOTE: {notice}")
@@ -524,6 +531,12 @@ def cmd_train(args) -> int:
         )
         if args.save_data:
             save_teacher_data(data, args.save_data, teacher.metadata)
+    time_limit = args.time_limit
+    if args.wall_limit is not None:
+        # what is left of the command's time, less a share kept for saving the model
+        left = 0.9 * (args.wall_limit - (time.monotonic() - began))
+        time_limit = left if time_limit is None else min(time_limit, left)
+        print(f"training time limit: {max(time_limit, 0.0):.0f} s (wall limit)")
     settings = TrainSettings(
         schnet=SchNetConfig(
             hidden=args.hidden, filters=args.filters, blocks=args.blocks,
@@ -532,7 +545,7 @@ def cmd_train(args) -> int:
         fit=FitSettings(
             epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
             patience=args.patience, seed=args.seed, device=str(device),
-            time_limit=args.time_limit,
+            time_limit=time_limit,
         ),
         validation_fraction=args.val_fraction,
         prior_temperature=args.prior_temperature,
