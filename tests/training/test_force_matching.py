@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 import csv
 import json
+import math
 
 import pytest
 import torch
@@ -13,7 +12,8 @@ from helpers import small_config, small_schnet, tiny_system
 
 from workbench import models
 from workbench.cli import main
-from workbench.model.io import load_potential
+from workbench.model.io import load_potential, save_potential
+from workbench.model.potential import Potential
 from workbench.runner import choose_potential
 from workbench.teacher import teacher_potential
 from workbench.training.boltzmann_inversion import fit_priors
@@ -127,6 +127,33 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
     assert main(["train", "--data", str(data_file), "--out", str(tmp_path / "b"), *common]) == 0
     assert load_potential(tmp_path / "b" / "cln025.pt").schnet.config.hidden == 8
     assert "val force RMSE" in capsys.readouterr().out
+    # a spent wall limit: one batch is trained and the model is still saved
+    common[common.index("--epochs") + 1] = "50"
+    assert main(["train", "--data", str(data_file), "--wall-limit", "0", "--out",
+                 str(tmp_path / "c"), *common]) == 0
+    card = json.loads((tmp_path / "c" / "cln025.json").read_text())
+    assert card["training"]["stopped_by_time_limit"] and card["training"]["epochs_run"] == 1
+    assert "training time limit: 0 s (wall limit)" in capsys.readouterr().out
+
+
+def test_cli_validate_writes_the_validation_into_the_card(tmp_path, capsys):
+    sys = tiny_system()
+    model = tmp_path / "cln025.pt"
+    potential = Potential(sys.bead_types, small_schnet(**TINY), {})
+    potential.metadata = {"protein": "cln025", "teacher": {"epsilon": 0.3}}
+    save_potential(potential, model)
+    (tmp_path / "cln025.json").write_text(json.dumps({"validation": {"force_rmse": 1.5}}))
+    assert main(["validate", "--model", str(model), "--temperatures", "300,400",
+                 "--replicas", "2", "--steps", "20", "--device", "cpu"]) == 0
+    validation = json.loads((tmp_path / "cln025.json").read_text())["validation"]
+    assert validation["temperatures"] == [300.0, 400.0] and validation["force_rmse"] == 1.5
+    assert len(validation["results"]) == 2 and (tmp_path / "cln025.validation.pt").is_file()
+    assert "Q overlap" in capsys.readouterr().out
+    bare = tmp_path / "bare.pt"
+    potential.metadata = {"protein": "cln025"}
+    save_potential(potential, bare)
+    assert main(["validate", "--model", str(bare), "--device", "cpu"]) == 2
+    assert "no teacher in its metadata" in capsys.readouterr().err
 
 
 def test_saved_data_round_trip(data, tmp_path):
