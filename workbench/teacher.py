@@ -101,6 +101,7 @@ def langevin_simulation(
     seed: int = 0,
     timestep_fs: float = 4.0,
     friction: float = 1.0,
+    options: KernelOptions | None = None,
 ) -> Simulation:
     """A BAOAB Langevin simulation of one replica per row of ``positions``.
 
@@ -117,11 +118,14 @@ def langevin_simulation(
     timestep_fs : float
     friction : float
         1/ps.
+    options : KernelOptions, optional
+        Force path; default :func:`fastest_options` of ``device``.
     """
     integrator = LangevinIntegrator(timestep_fs / FS_PER_PS, friction, temperatures)
     return Simulation(
         system, potential, integrator, replicas=positions.shape[0], positions=positions,
-        device=device, seed=seed, options=fastest_options(device),
+        device=device, seed=seed,
+        options=fastest_options(device) if options is None else options,
     )
 
 

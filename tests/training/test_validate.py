@@ -1,14 +1,18 @@
-"""Validation numbers on synthetic series, and a tiny teacher-vs-itself run."""
+"""Validation numbers on synthetic series, a tiny teacher-vs-itself run, and the comparison
+of two force paths."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from helpers import tiny_system
 
+from workbench.model.options import KernelOptions
 from workbench.teacher import teacher_potential
 from workbench.training.validate import (
+    compare_force_paths,
     compare_q,
     count_transitions,
     folded_fraction,
@@ -54,3 +58,15 @@ def test_teacher_validated_against_itself_passes(tmp_path):
     assert series["temperatures"] == [300.0, 400.0]
     assert series["model_q"].shape == series["teacher_rmsd"].shape == (2, 2, 4)
     assert torch.equal(series["model_q"], series["teacher_q"])
+
+
+def test_force_paths_compared_on_the_same_replicas():
+    sys = tiny_system()
+    teacher = teacher_potential(sys)
+    same = compare_force_paths(
+        sys, teacher, {"a": KernelOptions(), "b": KernelOptions()}, 300.0, 2, 20, 5
+    )
+    assert same["q_intersection"] == 1.0 and same["paths"] == ["a", "b"]
+    assert same["folded"]["a"] == same["folded"]["b"]
+    with pytest.raises(ValueError, match="two force paths"):
+        compare_force_paths(sys, teacher, {"a": KernelOptions()}, 300.0, 2, 20, 5)

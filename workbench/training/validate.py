@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from workbench.model.io import atomic_save
+from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
 from workbench.system.cg_system import CGSystem
 from workbench.teacher import FOLDED_Q, langevin_simulation
@@ -99,8 +100,11 @@ def sample_q_rmsd(
     save_every: int,
     device: str | torch.device = "cpu",
     seed: int = 0,
+    options: KernelOptions | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Q and CA RMSD time series of ``replicas`` runs per temperature from the native state.
+
+    ``options`` selects the force path (default: the fastest on ``device``).
 
     Returns
     -------
@@ -108,7 +112,9 @@ def sample_q_rmsd(
     """
     per_replica = torch.tensor([float(t) for t in temperatures]).repeat_interleave(replicas)
     native = system.native_positions.expand(per_replica.shape[0], -1, -1)
-    sim = langevin_simulation(system, potential, per_replica, native, device, seed)
+    sim = langevin_simulation(
+        system, potential, per_replica, native, device, seed, options=options
+    )
     q, rmsd = [], []
     for _ in range(steps // save_every):
         sim.step(save_every)
@@ -150,6 +156,49 @@ def compare_q(
             "folded_fraction": abs(folded_t - folded_m) <= MAX_FOLDED_DIFFERENCE,
             "rmsd_q_anticorrelated": correlation < 0,
         },
+    }
+
+
+def compare_force_paths(
+    system: CGSystem,
+    potential: Potential,
+    paths: dict[str, KernelOptions],
+    temperature: float,
+    replicas: int,
+    steps: int,
+    save_every: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> dict:
+    """Run one potential through two force paths (e.g. tabulated filters and the exact
+    path) with the same replicas and seed, and compare their Q distributions.
+
+    Parameters
+    ----------
+    paths : dict of str to KernelOptions
+        Exactly two labelled force paths.
+
+    Returns
+    -------
+    dict
+        ``paths`` (labels), ``q_intersection``, ``folded`` (label → folded fraction) and
+        ``mean_q`` (label → mean Q) over every sample of every replica.
+    """
+    if len(paths) != 2:
+        raise ValueError(f"compare two force paths, got {len(paths)}")
+    q = {
+        label: sample_q_rmsd(
+            system, potential, [temperature], replicas, steps, save_every, device, seed,
+            options=options,
+        )[0][0]
+        for label, options in paths.items()
+    }
+    first, second = q.values()
+    return {
+        "paths": list(paths),
+        "q_intersection": histogram_intersection(first, second),
+        "folded": {label: folded_fraction(values) for label, values in q.items()},
+        "mean_q": {label: float(values.mean()) for label, values in q.items()},
     }
 
 
