@@ -1,6 +1,10 @@
-"""Benchmark records and tables (a tiny CPU case; timings themselves are not tested)."""
+"""Benchmark records and tables (a tiny CPU case; timings themselves are not tested), and
+the names of benchmark configurations."""
+
+import pytest
 
 from workbench.benchmark import BenchCase, markdown_table, run_case, write_results
+from workbench.cli import UsageError, bench_options
 from workbench.model.options import KernelOptions
 
 
@@ -16,3 +20,13 @@ def test_record_and_table(tmp_path):
     assert "| cln025 | 49 | 2 | baseline |" in table and table.rstrip().endswith("| – |")
     json_path, md_path = write_results([record], tmp_path / "bench", "workbench bench")
     assert json_path.is_file() and "workbench bench" in md_path.read_text()
+
+
+def test_benchmark_configuration_names():
+    assert bench_options("baseline").is_baseline
+    assert bench_options("tables+graph") == KernelOptions(tabulated_filter=True, cuda_graph=True)
+    joined = bench_options("tabulated_filter+cuda_graph-fp16")
+    assert joined == KernelOptions(tabulated_filter=True, cuda_graph=True, mlp_precision="fp16")
+    assert bench_options("all+tables") == KernelOptions.all_on(tabulated_filter=True)
+    with pytest.raises(UsageError, match="unknown kernel technique"):
+        bench_options("tabulated_filter+warp_drive")

@@ -6,19 +6,38 @@ throughput, memory, RMSD, Q and replica exchanges live, follow the neighbour gra
 :class:`SimulationController`, which holds no widgets and can drive runs from code.
 """
 
-from widgets.comparison import CompareRunner
-from widgets.controller import InvalidTransition, SimulationController
-from widgets.modes import default_settings, short_mode
-from widgets.panels.adjacency import AdjacencyPanel
-from widgets.panels.compare import ComparePanel
-from widgets.panels.export import ExportPanel
-from widgets.panels.kernels import KernelsPanel
-from widgets.panels.launch import LaunchPanel
-from widgets.panels.live_plots import LivePlots
-from widgets.panels.structure3d import Structure3D
-from widgets.panels.tempering import TemperingPanel
-from widgets.snapshot import RunState, Snapshot
-from widgets.workbench import Workbench
+#: Public name -> module that defines it. Loaded on first use (PEP 562), so the
+#: controller and the headless helpers import without the UI libraries (ipywidgets, plotly,
+#: nglview), e.g. on a GPU machine that drives runs from a script.
+_EXPORTS = {
+    "AdjacencyPanel": "widgets.panels.adjacency",
+    "ComparePanel": "widgets.panels.compare",
+    "CompareRunner": "widgets.comparison",
+    "ExportPanel": "widgets.panels.export",
+    "InvalidTransition": "widgets.controller",
+    "KernelsPanel": "widgets.panels.kernels",
+    "LaunchPanel": "widgets.panels.launch",
+    "LivePlots": "widgets.panels.live_plots",
+    "RunState": "widgets.snapshot",
+    "SimulationController": "widgets.controller",
+    "Snapshot": "widgets.snapshot",
+    "Structure3D": "widgets.panels.structure3d",
+    "TemperingPanel": "widgets.panels.tempering",
+    "Workbench": "widgets.workbench",
+    "default_settings": "widgets.modes",
+    "short_mode": "widgets.modes",
+}
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'widgets' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AdjacencyPanel",
