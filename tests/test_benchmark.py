@@ -14,6 +14,7 @@ def test_record_and_table(tmp_path):
     assert record["protein"] == "cln025" and record["replicas"] == 2
     assert len(record["windows"]) == 2 and record["timestep_mol_per_s"] > 0
     assert record["options"]["fused_message_passing"] is False
+    assert record["model"] == "demo"  # the protocol's near-native potential, not a shipped one
     assert 100 < record["edges_per_replica"] < 49 * 48
     assert record["peak_memory_gb"] is None and "launches" not in record
     table = markdown_table([record])
@@ -30,3 +31,14 @@ def test_benchmark_configuration_names():
     assert bench_options("all+tables") == KernelOptions.all_on(tabulated_filter=True)
     with pytest.raises(UsageError, match="unknown kernel technique"):
         bench_options("tabulated_filter+warp_drive")
+
+
+def test_demo_model_is_chosen_over_a_shipped_one():
+    from workbench.runner import DEMO_MODEL, choose_potential
+    from workbench.system import build_system
+
+    system = build_system("cln025")
+    shipped, notice = choose_potential(system, None)
+    assert notice is None and shipped.metadata["trained"]
+    demo, notice = choose_potential(system, DEMO_MODEL)
+    assert "Untrained demo model" in notice and not demo.metadata.get("trained")

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from workbench.model.options import KernelOptions
-from workbench.runner import RunSettings, prepare_run
+from workbench.runner import DEMO_MODEL, RunSettings, prepare_run
 from workbench.units import ns_per_day
 
 
@@ -33,6 +33,7 @@ class BenchCase:
     replicas: int
     label: str
     options: KernelOptions = field(default_factory=KernelOptions)
+    model: str | None = DEMO_MODEL
 
 
 def _sync(device: torch.device) -> None:
@@ -145,6 +146,7 @@ def run_case(
     """Benchmark one case; returns a JSON-able record."""
     settings = RunSettings(
         protein=case.protein,
+        model=case.model,
         replicas=case.replicas,
         steps=steps,
         timestep_fs=timestep_fs,
@@ -171,6 +173,7 @@ def run_case(
         "beads": prepared.system.n_beads,
         "replicas": case.replicas,
         "label": case.label,
+        "model": case.model or "shipped",
         "options": case.options.to_dict(),
         "timestep_mol_per_s": rate,
         "windows": windows,

@@ -123,7 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--device", default="auto", help="auto, cpu or cuda")
     run.add_argument(
-        "--model", default=None, help="saved potential (.pt) or an mlcg CGSchNet checkpoint"
+        "--model", default=None,
+        help="saved potential (.pt), an mlcg CGSchNet checkpoint, or 'demo' (the untrained "
+        "demo model); default: the shipped model of --protein",
     )
     run.add_argument(
         "--structures", default=None,
@@ -162,6 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--launches", action="store_true", help="count kernel launches per step (profiler)"
     )
     bench.add_argument("--profile", action="store_true", help="print the top device kernels")
+    bench.add_argument(
+        "--model", default="demo",
+        help="demo (default: the untrained demo model, which keeps each protein near its "
+        "native edge count as the protocol wants), shipped, or a model file",
+    )
     bench.add_argument("--device", default="auto")
     bench.add_argument("--out", default="artifacts/bench")
 
@@ -458,7 +465,8 @@ def cmd_bench(args) -> int:
     replicas = [int(r) for r in args.replicas.split(",") if r.strip()]
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     cases = [
-        BenchCase(p, r, c, bench_options(c)) for p in proteins for r in replicas for c in configs
+        BenchCase(p, r, c, bench_options(c), None if args.model == "shipped" else args.model)
+        for p in proteins for r in replicas for c in configs
     ]
     records = []
     failures = 0

@@ -51,8 +51,8 @@ class RunSettings:
     device : str
         ``"auto"``, ``"cpu"`` or ``"cuda[:i]"``.
     model : str or None
-        Path of a saved potential or a published CGSchNet (mlcg) checkpoint; None: the
-        shipped model or the demo model.
+        Path of a saved potential or a published CGSchNet (mlcg) checkpoint, ``"demo"``
+        for the untrained demo model; None: the shipped model, else the demo model.
     structures : str or None
         mlcg ``*_configurations.pt`` with starting structures for an mlcg model.
     mapping : str
@@ -127,11 +127,21 @@ def resolve_device(device: str) -> tuple[torch.device, str | None]:
     return dev, None
 
 
+#: ``RunSettings.model`` value that asks for the untrained demo model (random CGSchNet plus
+#: native-centred priors and contact wells: keeps a protein near its native edge count,
+#: which is what the benchmark protocol measures).
+DEMO_MODEL = "demo"
+
+
 def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, str | None]:
-    """The potential for a run and a notice about it (None for a trained model)."""
-    if model is not None:
+    """The potential for a run and a notice about it (None for a trained model).
+
+    ``model``: a file, :data:`DEMO_MODEL` for the untrained demo model, or None for the
+    shipped model of the protein (the demo model where none ships).
+    """
+    if model is not None and model != DEMO_MODEL:
         return load_potential(model), None
-    shipped = shipped_model_path(system.name, system.mapping)
+    shipped = shipped_model_path(system.name, system.mapping) if model is None else None
     if shipped is not None:
         return load_potential(shipped), None
     potential = demo_potential(system)
@@ -165,7 +175,7 @@ class PreparedRun:
 
 def _imported_model(settings: RunSettings):
     """System, potential and starting positions of an mlcg checkpoint, or None if not one."""
-    if settings.model is None:
+    if settings.model is None or settings.model == DEMO_MODEL:
         return None
     if settings.structures is None:
         try:
