@@ -423,8 +423,14 @@ class SimulationController:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             self._prepared.advance(steps)
-        if caught:
-            message = warning_message(sim.options, [str(w.message) for w in caught])
+        # what the user should see: the engine's own warnings (fallbacks are RuntimeWarning),
+        # once each; library deprecation notices say nothing about the run
+        texts = list(dict.fromkeys(
+            str(w.message) for w in caught
+            if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning))
+        ))
+        if texts:
+            message = warning_message(sim.options, texts)
             with self._lock:
                 self._kernel_messages.append(message)
                 self._events.append(

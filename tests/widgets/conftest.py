@@ -62,6 +62,8 @@ class FakeSimulation:
                 raise RuntimeError("no fused kernel for this device")
             if not self.options.is_baseline and self.warn_fused:
                 warnings.warn("fused kernel unavailable, using reference", stacklevel=2)
+                # what a library says while the engine builds its tables: not for the user
+                warnings.warn("`torch.jit.script` is deprecated", DeprecationWarning, stacklevel=2)
             if self.step_seconds:
                 time.sleep(self.step_seconds)
             self.step_count += 1
