@@ -33,11 +33,14 @@ def test_benchmark_configuration_names():
         bench_options("tabulated_filter+warp_drive")
 
 
-def test_demo_model_is_chosen_over_a_shipped_one():
+def test_demo_model_is_chosen_over_a_shipped_one(monkeypatch):
+    from workbench import runner
     from workbench.runner import DEMO_MODEL, choose_potential
     from workbench.system import build_system
 
     system = build_system("cln025")
+    shipped_file = runner.shipped_model_file("cln025")
+    monkeypatch.setattr(runner, "shipped_model_path", lambda *_: shipped_file)
     shipped, notice = choose_potential(system, None)
     assert notice is None and shipped.metadata["trained"]
     demo, notice = choose_potential(system, DEMO_MODEL)

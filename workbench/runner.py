@@ -15,7 +15,7 @@ from workbench.model.io import ModelFormatError, load_potential
 from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
-from workbench.models import shipped_model_path
+from workbench.models import shipped_model_file, shipped_model_path
 from workbench.system import build_system
 from workbench.system.cg_system import CGSystem
 from workbench.units import FS_PER_PS, ns_per_day
@@ -145,11 +145,18 @@ def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, st
     if shipped is not None:
         return load_potential(shipped), None
     potential = demo_potential(system)
-    return potential, (
+    notice = (
         f"Untrained demo model: random CGSchNet weights plus priors and native-contact wells "
         f"fitted to the native structure of {system.name}. Its SchNet term is not trained; "
         "use --model for a trained potential."
     )
+    unvalidated = shipped_model_file(system.name, system.mapping) if model is None else None
+    if unvalidated is not None:
+        notice += (
+            f" A trained model ships ({unvalidated}) but has not passed its validation "
+            "against its teacher (see its card); run it with --model."
+        )
+    return potential, notice
 
 
 @dataclass

@@ -1,13 +1,19 @@
-"""Trained potentials shipped with the package (``data/<protein>.pt`` plus a model card)."""
+"""Trained potentials shipped with the package (``data/<protein>.pt`` plus a model card).
+
+A shipped model becomes the default of ``workbench run`` only once its card records a
+validation against its teacher that passed every check; until then it is there to be run
+with ``--model`` (and the run says why the demo model was used instead).
+"""
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 from pathlib import Path
 
 
-def shipped_model_path(protein: str, mapping: str = "five-bead") -> Path | None:
-    """Path of the shipped potential for a bundled protein, or None if there is none.
+def shipped_model_file(protein: str, mapping: str = "five-bead") -> Path | None:
+    """Path of the model file shipped for a bundled protein, validated or not (or None).
 
     Parameters
     ----------
@@ -20,3 +26,23 @@ def shipped_model_path(protein: str, mapping: str = "five-bead") -> Path | None:
         return None
     candidate = Path(str(resources.files("workbench.models") / "data" / f"{protein}.pt"))
     return candidate if candidate.is_file() else None
+
+
+def validation_passed(model_file: str | Path) -> bool:
+    """Whether the model card beside ``model_file`` records a validation that passed every
+    check at every temperature (False without a card or a validation)."""
+    card = Path(model_file).with_suffix(".json")
+    if not card.is_file():
+        return False
+    try:
+        validation = json.loads(card.read_text()).get("validation") or {}
+    except (json.JSONDecodeError, AttributeError):
+        return False
+    results = validation.get("results") or []
+    return bool(results) and all(all(r.get("passes", {}).values()) for r in results)
+
+
+def shipped_model_path(protein: str, mapping: str = "five-bead") -> Path | None:
+    """The validated shipped model of a bundled protein: the default of a run, or None."""
+    path = shipped_model_file(protein, mapping)
+    return path if path is not None and validation_passed(path) else None
