@@ -152,6 +152,10 @@ class CapturedSteps:
         main.wait_stream(side)
         sim.generator.set_state(rng)
         self.cuda_graph = None  # free the old graph's memory before capturing again
+        # The eager warm-up's intermediates sit in the allocator's cache, where the graph's
+        # private pool cannot use them: hand them back first, or a large ensemble (1ENH ×
+        # 16,384) holds the step's working memory twice.
+        torch.cuda.empty_cache()
         graph = torch.cuda.CUDAGraph()
         graph.register_generator_state(sim.generator)
         with torch.cuda.graph(graph):
