@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench.model.geometry import bond_lengths, torsions
+from workbench.model.geometry import bond_lengths, gather_beads, torsions
 from workbench.model.priors import PriorTerm, register_prior_class
 
 
@@ -19,8 +19,8 @@ def bend_angles(pos: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
     ``θ = atan2(|a × b|, a · b)`` with ``a = x_i − x_j``, ``b = x_k − x_j``.
     """
-    a = pos[:, index[:, 0]] - pos[:, index[:, 1]]
-    b = pos[:, index[:, 2]] - pos[:, index[:, 1]]
+    a = gather_beads(pos, index, 0) - gather_beads(pos, index, 1)
+    b = gather_beads(pos, index, 2) - gather_beads(pos, index, 1)
     cross = torch.linalg.vector_norm(torch.linalg.cross(a, b), dim=-1)
     return torch.atan2(cross, (a * b).sum(-1))
 

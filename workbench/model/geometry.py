@@ -3,41 +3,109 @@
 Every function takes positions ``pos`` of shape ``(R, n, 3)`` and an index
 tensor of shape ``(P, order)`` (bead indices within one molecule) and returns
 one feature per replica and term, shape ``(R, P)``. All are differentiable.
+
+Gathering the beads of a term list differentiates into a scatter-add of the term
+gradients onto the beads, which must be deterministic (bitwise reproducible runs).
+By default advanced indexing does it (PyTorch sorts the indices at every backward);
+inside :func:`segment_gathers` the sum runs through ``kernels.segment_sum`` over a
+bead-grouped layout of each index column, built once per index tensor (no sort, no
+atomics). The fused force paths switch that on for CUDA tensors: with a 33,000-pair
+repulsion list the sorting took 15 % of a 1ENH × 64 step on the fastest path.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import torch
 
+_SEGMENT_GATHERS: ContextVar[bool] = ContextVar("segment_gathers", default=False)
 
-def _beads(pos: torch.Tensor, index: torch.Tensor, column: int) -> torch.Tensor:
-    """Positions of the beads in one column of ``index``, shape (R, P, 3).
 
-    Advanced indexing differentiates into a sorted, deterministic accumulation
-    (``index_select`` would use atomics, whose float sums vary from run to run on
-    GPUs); prior index lists are short, so the sort costs little.
+@contextmanager
+def segment_gathers(enabled: bool = True) -> Iterator[None]:
+    """Within this block, bead gathers of tensors that require grad sum their gradients
+    with the Triton segment sum (needs a CUDA device or ``TRITON_INTERPRET=1``)."""
+    token = _SEGMENT_GATHERS.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _SEGMENT_GATHERS.reset(token)
+
+
+def bead_layout(index: torch.Tensor, column: int, n_beads: int) -> tuple[torch.Tensor, ...]:
+    """Terms grouped by the bead in one column of ``index``: ``(ptr, perm)``.
+
+    ``perm`` (int32, shape (P,)) lists term ids in increasing order within each bead's
+    segment ``perm[ptr[b]:ptr[b + 1]]`` (``ptr`` int32, shape (n_beads + 1,)). Built with
+    device operations that need no host synchronisation, and cached on ``index`` itself
+    (keyed by column, bead count and the tensor's version), so it is made once, before any
+    graph capture, and dies with the index.
     """
+    key = (column, n_beads, index._version)
+    cache = index.__dict__.setdefault("_bead_layouts", {})
+    if key not in cache:
+        beads = index[:, column]
+        perm = torch.argsort(beads, stable=True)
+        bounds = torch.arange(n_beads + 1, device=index.device, dtype=beads.dtype)
+        ptr = torch.searchsorted(beads[perm], bounds)
+        cache[key] = (ptr.to(torch.int32), perm.to(torch.int32))
+    return cache[key]
+
+
+class _SegmentGather(torch.autograd.Function):
+    """``pos[:, beads]`` whose backward is a segment sum over a fixed layout."""
+
+    @staticmethod
+    def forward(ctx, pos, beads, ptr, perm):
+        ctx.save_for_backward(beads, ptr, perm)
+        ctx.n_beads = pos.shape[1]
+        return pos.index_select(1, beads)
+
+    @staticmethod
+    def backward(ctx, grad):
+        from kernels import segment_sum
+
+        beads, ptr, perm = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: a differentiable (atomic) scatter-add
+            zeros = grad.new_zeros(grad.shape[0], ctx.n_beads, grad.shape[2])
+            return zeros.index_add(1, beads, grad), None, None, None
+        r_count, terms, dims = grad.shape
+        rows = grad.transpose(0, 1).reshape(terms, r_count * dims)
+        summed = segment_sum(rows, ptr, perm)
+        return summed.reshape(-1, r_count, dims).transpose(0, 1), None, None, None
+
+
+def gather_beads(pos: torch.Tensor, index: torch.Tensor, column: int) -> torch.Tensor:
+    """Positions of the beads in one column of ``index``, shape (R, P, 3) (see the module
+    docstring for how the gradient is summed)."""
+    if _SEGMENT_GATHERS.get() and pos.requires_grad:
+        ptr, perm = bead_layout(index, column, pos.shape[1])
+        return _SegmentGather.apply(pos, index[:, column], ptr, perm)
     return pos[:, index[:, column]]
 
 
 def bond_lengths(pos: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Distances ``|x_j − x_i|`` for pairs ``index[:, 0], index[:, 1]``, shape (R, P)."""
-    return torch.linalg.vector_norm(_beads(pos, index, 1) - _beads(pos, index, 0), dim=-1)
+    diff = gather_beads(pos, index, 1) - gather_beads(pos, index, 0)
+    return torch.linalg.vector_norm(diff, dim=-1)
 
 
 def angle_cosines(pos: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """cos θ of triplets ``(i, apex j, k)``, shape (R, P)."""
-    a = _beads(pos, index, 0) - _beads(pos, index, 1)
-    b = _beads(pos, index, 2) - _beads(pos, index, 1)
+    a = gather_beads(pos, index, 0) - gather_beads(pos, index, 1)
+    b = gather_beads(pos, index, 2) - gather_beads(pos, index, 1)
     norms = torch.linalg.vector_norm(a, dim=-1) * torch.linalg.vector_norm(b, dim=-1)
     return (a * b).sum(-1) / norms
 
 
 def torsions(pos: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Torsion angles φ in (−π, π] of quadruplets (IUPAC sign, trans = ±π), shape (R, P)."""
-    b1 = _beads(pos, index, 1) - _beads(pos, index, 0)
-    b2 = _beads(pos, index, 2) - _beads(pos, index, 1)
-    b3 = _beads(pos, index, 3) - _beads(pos, index, 2)
+    b1 = gather_beads(pos, index, 1) - gather_beads(pos, index, 0)
+    b2 = gather_beads(pos, index, 2) - gather_beads(pos, index, 1)
+    b3 = gather_beads(pos, index, 3) - gather_beads(pos, index, 2)
     n1 = torch.linalg.cross(b1, b2)
     n2 = torch.linalg.cross(b2, b3)
     b2_unit = b2 / torch.linalg.vector_norm(b2, dim=-1, keepdim=True)

@@ -5,10 +5,21 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from workbench.model.geometry import segment_gathers
 from workbench.model.options import KernelOptions
 from workbench.model.priors import PriorTerm
 from workbench.model.schnet import CGSchNet
 from workbench.neighbors import Graph
+
+
+def prior_segment_sums(pos: torch.Tensor, options: KernelOptions | None) -> bool:
+    """Whether the priors' bead gathers sum their gradients with the Triton segment sum:
+    on a fused path (any technique on) with CUDA tensors (see ``workbench.model.geometry``)."""
+    if options is None or options.is_baseline or not pos.is_cuda:
+        return False
+    from kernels import triton_available
+
+    return triton_available()
 
 
 class Potential(nn.Module):
@@ -78,8 +89,9 @@ class Potential(nn.Module):
             types = self.bead_types.repeat(r_count)
             node_energy = self.schnet(pos.reshape(-1, 3), types, graph, options)
             terms["schnet"] = node_energy.reshape(r_count, n).sum(-1)
-        for name, prior in self.priors.items():
-            terms[name] = prior(pos)
+        with segment_gathers(prior_segment_sums(pos, options)):
+            for name, prior in self.priors.items():
+                terms[name] = prior(pos)
         return terms
 
     def energy(
