@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, default=1e-3)
     train.add_argument("--patience", type=int, default=10, help="early-stopping epochs")
     train.add_argument(
-        "--time-limit", type=float, default=None, help="seconds of training (no new epoch after)"
+        "--time-limit", type=float, default=None, help="seconds of training (no new batch after)"
     )
     train.add_argument(
         "--wall-limit", type=float, default=None,
