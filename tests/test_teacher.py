@@ -68,3 +68,15 @@ def test_folded_fraction_grows_with_epsilon_and_calibration_stays_in_bounds():
     assert len(result.history) == 3
     for (eps, fraction), (next_eps, _) in zip(result.history[:-1], result.history[1:], strict=True):
         assert (next_eps > eps) == (fraction < 0.5)
+
+
+def test_calibration_from_native_starts_only():
+    sys = tiny_system()
+    # from the native structure a strong contact well keeps everything folded: the
+    # bisection then only moves down, towards weaker wells
+    result = calibrate_epsilon(sys, 300.0, 0.999, (0.5, 50.0), iterations=2, replicas=4,
+                               steps=40, native_fraction=1.0)
+    assert [f for _, f in result.history] == [1.0, 1.0]
+    assert result.history[1][0] < result.history[0][0]
+    with pytest.raises(ValueError, match="native_fraction"):
+        calibrate_epsilon(sys, 300.0, 0.5, native_fraction=1.5)

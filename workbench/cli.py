@@ -191,6 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--calibrate-replicas", type=int, default=64)
     train.add_argument("--calibrate-steps", type=int, default=400, help="steps per ε tried")
     train.add_argument("--calibrate-iterations", type=int, default=8)
+    train.add_argument(
+        "--calibrate-native-fraction", type=float, default=0.5,
+        help="share of calibration replicas started native (1 for proteins too large to "
+        "refold in a calibration run)",
+    )
     train.add_argument("--temperatures", default="300", help="comma list, kelvin")
     train.add_argument("--replicas", type=int, default=64, help="per temperature")
     train.add_argument("--steps", type=int, default=100000, help="production steps")
@@ -534,6 +539,7 @@ def cmd_train(args) -> int:
                 system, temperatures[0], args.calibrate, device=device, seed=args.seed,
                 dihedral_ratio=args.dihedral_ratio, replicas=args.calibrate_replicas,
                 steps=args.calibrate_steps, iterations=args.calibrate_iterations,
+                native_fraction=args.calibrate_native_fraction,
             )
             epsilon = calibration.epsilon
             print(f"calibrated ε = {epsilon:.4f} kcal/mol (ε, folded: {calibration.history})")

@@ -225,13 +225,17 @@ def calibrate_epsilon(
     seed: int = 0,
     dihedral_ratio: float | None = None,
     folded_q: float = FOLDED_Q,
+    native_fraction: float = 0.5,
 ) -> Calibration:
     """ε whose teacher has folded fraction ``target`` at ``temperature``, by bisection.
 
-    Half of the replicas start from the native structure, half from denatured
-    structures (:func:`denatured_positions`, made once); every ε is run with the same
-    starts and seed, so the estimate is smooth in ε. The folded fraction grows with ε,
-    so bisection on ``log ε`` within ``bounds`` converges to the crossing.
+    A share ``native_fraction`` of the replicas starts from the native structure, the
+    rest from denatured structures (:func:`denatured_positions`, made once); every ε is
+    run with the same starts and seed, so the estimate is smooth in ε. The folded
+    fraction grows with ε, so bisection on ``log ε`` within ``bounds`` converges to the
+    crossing. Small, fast-folding proteins want mixed starts; for larger ones, whose
+    denatured chains do not refold within a short run, start all from the native
+    structure (``native_fraction=1``) and target the stability wanted.
 
     Parameters
     ----------
@@ -250,6 +254,8 @@ def calibrate_epsilon(
         Steps per run.
     device, seed, dihedral_ratio, folded_q
         As in :func:`teacher_potential` and :func:`folded_fraction`.
+    native_fraction : float
+        Share of the replicas started from the native structure, in [0, 1].
 
     Returns
     -------
@@ -263,9 +269,15 @@ def calibrate_epsilon(
         raise ValueError(f"bounds must satisfy 0 < low < high, got {bounds}")
     if replicas < 2:
         raise ValueError(f"calibration needs at least 2 replicas, got {replicas}")
-    unfolded = denatured_positions(system, temperature, replicas // 2, steps, device, seed)
-    native = system.native_positions.to(unfolded.device).expand(replicas - replicas // 2, -1, -1)
-    starts = torch.cat([native, unfolded])
+    if not 0.0 <= native_fraction <= 1.0:
+        raise ValueError(f"native_fraction must be in [0, 1], got {native_fraction}")
+    from_native = round(native_fraction * replicas)
+    starts = system.native_positions.to(device).expand(from_native, -1, -1)
+    if from_native < replicas:
+        unfolded = denatured_positions(
+            system, temperature, replicas - from_native, steps, device, seed
+        )
+        starts = torch.cat([starts, unfolded])
     result = Calibration(math.sqrt(low * high))
     for _ in range(iterations):
         teacher = teacher_potential(system, result.epsilon, dihedral_ratio)
