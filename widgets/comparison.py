@@ -11,15 +11,14 @@ are compared on identical coordinates at the start and at the end.
 from __future__ import annotations
 
 import copy
-import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
+from widgets.background import BackgroundWork
 from widgets.force_deviation import ForceDeviation, force_deviation
 from widgets.kernel_switches import failure_message, options_label, usable_options
 from widgets.snapshot import RunState
@@ -80,6 +79,7 @@ class CompareSnapshot:
     error: str | None = None
     traceback: str | None = None
     messages: tuple[str, ...] = ()
+    display_errors: tuple[str, ...] = ()
     a: SideSnapshot | None = None
     b: SideSnapshot | None = None
     deviation_start: ForceDeviation | None = None
@@ -135,7 +135,7 @@ def twin_simulation(sim: Simulation, settings: RunSettings, options: KernelOptio
     )
 
 
-class CompareRunner:
+class CompareRunner(BackgroundWork):
     """Race configuration A against B.
 
     Parameters
@@ -151,6 +151,8 @@ class CompareRunner:
         ``prepare(settings) -> PreparedRun``.
     clock : callable
     """
+
+    thread_name = "workbench-compare"
 
     def __init__(
         self,
@@ -169,32 +171,12 @@ class CompareRunner:
         self.options_b = replace(options_b)
         self.steps = int(steps)
         self.chunk_steps = int(chunk_steps) if chunk_steps else max(1, self.steps // 10)
+        super().__init__()
         self._prepare = prepare
         self._clock = clock
-        self._lock = threading.Lock()
-        self._listeners: list[Callable[[CompareRunner, bool], None]] = []
-        self._thread: threading.Thread | None = None
-        self._state = RunState.IDLE
-        self._message = "ready"
-        self._error: str | None = None
-        self._traceback: str | None = None
         self._messages: list[str] = []
         self._sides: list[_Side] = []
         self._deviation: dict[str, ForceDeviation | None] = {"start": None, "end": None}
-
-    @property
-    def state(self) -> RunState:
-        """Current state (idle, running, stopped or error)."""
-        return self._state
-
-    def add_listener(self, listener: Callable[[CompareRunner, bool], None]) -> None:
-        """Call ``listener(runner, forced)`` after every chunk and when the state changes."""
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener: Callable[[CompareRunner, bool], None]) -> None:
-        """Stop calling ``listener`` (no error when it is not registered)."""
-        if listener in self._listeners:
-            self._listeners.remove(listener)
 
     def start(self) -> None:
         """Start the race in a background thread."""
@@ -203,8 +185,7 @@ class CompareRunner:
                 raise RuntimeError(f"cannot start a comparison that is {self._state.value}")
             self._state = RunState.RUNNING
             self._message = "building both simulations…"
-            self._thread = threading.Thread(target=self._run, name="workbench-compare", daemon=True)
-            self._thread.start()
+            self._start_worker()
         self._notify(True)
 
     def stop(self) -> None:
@@ -214,12 +195,6 @@ class CompareRunner:
                 self._state = RunState.STOPPED
                 self._message = "stopped by the user"
         self._notify(True)
-
-    def wait(self, timeout: float | None = None) -> RunState:
-        """Block until the race has ended (or ``timeout`` seconds); return the state."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return self._state
 
     def snapshot(self) -> CompareSnapshot:
         """A consistent copy of the race so far."""
@@ -231,6 +206,7 @@ class CompareRunner:
                 error=self._error,
                 traceback=self._traceback,
                 messages=tuple(self._messages),
+                display_errors=tuple(self._display_errors),
                 a=sides[0] if sides else None,
                 b=sides[1] if sides else None,
                 deviation_start=self._deviation["start"],
@@ -238,28 +214,15 @@ class CompareRunner:
             )
 
     # -- worker ---------------------------------------------------------------------
-    def _notify(self, forced: bool = False) -> None:
-        for listener in list(self._listeners):
-            listener(self, forced)
-
-    def _run(self) -> None:
-        try:
-            self._build()
-            self._measure_deviation("start")
-            self._race()
-            self._measure_deviation("end")
-            with self._lock:
-                if self._state is RunState.RUNNING:
-                    self._state = RunState.STOPPED
-                    self._message = f"finished {self.steps} steps each"
-        except Exception as exc:  # noqa: BLE001 - every failure is shown in the panel
-            with self._lock:
-                self._state = RunState.ERROR
-                self._error = f"{type(exc).__name__}: {exc}"
-                self._traceback = traceback.format_exc()
-                self._message = "failed"
-        finally:
-            self._notify(True)
+    def _work(self) -> None:
+        self._build()
+        self._measure_deviation("start")
+        self._race()
+        self._measure_deviation("end")
+        with self._lock:
+            if self._state is RunState.RUNNING:
+                self._state = RunState.STOPPED
+                self._message = f"finished {self.steps} steps each"
 
     def _build(self) -> None:
         # a race of kernel switches: both sides at one temperature, without exchanges

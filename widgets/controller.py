@@ -17,7 +17,6 @@ import copy
 import math
 import threading
 import time
-import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,6 +24,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from widgets.background import BackgroundWork
 from widgets.decimation import DecimatingBuffer
 from widgets.gpu_memory import gpu_memory_gb
 from widgets.kernel_switches import (
@@ -44,8 +44,6 @@ from widgets.snapshot import (
 from workbench.model.options import KernelOptions
 from workbench.runner import PreparedRun, RunSettings, ThroughputMeter, prepare_run
 from workbench.units import ns_per_day
-
-Listener = Callable[["SimulationController", bool], None]
 
 #: Legal user transitions: action -> states it may start from.
 TRANSITIONS = {
@@ -98,8 +96,9 @@ def plan_chunk(
     return steps
 
 
-class SimulationController:
-    """Owns one run and the thread that advances it.
+class SimulationController(BackgroundWork):
+    """Owns one run and the thread that advances it (listeners, state and the worker
+    thread as in :class:`~widgets.background.BackgroundWork`).
 
     Parameters
     ----------
@@ -119,6 +118,8 @@ class SimulationController:
         Seconds, monotonic; ``time.perf_counter`` by default.
     """
 
+    thread_name = "workbench-simulation"
+
     def __init__(
         self,
         settings: RunSettings,
@@ -129,23 +130,16 @@ class SimulationController:
         frame_capacity: int = 200,
         clock: Callable[[], float] = time.perf_counter,
     ):
+        super().__init__()
         self.settings = copy.deepcopy(settings)
         self.until_stopped = bool(until_stopped)
         self.chunk_seconds = float(chunk_seconds)
         self._prepare = prepare
         self._clock = clock
-        self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
         self._sim_lock = threading.Lock()
-        self._listeners: list[Listener] = []
-        self._thread: threading.Thread | None = None
-        self._state = RunState.IDLE
-        self._message = "ready"
-        self._error: str | None = None
-        self._traceback: str | None = None
         self._notices: list[str] = []
         self._kernel_messages: list[str] = []
-        self._display_errors: list[str] = []
         self._pending_options: KernelOptions | None = None
         self._watch_warnings = False
         self._events: list[KernelEvent] = []
@@ -162,11 +156,6 @@ class SimulationController:
 
     # -- public state -------------------------------------------------------------
     @property
-    def state(self) -> RunState:
-        """Current state."""
-        return self._state
-
-    @property
     def simulation(self):
         """The simulation once built (None before)."""
         return self._sim
@@ -175,22 +164,6 @@ class SimulationController:
     def target_steps(self) -> int | None:
         """Steps to run, or None when running until stopped."""
         return None if self.until_stopped else int(self.settings.steps)
-
-    def add_listener(self, listener: Listener) -> None:
-        """Call ``listener(controller, forced)`` after every chunk and state change.
-
-        ``forced`` is True for state changes, which a throttled display must not skip.
-        Listeners run on the worker thread or the thread that changed the state; their
-        exceptions are recorded in the snapshot's ``display_errors``.
-        """
-        with self._lock:
-            self._listeners.append(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        """Stop calling ``listener`` (no error when it is not registered)."""
-        with self._lock:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
 
     # -- transitions --------------------------------------------------------------
     def _transition(self, action: str, new_state: RunState, message: str) -> None:
@@ -201,10 +174,7 @@ class SimulationController:
             self._message = message
             self._wake.notify_all()
             if action == "start":
-                self._thread = threading.Thread(
-                    target=self._run, name="workbench-simulation", daemon=True
-                )
-                self._thread.start()
+                self._start_worker()
         self._notify(forced=True)
 
     def start(self) -> None:
@@ -224,13 +194,6 @@ class SimulationController:
         if self._state in (RunState.STOPPED, RunState.ERROR):
             return
         self._transition("stop", RunState.STOPPED, "stopped by the user")
-
-    def wait(self, timeout: float | None = None) -> RunState:
-        """Block until the worker thread has ended (or ``timeout`` seconds); return the state."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-        return self._state
 
     def set_options(self, options: KernelOptions) -> None:
         """Request kernel switches; a running simulation takes them at its next chunk."""
@@ -295,19 +258,6 @@ class SimulationController:
             return fn(self._sim)
 
     # -- worker ---------------------------------------------------------------------
-    def _notify(self, forced: bool = False) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(self, forced)
-            except Exception as exc:  # noqa: BLE001 - a broken display must not stop the run
-                with self._lock:
-                    self._display_errors = [
-                        *self._display_errors[-4:],
-                        f"{type(exc).__name__}: {exc}",
-                    ]
-
     def _set(self, state: RunState | None = None, message: str | None = None) -> None:
         with self._lock:
             if state is not None:
@@ -315,18 +265,9 @@ class SimulationController:
             if message is not None:
                 self._message = message
 
-    def _run(self) -> None:
-        try:
-            self._build()
-            self._loop()
-        except Exception as exc:  # noqa: BLE001 - every failure is shown in the panel
-            with self._lock:
-                self._state = RunState.ERROR
-                self._error = f"{type(exc).__name__}: {exc}"
-                self._traceback = traceback.format_exc()
-                self._message = "failed"
-        finally:
-            self._notify(forced=True)
+    def _work(self) -> None:
+        self._build()
+        self._loop()
 
     def _build(self) -> None:
         prepared = self._prepare(self.settings)

@@ -27,6 +27,23 @@ def test_race_of_identical_configurations_agrees_exactly():
     assert race.speedup > 0
 
 
+def test_a_broken_display_does_not_stop_the_race():
+    runner = CompareRunner(SETTINGS, KernelOptions(), KernelOptions(), steps=2, chunk_steps=1)
+
+    def broken(_runner, _forced):
+        raise ValueError("plot gone")
+
+    runner.add_listener(broken)
+    runner.start()
+    assert runner.wait(120) is RunState.STOPPED
+    race = runner.snapshot()
+    assert race.error is None and list(race.b.timestep_mol) == [2.0, 4.0]
+    assert race.display_errors and race.display_errors[-1] == "ValueError: plot gone"
+    assert len(race.display_errors) <= 5  # only the latest are kept
+    panel = ComparePanel(settings=SETTINGS, steps=1)
+    assert "display: ValueError: plot gone" in panel._summary(race)
+
+
 def test_race_runs_without_the_temperature_ladder(ladder_settings):
     runner = CompareRunner(
         ladder_settings, KernelOptions(), KernelOptions(), steps=2, chunk_steps=1

@@ -173,4 +173,8 @@ class ComparePanel(LivePanel):
         if snapshot.error:
             lines.append(f"<span style='color:#b00020'>Error: {html.escape(snapshot.error)}</span>")
         lines += [f"<span style='color:#b35c00'>{html.escape(m)}</span>" for m in snapshot.messages]
+        lines += [
+            f"<span style='color:#b00020'>display: {html.escape(e)}</span>"
+            for e in snapshot.display_errors
+        ]
         return f"<div style='font-size:{size + 2}px'>" + "<br>".join(lines) + "</div>"
