@@ -30,6 +30,11 @@ from workbench.units import FS_PER_PS
 #: Configurations offered for A and B.
 PRESETS: dict[str, Callable[[], KernelOptions]] = {
     "baseline (PyTorch)": KernelOptions.baseline,
+    # the fastest path measured (BENCHMARKS.md): 6.2x the baseline on 1ENH x 64, H200
+    "fastest: tables + CUDA graph": lambda: KernelOptions(tabulated_filter=True, cuda_graph=True),
+    "all fused + tables + CUDA graph": lambda: KernelOptions.all_on(
+        tabulated_filter=True, cuda_graph=True
+    ),
     "all fused, fp32": KernelOptions.all_on,
     "all fused, bf16": lambda: KernelOptions.all_on("bf16"),
     "all fused, fp16": lambda: KernelOptions.all_on("fp16"),
