@@ -220,6 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds for the data and training of this command: training ends early enough "
         "to save the model (a batch-queue job's limit, say); --validate-steps come on top",
     )
+    train.add_argument(
+        "--start-from", default=None, metavar="MODEL",
+        help="continue training a model of this protein (its weights and priors; its epoch "
+        "log is continued): a long training split over several jobs",
+    )
     train.add_argument("--val-fraction", type=float, default=0.1)
     train.add_argument("--validate-steps", type=int, default=0, help="0: no MD validation")
     train.add_argument("--validate-replicas", type=int, default=32)
@@ -573,6 +578,7 @@ def cmd_train(args) -> int:
         validate_replicas=args.validate_replicas,
         validate_temperatures=_floats(args.validate_temperatures),
         progress=not args.quiet,
+        start_from=args.start_from,
     )
     _, card = train_potential(system, teacher, data, settings, out)
     training = card["training"]

@@ -121,6 +121,33 @@ def test_pipeline_saves_a_loadable_model_and_card(data, tmp_path, monkeypatch):
     assert notice is None and shipped.metadata["trained"]
 
 
+def test_training_continues_from_a_saved_model(data, tmp_path):
+    sys = tiny_system()
+    fit = FitSettings(epochs=2, batch_size=20)
+    first = TrainSettings(schnet=small_config(**TINY), fit=fit, progress=False)
+    model, _ = train_potential(sys, teacher_potential(sys), data, first, tmp_path)
+    more = TrainSettings(
+        schnet=small_config(), fit=FitSettings(epochs=1, batch_size=20, learning_rate=0.0),
+        progress=False, start_from=str(tmp_path / "cln025.pt"),
+    )
+    resumed, card = train_potential(sys, teacher_potential(sys), data, more, tmp_path)
+    # learning rate 0: the weights are exactly those it started from, the priors are kept
+    for (name, a), b in zip(model.state_dict().items(), resumed.state_dict().values(),
+                            strict=True):
+        assert torch.equal(a, b), name
+    assert resumed.schnet.config == model.schnet.config  # the saved sizes, not TrainSettings'
+    assert card["training"]["continued_from"]["epochs_before"] == 2
+    assert card["priors"]["method"].startswith("kept from")
+    with open(tmp_path / "cln025.log.csv", newline="") as handle:
+        assert [row["epoch"] for row in csv.DictReader(handle)] == ["1", "2", "3"]
+    bare = tmp_path / "other.pt"
+    save_potential(Potential(sys.bead_types, small_schnet(**TINY), {}), bare)
+    wrong = TrainSettings(schnet=small_config(**TINY), fit=fit, progress=False,
+                          start_from=str(bare))
+    with pytest.raises(ValueError, match="cannot be continued for cln025"):
+        train_potential(sys, teacher_potential(sys), data, wrong, tmp_path / "x")
+
+
 def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
     common = ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
               "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",

@@ -9,18 +9,22 @@ teacher forces minus the prior forces; the potential (SchNet + priors) is saved 
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from workbench.model.io import save_potential
+from workbench.cli import atomic_write_text
+from workbench.model.io import load_potential, save_potential
 from workbench.model.potential import Potential
 from workbench.model.schnet import CGSchNet, SchNetConfig
 from workbench.system.cg_system import CGSystem
 from workbench.training.boltzmann_inversion import fit_priors
 from workbench.training.data import split_indices
 from workbench.training.force_matching import (
+    LOG_COLUMNS,
     FitSettings,
     model_forces,
     prior_forces,
@@ -48,6 +52,11 @@ class TrainSettings:
         Replicas per validation temperature.
     validate_temperatures : list of float
     progress : bool
+    start_from : str or None
+        A model saved by an earlier run for the same protein: training continues from its
+        SchNet weights (and configuration) and keeps its priors instead of refitting them,
+        so the force targets are the same; its epoch log, when present beside it, is
+        continued. Lets a long training run be split over several jobs.
     """
 
     schnet: SchNetConfig = field(default_factory=SchNetConfig)
@@ -59,6 +68,7 @@ class TrainSettings:
     validate_replicas: int = 32
     validate_temperatures: list[float] = field(default_factory=lambda: [300.0])
     progress: bool = True
+    start_from: str | None = None
 
 
 def train_potential(
@@ -93,9 +103,20 @@ def train_potential(
     at_prior_t = (temperature - prior_t).abs() < 1e-3
     if not at_prior_t.any():
         raise ValueError(f"no frames at the prior temperature {prior_t} K")
-    priors = fit_priors(
-        system, data["positions"][at_prior_t], prior_t, grouping=settings.prior_grouping
-    )
+    start = _starting_model(settings.start_from, system)
+    if start is None:
+        priors = fit_priors(
+            system, data["positions"][at_prior_t], prior_t, grouping=settings.prior_grouping
+        )
+        prior_settings = {
+            "method": "Boltzmann inversion",
+            "temperature_K": prior_t,
+            "grouping": settings.prior_grouping,
+            "terms": list(priors),
+        }
+    else:
+        priors = dict(start.priors)
+        prior_settings = {"method": f"kept from {settings.start_from}", "terms": list(priors)}
     device = settings.fit.device
     residual = data["forces"] - prior_forces(
         system.bead_types, priors, data["positions"], device=device
@@ -103,12 +124,16 @@ def train_potential(
     train, val = split_indices(
         data["positions"].shape[0], settings.validation_fraction, settings.fit.seed
     )
-    state = torch.random.get_rng_state()
-    torch.manual_seed(settings.fit.seed)
-    try:
-        schnet = CGSchNet(settings.schnet)
-    finally:
-        torch.random.set_rng_state(state)
+    if start is None:
+        state = torch.random.get_rng_state()
+        torch.manual_seed(settings.fit.seed)
+        try:
+            schnet = CGSchNet(settings.schnet)
+        finally:
+            torch.random.set_rng_state(state)
+    else:
+        schnet = start.schnet
+    earlier_log = _read_log(Path(settings.start_from).with_suffix(".log.csv")) if start else []
     fit = train_force_matching(
         schnet,
         system.bead_types,
@@ -118,6 +143,8 @@ def train_potential(
         log_path=out / f"{system.name}.log.csv",
         progress=settings.progress,
     )
+    if earlier_log:
+        _continue_log(earlier_log, out / f"{system.name}.log.csv")
     potential = Potential(system.bead_types, schnet.cpu(), priors)
     potential.metadata = {
         "trained": True,
@@ -127,17 +154,16 @@ def train_potential(
         "mapping": system.mapping,
         "teacher": teacher.metadata,
     }
-    prior_settings = {
-        "method": "Boltzmann inversion",
-        "temperature_K": prior_t,
-        "grouping": settings.prior_grouping,
-        "terms": list(priors),
-    }
 
     def card_with(validation):
-        return build_model_card(
-            system.name, teacher.metadata, data, settings.schnet, fit, prior_settings, validation
+        card = build_model_card(
+            system.name, teacher.metadata, data, schnet.config, fit, prior_settings, validation
         )
+        if start is not None:
+            card["training"]["continued_from"] = {
+                "model": str(settings.start_from), "epochs_before": len(earlier_log)
+            }
+        return card
 
     # Saved before the (long) MD validation, so a run cut short keeps the trained model.
     save_potential(potential, out / f"{system.name}.pt")
@@ -158,3 +184,37 @@ def train_potential(
         card = card_with(validation)
         write_model_card(card, out / f"{system.name}.pt")
     return potential, card
+
+
+def _starting_model(path: str | None, system: CGSystem) -> Potential | None:
+    """The model a run continues from (a copy), checked against the system; None for none."""
+    if path is None:
+        return None
+    start = load_potential(path)
+    protein = start.metadata.get("protein")
+    if start.schnet is None or protein != system.name:
+        raise ValueError(
+            f"{path} cannot be continued for {system.name}: it is "
+            + ("a prior-only potential" if start.schnet is None else f"a model of {protein}")
+        )
+    return start
+
+
+def _read_log(path: Path) -> list[dict]:
+    """Rows of an epoch log (empty when there is none)."""
+    if not path.is_file():
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _continue_log(earlier: list[dict], path: Path) -> None:
+    """Put the earlier run's epochs before this run's in ``path``, numbered on (atomic)."""
+    rows = _read_log(path)
+    for k, row in enumerate(rows, start=len(earlier) + 1):
+        row["epoch"] = str(k)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, LOG_COLUMNS)
+    writer.writeheader()
+    writer.writerows([*earlier, *rows])
+    atomic_write_text(path, text.getvalue())
