@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Train the five shipped models on one GPU in one call, all proteins at once:
-#   bash scripts/train_models.sh        # results in $OUT/models.tar
+#   bash scripts/train_models.sh             # results in $OUT/models.tar
+#   CONTINUE=1 bash scripts/train_models.sh  # more training of the shipped models
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
 # time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data at 300/330/360 K, fits the priors and trains CGSchNet by force
 # matching for at most its time limit, then saves the model and its card. The MD validation
@@ -13,6 +14,8 @@ export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 train() {  # protein, training seconds, extra arguments
   local protein=$1 limit=$2
   shift 2
+  # CONTINUE=1: continue the shipped model (weights, priors, epoch log) instead of a new one
+  [ -n "${CONTINUE:-}" ] && set -- "$@" --start-from "workbench/models/data/$protein.pt"
   timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
     --temperatures 300,330,360 --replicas 96 --steps 12000 --save-every 150 \
     --equilibration 1000 --epochs 100 --batch-size 32 --lr 1e-3 --patience 8 \
