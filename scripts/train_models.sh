@@ -3,9 +3,10 @@
 #   bash scripts/train_models.sh             # results in $OUT/models.tar
 #   CONTINUE=1 bash scripts/train_models.sh  # more training of the shipped models
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
-# time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data at 300/330/360 K, fits the priors and trains CGSchNet by force
-# matching for at most its time limit, then saves the model and its card. The MD validation
-# runs separately (scripts/validate_models.sh).
+# time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data
+# at 300/330/360 K, fits the priors (or keeps those of the model it continues) and trains
+# CGSchNet by force matching for at most its time limit, then saves the model and its card.
+# The MD validation runs separately (scripts/validate_models.sh).
 set -uo pipefail
 OUT=${OUT:-artifacts/models}
 DEST=${DEST:-/tmp/models}
