@@ -146,6 +146,8 @@ def test_training_continues_from_a_saved_model(data, tmp_path):
                           start_from=str(bare))
     with pytest.raises(ValueError, match="cannot be continued for cln025"):
         train_potential(sys, teacher_potential(sys), data, wrong, tmp_path / "x")
+    with pytest.raises(ValueError, match="trained on a teacher with epsilon"):
+        train_potential(sys, teacher_potential(sys, 9.0), data, more, tmp_path / "y")
 
 
 def test_cli_train_generates_then_reuses_data(tmp_path, capsys):

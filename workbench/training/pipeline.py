@@ -103,7 +103,7 @@ def train_potential(
     at_prior_t = (temperature - prior_t).abs() < 1e-3
     if not at_prior_t.any():
         raise ValueError(f"no frames at the prior temperature {prior_t} K")
-    start = _starting_model(settings.start_from, system)
+    start = _starting_model(settings.start_from, system, teacher)
     if start is None:
         priors = fit_priors(
             system, data["positions"][at_prior_t], prior_t, grouping=settings.prior_grouping
@@ -186,8 +186,9 @@ def train_potential(
     return potential, card
 
 
-def _starting_model(path: str | None, system: CGSystem) -> Potential | None:
-    """The model a run continues from (a copy), checked against the system; None for none."""
+def _starting_model(path: str | None, system: CGSystem, teacher: Potential) -> Potential | None:
+    """The model a run continues from, checked against the system and the teacher (the
+    force targets must not change under it); None for none."""
     if path is None:
         return None
     start = load_potential(path)
@@ -196,6 +197,13 @@ def _starting_model(path: str | None, system: CGSystem) -> Potential | None:
         raise ValueError(
             f"{path} cannot be continued for {system.name}: it is "
             + ("a prior-only potential" if start.schnet is None else f"a model of {protein}")
+        )
+    before = (start.metadata.get("teacher") or {}).get("epsilon")
+    now = teacher.metadata.get("epsilon")
+    if before is not None and now is not None and abs(before - now) > 1e-9:
+        raise ValueError(
+            f"{path} was trained on a teacher with epsilon {before} kcal/mol; this run's "
+            f"teacher has {now} (pass --epsilon {before} to continue it)"
         )
     return start
 
