@@ -48,7 +48,9 @@ snap = controller.snapshot()
 rows = {k: [float(x) for x in v] for k, v in snap.throughput.items()}
 events = [{"step": e.step, "wall_s": e.wall_s, "label": e.label, "message": e.message}
           for e in snap.events]
-bounds = [0, *(e["step"] for e in events), float("inf")]
+# phases end at the switches (not at the engine's notes about them, nor the start)
+switches = [e["step"] for e in events if e["message"] is None and e["step"] > 0]
+bounds = [0, *switches, float("inf")]
 medians = []
 for k in range(len(bounds) - 1):
     rates = [r for s, r in zip(rows["step"], rows["timestep_mol_per_s"], strict=True)
