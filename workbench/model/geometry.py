@@ -5,12 +5,12 @@ tensor of shape ``(P, order)`` (bead indices within one molecule) and returns
 one feature per replica and term, shape ``(R, P)``. All are differentiable.
 
 Gathering the beads of a term list differentiates into a scatter-add of the term
-gradients onto the beads, which must be deterministic (bitwise reproducible runs).
-By default advanced indexing does it (PyTorch sorts the indices at every backward);
-inside :func:`segment_gathers` the sum runs through ``kernels.segment_sum`` over a
-bead-grouped layout of each index column, built once per index tensor (no sort, no
-atomics). The fused force paths switch that on for CUDA tensors: with a 33,000-pair
-repulsion list the sorting took 15 % of a 1ENH × 64 step on the fastest path.
+gradients onto the beads. By default ``index_select`` gathers, whose backward is
+``index_add_``: sequential (bitwise repeatable) on the CPU and atomic on a GPU, as
+the reference path's SchNet scatter. Inside :func:`segment_gathers` the sum runs
+through ``kernels.segment_sum`` over a bead-grouped layout of each index column,
+built once per index tensor: no sort, no atomics, bitwise repeatable on a GPU. The
+fused force paths, whose runs must repeat bitwise, switch that on for CUDA tensors.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def gather_beads(pos: torch.Tensor, index: torch.Tensor, column: int) -> torch.T
     if _SEGMENT_GATHERS.get() and pos.requires_grad:
         ptr, perm = bead_layout(index, column, pos.shape[1])
         return _SegmentGather.apply(pos, index[:, column], ptr, perm)
-    return pos[:, index[:, column]]
+    return pos.index_select(1, index[:, column])
 
 
 def bond_lengths(pos: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
