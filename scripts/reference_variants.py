@@ -1,14 +1,21 @@
-"""Time variants of the reference path's energy + forces (1ENH x 64, near native).
+"""Time variants of the reference path's energy + forces (R replicas near native).
 
-sorted-dst: scatter-add into destination-sorted edges (many warps add into one row);
+    python scripts/reference_variants.py [PROTEIN] [REPLICAS]     (default 1enh 64)
+
+reference: the reference path as shipped.
 sorted-src: the same symmetric edge set with roles swapped, so the scatter goes into
 unsorted rows, as mlcg's radius graph + PyG aggregation does.
+scatter_add_: aggregation by ``scatter_add_`` over the broadcast destination index
+(what PyG's sum aggregation runs) instead of ``index_add_``.
+scatter_add_ + gather: also the source features gathered with ``gather`` over a
+broadcast index, whose backward is ``scatter_add_``, instead of ``index_select``.
 priors by advanced indexing: bead gathers as ``pos[:, idx]`` (backward sorts the
 indices) instead of ``index_select`` (backward scatter-adds).
-tf32 GEMMs: the same step with TF32 tensor-core matrix products allowed.
+tf32 GEMMs: TF32 tensor-core matrix products allowed.
 """
 
 import statistics
+import sys
 import time
 
 import torch
@@ -16,6 +23,7 @@ import torch
 import workbench.model.geometry as geometry
 from workbench.model.native_priors import demo_potential
 from workbench.model.potential import Potential
+from workbench.model.schnet import CFConv
 from workbench.neighbors import Graph, NeighborList
 from workbench.system import build_system
 
@@ -32,26 +40,36 @@ def timed(fn, repeats=20):
     return 1e3 * statistics.median(samples)
 
 
-cpu_system = build_system("1enh")
+def scatter_add_forward(self, h, rbf, envelope, src, dst):
+    w = self.filter_network(rbf) * envelope[:, None]
+    messages = self.lin1(h).index_select(0, src) * w
+    u = messages.new_zeros(h.shape[0], w.shape[1])
+    return self.lin2(u.scatter_add_(0, dst[:, None].expand_as(messages), messages))
+
+
+def scatter_gather_forward(self, h, rbf, envelope, src, dst):
+    w = self.filter_network(rbf) * envelope[:, None]
+    messages = self.lin1(h).gather(0, src[:, None].expand_as(w)) * w
+    u = messages.new_zeros(h.shape[0], w.shape[1])
+    return self.lin2(u.scatter_add_(0, dst[:, None].expand_as(messages), messages))
+
+
+def advanced_indexing(pos, index, column):
+    return pos[:, index[:, column]]
+
+
+protein = sys.argv[1] if len(sys.argv) > 1 else "1enh"
+replicas = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+cpu_system = build_system(protein)
 potential = demo_potential(cpu_system).to("cuda")
 system = cpu_system.to("cuda")
 gen = torch.Generator(device="cuda").manual_seed(0)
-noise = torch.randn((64, system.n_beads, 3), generator=gen, device="cuda")
+noise = torch.randn((replicas, system.n_beads, 3), generator=gen, device="cuda")
 pos = system.native_positions[None] + 0.3 * noise
 graph = NeighborList(system.n_beads, 10.0, skin=0.0).update(pos)
 swapped = Graph(graph.dst, graph.src, graph.num_nodes)
-print(f"edges per replica {graph.num_edges / 64:.0f}")
-e1, f1 = potential.energy_and_forces(pos, graph)
-e2, f2 = potential.energy_and_forces(pos, swapped)
-print("max |dE|", float((e1 - e2).abs().max()), "rel dF", float((f1 - f2).norm() / f1.norm()))
-for name, g in (("sorted-dst", graph), ("sorted-src", swapped)):
-    fwd = timed(lambda g=g: potential.energy(pos, g))
-    both = timed(lambda g=g: potential.energy_and_forces(pos, g))
-    print(
-        f"{name}: forward {fwd:.2f} ms, energy+forces {both:.2f} ms "
-        f"-> {64e3 / both:,.0f} timestep*mol/s bound"
-    )
-
+print(f"{protein} x {replicas}: edges per replica {graph.num_edges / replicas:.0f}")
+e_ref, f_ref = potential.energy_and_forces(pos, graph)
 schnet_only = Potential(potential.bead_types, potential.schnet)
 priors_only = Potential(potential.bead_types, None, dict(potential.priors))
 print(
@@ -60,23 +78,28 @@ print(
 )
 
 
-def advanced_indexing(pos, index, column):
-    return pos[:, index[:, column]]
+def report(name, g=graph):
+    both = timed(lambda: potential.energy_and_forces(pos, g))
+    _, forces = potential.energy_and_forces(pos, g)
+    error = float((forces - f_ref).norm() / f_ref.norm())
+    print(
+        f"{name}: energy+forces {both:.2f} ms -> {replicas * 1e3 / both:,.0f} timestep*mol/s "
+        f"bound; forces vs reference {error:.1e} relative RMS"
+    )
 
 
-reference_gather = geometry.gather_beads
+report("reference")
+report("sorted-src", swapped)
+shipped_forward = CFConv.forward
+CFConv.forward = scatter_add_forward
+report("scatter_add_")
+CFConv.forward = scatter_gather_forward
+report("scatter_add_ + gather")
+CFConv.forward = shipped_forward
+shipped_gather = geometry.gather_beads
 geometry.gather_beads = advanced_indexing
-advanced = timed(lambda: priors_only.energy_and_forces(pos, None))
-print(
-    f"priors by advanced indexing: {advanced:.2f} ms; "
-    f"energy+forces {timed(lambda: potential.energy_and_forces(pos, graph)):.2f} ms"
-)
-geometry.gather_beads = reference_gather
+report("priors by advanced indexing")
+geometry.gather_beads = shipped_gather
 torch.backends.cuda.matmul.allow_tf32 = True
-both = timed(lambda: potential.energy_and_forces(pos, graph))
-e3, f3 = potential.energy_and_forces(pos, graph)
-print(
-    f"tf32 GEMMs: energy+forces {both:.2f} ms -> {64e3 / both:,.0f} timestep*mol/s bound; "
-    f"force error vs fp32 {float((f3 - f1).norm() / f1.norm()):.2e} relative RMS"
-)
+report("tf32 GEMMs")
 torch.backends.cuda.matmul.allow_tf32 = False

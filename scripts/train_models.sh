@@ -2,6 +2,8 @@
 # Train the five shipped models on one GPU in one call, all proteins at once:
 #   bash scripts/train_models.sh             # results in $OUT/models.tar
 #   CONTINUE=1 bash scripts/train_models.sh  # more training of the shipped models
+#   PROTEINS=cln025 BATCH=64 CONTINUE=1 bash scripts/train_models.sh   # one protein, the
+#                                                          # whole GPU, larger batches
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
 # time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data
 # at 300/330/360 K, fits the priors (or keeps those of the model it continues) and trains
@@ -19,17 +21,18 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${CONTINUE:-}" ] && set -- "$@" --start-from "workbench/models/data/$protein.pt"
   timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
     --temperatures 300,330,360 --replicas 96 --steps 12000 --save-every 150 \
-    --equilibration 1000 --epochs 100 --batch-size 32 --lr 1e-3 --patience 8 \
+    --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" --lr 1e-3 --patience 8 \
     --time-limit "$limit" --wall-limit "${WALL:-540}" --seed 0 --device cuda --quiet --out "$DEST" "$@" \
     > "$DEST/$protein.out" 2>&1
   echo "$protein finished with exit code $?"
 }
 nvidia-smi --query-gpu=name --format=csv,noheader
-train cln025 "${LIMIT_SMALL:-380}" &
-train 2jof "${LIMIT_SMALL:-380}" &
-train 1yrf "${LIMIT_LARGE:-360}" &
-train 1enh "${LIMIT_LARGE:-360}" &
-train 2a3d "${LIMIT_LARGE:-360}" &
+for protein in ${PROTEINS:-cln025 2jof 1yrf 1enh 2a3d}; do
+  case $protein in
+    cln025|2jof) train "$protein" "${LIMIT_SMALL:-380}" & ;;
+    *) train "$protein" "${LIMIT_LARGE:-360}" & ;;
+  esac
+done
 wait
 tail -n 9 "$DEST"/*.out
 tar -C "$DEST" -cf "$OUT/models.tar" .
