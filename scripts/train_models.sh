@@ -2,8 +2,8 @@
 # Train the five shipped models on one GPU in one call, all proteins at once:
 #   bash scripts/train_models.sh             # results in $OUT/models.tar
 #   CONTINUE=1 bash scripts/train_models.sh  # more training of the shipped models
-#   PROTEINS=cln025 BATCH=64 CONTINUE=1 bash scripts/train_models.sh   # one protein, the
-#                                                          # whole GPU, larger batches
+#   PROTEINS=cln025 REPLICAS=768 BATCH=128 CONTINUE=1 bash scripts/train_models.sh  # one
+#       protein with the whole GPU, eight times the teacher data, larger batches
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
 # time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data
 # at 300/330/360 K, fits the priors (or keeps those of the model it continues) and trains
@@ -20,7 +20,7 @@ train() {  # protein, training seconds, extra arguments
   # CONTINUE=1: continue the shipped model (weights, priors, epoch log) instead of a new one
   [ -n "${CONTINUE:-}" ] && set -- "$@" --start-from "workbench/models/data/$protein.pt"
   timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
-    --temperatures 300,330,360 --replicas 96 --steps 12000 --save-every 150 \
+    --temperatures 300,330,360 --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 \
     --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" --lr 1e-3 --patience 8 \
     --time-limit "$limit" --wall-limit "${WALL:-540}" --seed 0 --device cuda --quiet --out "$DEST" "$@" \
     > "$DEST/$protein.out" 2>&1
