@@ -5,10 +5,10 @@
 reference: the reference path as shipped.
 sorted-src: the same symmetric edge set with roles swapped, so the scatter goes into
 unsorted rows, as mlcg's radius graph + PyG aggregation does.
-scatter_add_: aggregation by ``scatter_add_`` over the broadcast destination index
-(what PyG's sum aggregation runs) instead of ``index_add_``.
-scatter_add_ + gather: also the source features gathered with ``gather`` over a
-broadcast index, whose backward is ``scatter_add_``, instead of ``index_select``.
+index_add_: aggregation by ``index_add_`` and source features gathered with
+``index_select`` (whose backward is ``index_add_``), instead of the reference's
+``scatter_add_`` and ``gather`` over broadcast indices.
+index_add_ aggregation: only the aggregation by ``index_add_``.
 priors by advanced indexing: bead gathers as ``pos[:, idx]`` (backward sorts the
 indices) instead of ``index_select`` (backward scatter-adds).
 tf32 GEMMs: TF32 tensor-core matrix products allowed.
@@ -40,18 +40,16 @@ def timed(fn, repeats=20):
     return 1e3 * statistics.median(samples)
 
 
-def scatter_add_forward(self, h, rbf, envelope, src, dst):
+def index_add_forward(self, h, rbf, envelope, src, dst):
     w = self.filter_network(rbf) * envelope[:, None]
     messages = self.lin1(h).index_select(0, src) * w
-    u = messages.new_zeros(h.shape[0], w.shape[1])
-    return self.lin2(u.scatter_add_(0, dst[:, None].expand_as(messages), messages))
+    return self.lin2(messages.new_zeros(h.shape[0], w.shape[1]).index_add_(0, dst, messages))
 
 
-def scatter_gather_forward(self, h, rbf, envelope, src, dst):
+def index_add_aggregation_forward(self, h, rbf, envelope, src, dst):
     w = self.filter_network(rbf) * envelope[:, None]
     messages = self.lin1(h).gather(0, src[:, None].expand_as(w)) * w
-    u = messages.new_zeros(h.shape[0], w.shape[1])
-    return self.lin2(u.scatter_add_(0, dst[:, None].expand_as(messages), messages))
+    return self.lin2(messages.new_zeros(h.shape[0], w.shape[1]).index_add_(0, dst, messages))
 
 
 def advanced_indexing(pos, index, column):
@@ -91,10 +89,10 @@ def report(name, g=graph):
 report("reference")
 report("sorted-src", swapped)
 shipped_forward = CFConv.forward
-CFConv.forward = scatter_add_forward
-report("scatter_add_")
-CFConv.forward = scatter_gather_forward
-report("scatter_add_ + gather")
+CFConv.forward = index_add_forward
+report("index_add_")
+CFConv.forward = index_add_aggregation_forward
+report("index_add_ aggregation")
 CFConv.forward = shipped_forward
 shipped_gather = geometry.gather_beads
 geometry.gather_beads = advanced_indexing

@@ -14,8 +14,11 @@ Module tree (mlcg-format.md §5.1)::
     output_network.layers.{0,2,...}       Linear(H, w1), act, ..., Linear(wm, 1, bias=False)
 
 This module is the reference path: edge tensors are materialised and
-aggregation is the ordinary scatter-add (``index_add_``), as users of
-CGSchNet run it.
+aggregation is the ordinary scatter-add, as users of CGSchNet run it: PyG's sum
+aggregation, ``scatter_add_`` over the destination index broadcast along the
+channels. Source features are gathered the same way (``gather``), whose backward
+is again a ``scatter_add_``; on an H200 the pair is 10 % faster per step than
+``index_select`` + ``index_add_`` (``scripts/reference_variants.py``).
 """
 
 from __future__ import annotations
@@ -159,11 +162,11 @@ class CFConv(nn.Module):
         torch.Tensor, shape (N, H), float32
         """
         w = self.filter_network(rbf) * envelope[:, None]
-        # index_select (as PyG gathers) differentiates into index_add_, not a sort
-        messages = self.lin1(h).index_select(0, src) * w
-        u = torch.zeros(h.shape[0], w.shape[1], dtype=h.dtype, device=h.device)
-        u.index_add_(0, dst, messages)
-        return self.lin2(u)
+        # broadcast index views (no E×F index in memory); both differentiate into an
+        # atomic scatter_add_, not a sort
+        messages = self.lin1(h).gather(0, src[:, None].expand_as(w)) * w
+        u = messages.new_zeros(h.shape[0], w.shape[1])
+        return self.lin2(u.scatter_add_(0, dst[:, None].expand_as(messages), messages))
 
 
 class InteractionBlock(nn.Module):
