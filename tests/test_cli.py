@@ -77,12 +77,13 @@ def test_run_writes_metrics_checkpoint_summary_and_trajectories(finished_run):
         last = torch.from_numpy(traj.xyz[-1] * 10.0)
         torch.testing.assert_close(last, checkpoint["positions"][r], rtol=0, atol=1e-4)
 
-    # the console: what ran, throughput, Q, the untrained-model notice
+    # the console: what ran, throughput, Q, which model (CLN025's shipped one is validated)
     assert "cln025: 49 beads, 2 replicas, 300 K, dt 4 fs on cpu" in stdout
     assert "timestep·mol/s" in stdout and "ns/day" in stdout
     q_line = next(line for line in stdout.splitlines() if line.startswith("Q "))
     assert f"{summary['q_mean']:.3f} mean" in q_line
-    assert "Untrained demo model" in stdout
+    assert "Trained model shipped for cln025, validated against its teacher" in stdout
+    assert "Untrained demo model" not in stdout
 
 
 def test_rerun_without_overwrite_fails_and_leaves_files(run_copy, capsys):

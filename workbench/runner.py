@@ -134,16 +134,19 @@ DEMO_MODEL = "demo"
 
 
 def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, str | None]:
-    """The potential for a run and a notice about it (None for a trained model).
+    """The potential for a run and a notice about it (None for a model file given).
 
     ``model``: a file, :data:`DEMO_MODEL` for the untrained demo model, or None for the
-    shipped model of the protein (the demo model where none ships).
+    shipped model of the protein (the demo model where none has passed its validation).
     """
     if model is not None and model != DEMO_MODEL:
         return load_potential(model), None
     shipped = shipped_model_path(system.name, system.mapping) if model is None else None
     if shipped is not None:
-        return load_potential(shipped), None
+        return load_potential(shipped), (
+            f"Trained model shipped for {system.name}, validated against its teacher "
+            f"(model card: {shipped.with_suffix('.json')})."
+        )
     potential = demo_potential(system)
     notice = (
         f"Untrained demo model: random CGSchNet weights plus priors and native-contact wells "
