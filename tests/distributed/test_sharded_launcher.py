@@ -77,6 +77,22 @@ def test_two_gloo_ranks_equal_the_shards_run_directly(settings):
     assert len(result.rank_timestep_mol_per_s) == 2 and result.timestep_mol_per_s > 0
 
 
+def test_a_stop_request_ends_every_rank_at_the_same_report(settings):
+    run = settings(replicas=4, steps=10_000, save_interval=2, ladder=(300.0, 360.0, 2))
+    reports = []
+    result = launch_sharded(
+        ShardedSettings(run, ranks=2, timeout_s=120, threads_per_rank=1, report_positions=True),
+        on_report=reports.append,
+        should_stop=lambda: len(reports) >= 2,
+    )
+    assert result.stopped and result.steps == reports[-1].step and result.steps < 10_000
+    assert [r.step for r in reports] == list(range(2, result.steps + 1, 2))
+    # positions travel with each report; the last report's are the final state
+    assert reports[-1].positions.shape == (4, 49, 3)
+    assert np.array_equal(reports[-1].positions, result.positions.numpy())
+    assert reports[-1].tempering["exchange_rounds"] == result.tempering["exchange_rounds"] > 0
+
+
 def test_a_failing_rank_is_reported_with_its_error(settings, tmp_path):
     run = settings(replicas=2, model=str(tmp_path / "missing.pt"))
     with pytest.raises(ShardedRunError, match=r"(?s)rank \d of 2 failed.*missing\.pt"):

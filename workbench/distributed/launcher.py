@@ -3,11 +3,14 @@
 :func:`launch_sharded` spawns one process per rank (NCCL on CUDA, rank k on GPU k;
 gloo on the CPU). Each rank builds the simulation of its shard
 (:mod:`workbench.distributed.shards`) and runs it; at every report interval the
-per-replica metrics are all-gathered and rank 0 sends the whole ensemble's
-:class:`~workbench.distributed.reports.MetricsReport` to the driver, which
-passes it to ``on_report`` as it arrives. With a temperature ladder, replicas
-exchange temperatures across ranks (:mod:`.tempering_across_ranks`). At the end
-the final positions and velocities are gathered too.
+per-replica metrics (and, if asked, the positions) are all-gathered and rank 0
+sends the whole ensemble's :class:`~workbench.distributed.reports.MetricsReport`
+to the driver, which passes it to ``on_report`` as it arrives. With a
+temperature ladder, replicas exchange temperatures across ranks
+(:mod:`.tempering_across_ranks`). At the end the final positions and velocities
+are gathered too. A run can be stopped early (``should_stop``): the driver sets
+an event that rank 0 reads at the next report and broadcasts, so every rank
+stops at the same step and the final state is gathered as usual.
 
 The processes meet through a file store in a temporary folder (no network port),
 and every wait is bounded: collectives by the process group's timeout, the
@@ -20,6 +23,7 @@ import os
 import queue as queue_module
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -59,12 +63,15 @@ class ShardedSettings:
         Limit on the whole run (start-up included) and on any single collective, s.
     threads_per_rank : int or None
         CPU threads of each process on the CPU (default: the cores shared out).
+    report_positions : bool
+        Gather every replica's positions into each report (for live structure views).
     """
 
     run: RunSettings
     ranks: int | None = None
     timeout_s: float = 600.0
     threads_per_rank: int | None = None
+    report_positions: bool = False
 
     def resolve(self) -> tuple[str, int]:
         """Check the settings; returns the device type and the number of ranks.
@@ -123,6 +130,10 @@ class ShardedResult:
         Each rank's own stepping throughput (warm-up excluded).
     wall_s : float
         Driver wall time, process start-up included.
+    steps : int
+        Steps run: ``run.steps``, or fewer when the run was stopped early.
+    stopped : bool
+        Whether ``should_stop`` ended the run early.
     """
 
     shards: list[Shard]
@@ -135,6 +146,8 @@ class ShardedResult:
     timestep_mol_per_s: float = 0.0
     rank_timestep_mol_per_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
+    steps: int = 0
+    stopped: bool = False
 
 
 @dataclass
@@ -148,7 +161,7 @@ class _Job:
     threads: int
 
 
-def _rank_main(rank: int, job: _Job, results) -> None:
+def _rank_main(rank: int, job: _Job, results, stop_event) -> None:
     """Body of rank ``rank`` (runs in a spawned process)."""
     if job.backend == "nccl":
         device = torch.device("cuda", rank)
@@ -164,12 +177,19 @@ def _rank_main(rank: int, job: _Job, results) -> None:
         timeout=timedelta(seconds=job.settings.timeout_s),
     )
     try:
-        _run_rank(rank, job, device, results)
+        _run_rank(rank, job, device, results, stop_event)
     finally:
         dist.destroy_process_group()
 
 
-def _run_rank(rank: int, job: _Job, device: torch.device, results) -> None:
+def _stop_requested(rank: int, stop_event, device: torch.device) -> bool:
+    """Rank 0's reading of the driver's stop event, the same on every rank (a collective)."""
+    flag = torch.tensor([int(rank == 0 and stop_event.is_set())], device=device)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
+
+
+def _run_rank(rank: int, job: _Job, device: torch.device, results, stop_event) -> None:
     settings, shards = job.settings.run, job.shards
     shard = shards[rank]
     sim = build_shard(settings, shard, str(device)).simulation
@@ -196,6 +216,9 @@ def _run_rank(rank: int, job: _Job, device: torch.device, results) -> None:
             now = time.perf_counter()
             aggregate.record(done - reported, now - since)
             reported, since = done, now
+            positions = None
+            if job.settings.report_positions:
+                positions = gather_replicas(sim.positions, shards).cpu().numpy()
             if rank == 0:
                 report = MetricsReport(
                     step=sim.step_count,
@@ -203,8 +226,12 @@ def _run_rank(rank: int, job: _Job, device: torch.device, results) -> None:
                     replicas=np.arange(total),
                     metrics=metrics_from_matrix(matrix),
                     timestep_mol_per_s=aggregate.timestep_mol_per_s(),
+                    positions=positions,
+                    tempering=None if exchange is None else exchange.summary(),
                 )
                 results.put(("report", report))
+            if done < settings.steps and _stop_requested(rank, stop_event, device):
+                break
 
     positions = gather_replicas(sim.positions, shards)
     velocities = gather_replicas(sim.velocities, shards)
@@ -219,6 +246,7 @@ def _run_rank(rank: int, job: _Job, device: torch.device, results) -> None:
             "tempering": None if exchange is None else exchange.summary(),
             "timestep_mol_per_s": aggregate.timestep_mol_per_s(),
             "rank_timestep_mol_per_s": [float(p) for p in parts],
+            "steps": done,
         }
         results.put(("final", final))
 
@@ -234,7 +262,11 @@ def _stop_all(context) -> None:
             process.kill()
 
 
-def launch_sharded(config: ShardedSettings, on_report=None) -> ShardedResult:
+def launch_sharded(
+    config: ShardedSettings,
+    on_report: Callable[[MetricsReport], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> ShardedResult:
     """Run ``config.run``'s ensemble sharded over ``config.ranks`` processes.
 
     Parameters
@@ -242,6 +274,9 @@ def launch_sharded(config: ShardedSettings, on_report=None) -> ShardedResult:
     config : ShardedSettings
     on_report : callable, optional
         Called in the driver with each :class:`MetricsReport` as it arrives.
+    should_stop : callable, optional
+        Polled by the driver (every 0.2 s); once it returns True the ranks stop at
+        their next report (``result.stopped``, ``result.steps``).
 
     Returns
     -------
@@ -263,14 +298,21 @@ def launch_sharded(config: ShardedSettings, on_report=None) -> ShardedResult:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="workbench-ranks-") as folder:
         job = _Job(config, shards, backend, f"file://{folder}/store", threads)
-        results = mp.get_context("spawn").Queue()
+        spawn = mp.get_context("spawn")
+        results, stop_event = spawn.Queue(), spawn.Event()
         context = mp.start_processes(
-            _rank_main, args=(job, results), nprocs=ranks, join=False, start_method="spawn"
+            _rank_main,
+            args=(job, results, stop_event),
+            nprocs=ranks,
+            join=False,
+            start_method="spawn",
         )
         final = None
         try:
             while True:
                 final = _drain(results, result, on_report) or final
+                if should_stop is not None and not stop_event.is_set() and should_stop():
+                    stop_event.set()
                 try:
                     if context.join(timeout=0.2):
                         break
@@ -295,6 +337,8 @@ def launch_sharded(config: ShardedSettings, on_report=None) -> ShardedResult:
     result.tempering = final["tempering"]
     result.timestep_mol_per_s = final["timestep_mol_per_s"]
     result.rank_timestep_mol_per_s = final["rank_timestep_mol_per_s"]
+    result.steps = final["steps"]
+    result.stopped = final["steps"] < config.run.steps
     result.wall_s = time.monotonic() - start
     return result
 

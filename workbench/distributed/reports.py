@@ -86,6 +86,11 @@ class MetricsReport:
         Keys :data:`METRIC_KEYS`.
     timestep_mol_per_s : float
         Aggregate throughput over every process so far (warm-up excluded).
+    positions : numpy.ndarray or None, shape (R, n, 3), float32
+        Positions of these replicas, Å, where the run was asked to report them.
+    tempering : dict or None
+        Parallel tempering so far (ladder, exchange rounds, acceptance per level pair:
+        ``RankExchange.summary()``), for a run with a temperature ladder.
     """
 
     step: int
@@ -93,6 +98,8 @@ class MetricsReport:
     replicas: np.ndarray
     metrics: dict[str, np.ndarray]
     timestep_mol_per_s: float
+    positions: np.ndarray | None = None
+    tempering: dict | None = None
 
     def write_csv(self, reporter: MetricsReporter) -> None:
         """Append this report's rows to a metrics CSV (global replica numbers)."""
