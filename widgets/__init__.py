@@ -3,7 +3,8 @@ throughput, memory, RMSD, Q and replica exchanges live, follow the neighbour gra
 3-D structure, switch kernels on and off, and race two configurations.
 
 ``Workbench()`` shows everything; each panel also works on its own with a
-:class:`SimulationController`, which holds no widgets and can drive runs from code.
+:class:`SimulationController`, which holds no widgets and can drive runs from code, or a
+:class:`ShardedController` (one run over several GPUs or CPU processes).
 """
 
 #: Public name -> module that defines it. Loaded on first use (PEP 562), so the
@@ -19,6 +20,7 @@ _EXPORTS = {
     "LaunchPanel": "widgets.panels.launch",
     "LivePlots": "widgets.panels.live_plots",
     "RunState": "widgets.snapshot",
+    "ShardedController": "widgets.sharded",
     "SimulationController": "widgets.controller",
     "Snapshot": "widgets.snapshot",
     "Structure3D": "widgets.panels.structure3d",
@@ -49,6 +51,7 @@ __all__ = [
     "LaunchPanel",
     "LivePlots",
     "RunState",
+    "ShardedController",
     "SimulationController",
     "Snapshot",
     "Structure3D",

@@ -119,6 +119,8 @@ class SimulationController(BackgroundWork):
     """
 
     thread_name = "workbench-simulation"
+    #: Pause and resume are offered.
+    pausable = True
 
     def __init__(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import ipywidgets as ipw
 import numpy as np
 
@@ -114,9 +116,13 @@ class AdjacencyPanel(LivePanel):
         replica, level = self.replica.value, self.level.value
         labels = self._labels(system, level)
         if self.source_choice.value == GRAPH:
-            matrix = self.source.with_simulation(
-                lambda sim: graph_adjacency(sim.graph, sim.system, replica, level)
-            )
+            try:
+                matrix = self.source.with_simulation(
+                    lambda sim: graph_adjacency(sim.graph, sim.system, replica, level)
+                )
+            except RuntimeError as exc:  # not built yet, or in other processes
+                self.info.value = f"No live neighbour graph: {html.escape(str(exc))}."
+                return
             self._draw_matrix(matrix.astype(np.int8), labels, diff=False)
             self.info.value = f"Neighbour graph of replica {replica} at step {snapshot.step}"
         else:

@@ -1,4 +1,5 @@
-"""Launch panel: what to simulate, and the Start / Pause / Resume / Stop buttons."""
+"""Launch panel: what to simulate, on how many GPUs, and the Start / Pause / Resume / Stop
+buttons."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from pathlib import Path
 
 import ipywidgets as ipw
 
+from widgets.background import BackgroundWork
 from widgets.controller import SimulationController
 from widgets.modes import default_settings
 from widgets.panels.base import LivePanel
+from widgets.sharded import ShardedController
 from widgets.snapshot import RunState, Snapshot
+from workbench.distributed import ShardedResult, ShardedSettings, launch_sharded
 from workbench.model.options import KernelOptions
 from workbench.runner import PreparedRun, RunSettings, prepare_run
 from workbench.system import available_proteins, build_system
@@ -36,9 +40,11 @@ def _red(text: str) -> str:
 class LaunchPanel(LivePanel):
     """Settings of a run and the buttons that drive it.
 
-    Start builds a new :class:`~widgets.controller.SimulationController` from the
-    fields (any earlier run must have ended) and tells every callback registered
-    with :meth:`on_new_run`, so other panels can follow it.
+    Start builds a new run from the fields (any earlier run must have ended) and tells
+    every callback registered with :meth:`on_new_run`, so other panels can follow it: a
+    :class:`~widgets.controller.SimulationController` in this process for one GPU, a
+    :class:`~widgets.sharded.ShardedController` (one process per GPU, or CPU processes
+    with device ``cpu``) for more.
 
     Parameters
     ----------
@@ -50,6 +56,9 @@ class LaunchPanel(LivePanel):
         Returns the kernel switches a new run starts with (all off by default).
     prepare : callable, optional
         ``prepare(settings) -> PreparedRun`` for new runs (tests pass a fake engine).
+    launch : callable, optional
+        Starts runs over several processes (:func:`workbench.distributed.launch_sharded`
+        by default; tests pass a fake).
     """
 
     def __init__(
@@ -58,12 +67,14 @@ class LaunchPanel(LivePanel):
         until_stopped: bool = False,
         options_source: Callable[[], KernelOptions] | None = None,
         prepare: Callable[[RunSettings], PreparedRun] = prepare_run,
+        launch: Callable[..., ShardedResult] = launch_sharded,
     ):
         super().__init__(refresh_interval=0.3)
         self.prepare = prepare
+        self.launch = launch
         self.initial = copy.deepcopy(settings or default_settings())
         self.options_source = options_source or KernelOptions
-        self._callbacks: list[Callable[[SimulationController], None]] = []
+        self._callbacks: list[Callable[[BackgroundWork], None]] = []
         self._upload_dir = Path(tempfile.mkdtemp(prefix="workbench-upload-"))
         self.upload_message = ""
         s = self.initial
@@ -149,6 +160,15 @@ class LaunchPanel(LivePanel):
             layout=narrow,
             style=style,
         )
+        self.gpus = ipw.BoundedIntText(
+            value=1,
+            min=1,
+            max=256,
+            description="GPUs",
+            tooltip="processes, one per GPU (CPU processes with device cpu)",
+            layout=narrow,
+            style=style,
+        )
         self.model = ipw.Text(
             value=s.model or "",
             placeholder="trained model path (optional)",
@@ -180,6 +200,7 @@ class LaunchPanel(LivePanel):
             ipw.HBox([self.steps, self.until_stopped]),
             ipw.HBox([self.timestep, self.save_interval]),
             ipw.HBox([self.seed, self.device]),
+            self.gpus,
             self.model,
             ipw.HBox([self.start_button, self.pause_button, self.resume_button, self.stop_button]),
             self.status,
@@ -188,11 +209,11 @@ class LaunchPanel(LivePanel):
         self.status.value = "Choose settings and press <b>Start</b>."
 
     @property
-    def controller(self) -> SimulationController | None:
+    def controller(self) -> SimulationController | ShardedController | None:
         """The run started last (None before the first Start)."""
         return self.source
 
-    def on_new_run(self, callback: Callable[[SimulationController], None]) -> None:
+    def on_new_run(self, callback: Callable[[BackgroundWork], None]) -> None:
         """Call ``callback(controller)`` whenever Start creates a run."""
         self._callbacks.append(callback)
 
@@ -216,19 +237,27 @@ class LaunchPanel(LivePanel):
             options=self.options_source(),
         )
 
-    def start(self) -> SimulationController | None:
+    def start(self) -> SimulationController | ShardedController | None:
         """Start a new run from the fields; returns it (None when the settings are invalid)."""
         if self.source is not None and self.source.state.active:
             return self.source
         settings = self.settings()
+        ranks = self.gpus.value
         try:
             settings.validate()
+            if ranks > 1:  # GPUs visible, replicas enough for every process, ladder fits
+                ShardedSettings(settings, ranks=ranks).resolve()
         except ValueError as exc:
             self.status.value = _red(str(exc))
             return None
-        controller = SimulationController(
-            settings, until_stopped=self.until_stopped.value, prepare=self.prepare
-        )
+        if ranks > 1:
+            controller = ShardedController(
+                settings, ranks, until_stopped=self.until_stopped.value, launch=self.launch
+            )
+        else:
+            controller = SimulationController(
+                settings, until_stopped=self.until_stopped.value, prepare=self.prepare
+            )
         self.attach(controller)
         for callback in self._callbacks:
             callback(controller)
@@ -281,8 +310,9 @@ class LaunchPanel(LivePanel):
             RunState.RUNNING: "Running…",
             RunState.PAUSED: "Paused",
         }.get(state, "Start" if state in (None, RunState.IDLE) else "Start new run")
-        self.pause_button.disabled = state is not RunState.RUNNING
-        self.resume_button.disabled = state is not RunState.PAUSED
+        pausable = self.source is None or self.source.pausable
+        self.pause_button.disabled = state is not RunState.RUNNING or not pausable
+        self.resume_button.disabled = state is not RunState.PAUSED or not pausable
         self.stop_button.disabled = not active
 
     def update(self, snapshot: Snapshot) -> None:
