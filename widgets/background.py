@@ -45,6 +45,17 @@ class BackgroundWork:
         """Current state."""
         return self._state
 
+    def _status_fields(self) -> dict:
+        """``state``, ``message``, ``error``, ``traceback`` and ``display_errors`` for a
+        snapshot (call with the lock held)."""
+        return {
+            "state": self._state,
+            "message": self._message,
+            "error": self._error,
+            "traceback": self._traceback,
+            "display_errors": tuple(self._display_errors),
+        }
+
     def add_listener(self, listener: Callable) -> None:
         """Call ``listener(runner, forced)`` after every unit of work and state change."""
         with self._lock:

@@ -206,12 +206,8 @@ class CompareRunner(BackgroundWork):
         with self._lock:
             sides = [side.snapshot() for side in self._sides]
             return CompareSnapshot(
-                state=self._state,
-                message=self._message,
-                error=self._error,
-                traceback=self._traceback,
+                **self._status_fields(),
                 messages=tuple(self._messages),
-                display_errors=tuple(self._display_errors),
                 a=sides[0] if sides else None,
                 b=sides[1] if sides else None,
                 deviation_start=self._deviation["start"],

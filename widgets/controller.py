@@ -25,7 +25,6 @@ import numpy as np
 import torch
 
 from widgets.background import BackgroundWork
-from widgets.decimation import DecimatingBuffer
 from widgets.gpu_memory import gpu_memory_gb
 from widgets.kernel_switches import (
     KernelEvent,
@@ -33,10 +32,8 @@ from widgets.kernel_switches import (
     usable_options,
     warning_message,
 )
+from widgets.run_record import RunRecord
 from widgets.snapshot import (
-    METRIC_KEYS,
-    TEMPERING_KEYS,
-    THROUGHPUT_KEYS,
     RunState,
     Snapshot,
     TemperingSnapshot,
@@ -145,11 +142,7 @@ class SimulationController(BackgroundWork):
         self._pending_options: KernelOptions | None = None
         self._watch_warnings = False
         self._events: list[KernelEvent] = []
-        self._metrics = DecimatingBuffer(history_points)
-        self._throughput = DecimatingBuffer(history_points)
-        self._frames = DecimatingBuffer(frame_capacity)
-        self._temperatures = DecimatingBuffer(history_points)
-        self._tempering: TemperingSnapshot | None = None
+        self._record = RunRecord(history_points, frame_capacity)
         self._sim = None
         self._prepared: PreparedRun | None = None
         self._meter: ThroughputMeter | None = None
@@ -213,19 +206,11 @@ class SimulationController(BackgroundWork):
             sim = self._sim
             meter = self._meter
             memory, peak = gpu_memory_gb(sim.device) if sim is not None else (None, None)
-            latest = self._frames.latest
             mean = meter.timestep_mol_per_s() if meter and meter.chunks else 0.0
-            tempering = self._tempering
-            if tempering is not None:
-                tempering = replace(tempering, history=self._temperatures.columns(TEMPERING_KEYS))
             return Snapshot(
-                state=self._state,
-                message=self._message,
-                error=self._error,
-                traceback=self._traceback,
+                **self._status_fields(),
                 notices=tuple(self._notices),
                 kernel_messages=tuple(self._kernel_messages),
-                display_errors=tuple(self._display_errors),
                 step=sim.step_count if sim is not None else 0,
                 target_steps=self.target_steps,
                 replicas=sim.replicas if sim is not None else self.settings.replicas,
@@ -234,23 +219,19 @@ class SimulationController(BackgroundWork):
                 system=getattr(sim, "system", None),
                 cutoff=float(getattr(getattr(sim, "potential", None), "cutoff", 0.0)),
                 options=replace(sim.options) if sim is not None else self.settings.options,
-                metrics=self._metrics.columns(METRIC_KEYS),
-                throughput=self._throughput.columns(THROUGHPUT_KEYS),
                 events=tuple(self._events),
-                frame_steps=np.array([f[0] for f in self._frames.rows()], dtype=np.int64),
-                latest_positions=None if latest is None else latest[1],
                 frozen=tuple(sim.frozen_report()) if sim is not None else (),
                 mean_timestep_mol_per_s=mean,
                 mean_ns_per_day=ns_per_day(mean, self.settings.timestep_fs),
                 memory_gb=memory,
                 peak_memory_gb=peak,
-                tempering=tempering,
+                **self._record.snapshot_fields(),
             )
 
     def frames(self) -> list[tuple[int, np.ndarray]]:
         """Recorded frames ``(step, positions [R, n, 3] float32)``, oldest first (decimated)."""
         with self._lock:
-            return self._frames.rows()
+            return self._record.frames.rows()
 
     def with_simulation(self, fn: Callable):
         """Call ``fn(simulation)`` between chunks (so the state is not changing meanwhile)."""
@@ -400,7 +381,7 @@ class SimulationController(BackgroundWork):
             "peak_memory_gb": math.nan if peak is None else peak,
         }
         with self._lock:
-            self._throughput.append(row)
+            self._record.throughput.append(row)
 
     def _record_point(self, sim) -> None:
         metrics = {k: v.detach().cpu().numpy() for k, v in sim.metrics().items()}
@@ -429,8 +410,8 @@ class SimulationController(BackgroundWork):
                 "temperature": exchange.replica_temperatures().numpy(),
             }
         with self._lock:
-            self._metrics.append(row)
-            self._frames.append((sim.step_count, positions))
+            self._record.metrics.append(row)
+            self._record.frames.append((sim.step_count, positions))
             if exchange is not None:
-                self._tempering = tempering
-                self._temperatures.append(temperatures)
+                self._record.tempering = tempering
+                self._record.temperatures.append(temperatures)

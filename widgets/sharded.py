@@ -24,15 +24,8 @@ import numpy as np
 
 from widgets.background import BackgroundWork
 from widgets.controller import InvalidTransition
-from widgets.decimation import DecimatingBuffer
-from widgets.snapshot import (
-    METRIC_KEYS,
-    TEMPERING_KEYS,
-    THROUGHPUT_KEYS,
-    RunState,
-    Snapshot,
-    TemperingSnapshot,
-)
+from widgets.run_record import RunRecord
+from widgets.snapshot import RunState, Snapshot, TemperingSnapshot
 from workbench.distributed import MetricsReport, ShardedResult, ShardedSettings, launch_sharded
 from workbench.model.options import KernelOptions
 from workbench.runner import RunSettings, choose_potential
@@ -95,11 +88,7 @@ class ShardedController(BackgroundWork):
         self._launch = launch
         self._clock = clock
         self._stop_requested = threading.Event()
-        self._metrics = DecimatingBuffer(history_points)
-        self._throughput = DecimatingBuffer(history_points)
-        self._frames = DecimatingBuffer(frame_capacity)
-        self._temperatures = DecimatingBuffer(history_points)
-        self._tempering: TemperingSnapshot | None = None
+        self._record = RunRecord(history_points, frame_capacity)
         self._notices: list[str] = []
         self._kernel_messages: list[str] = []
         self._system = None
@@ -169,19 +158,11 @@ class ShardedController(BackgroundWork):
     def snapshot(self) -> Snapshot:
         """A consistent copy of everything the panels show."""
         with self._lock:
-            latest = self._frames.latest
-            tempering = self._tempering
-            if tempering is not None:
-                tempering = replace(tempering, history=self._temperatures.columns(TEMPERING_KEYS))
             unit = "GPU" if self.settings.device != "cpu" else "CPU process"
             return Snapshot(
-                state=self._state,
-                message=self._message,
-                error=self._error,
-                traceback=self._traceback,
+                **self._status_fields(),
                 notices=tuple(self._notices),
                 kernel_messages=tuple(self._kernel_messages),
-                display_errors=tuple(self._display_errors),
                 step=self._step,
                 target_steps=self.target_steps,
                 replicas=self.settings.replicas,
@@ -190,20 +171,16 @@ class ShardedController(BackgroundWork):
                 system=self._system,
                 cutoff=self._cutoff,
                 options=replace(self.settings.options),
-                metrics=self._metrics.columns(METRIC_KEYS),
-                throughput=self._throughput.columns(THROUGHPUT_KEYS),
-                frame_steps=np.array([f[0] for f in self._frames.rows()], dtype=np.int64),
-                latest_positions=None if latest is None else latest[1],
                 frozen=tuple(sorted(self._frozen.items())),
                 mean_timestep_mol_per_s=self._mean_rate,
                 mean_ns_per_day=ns_per_day(self._mean_rate, self.settings.timestep_fs),
-                tempering=tempering,
+                **self._record.snapshot_fields(),
             )
 
     def frames(self) -> list[tuple[int, np.ndarray]]:
         """Recorded frames ``(step, positions [R, n, 3] float32)``, oldest first (decimated)."""
         with self._lock:
-            return self._frames.rows()
+            return self._record.frames.rows()
 
     def with_simulation(self, fn: Callable):
         """Refused: the simulations are in the other processes."""
@@ -265,12 +242,12 @@ class ShardedController(BackgroundWork):
             self._previous = (report.step, now)
             self._step = report.step
             self._mean_rate = report.timestep_mol_per_s
-            self._metrics.append(row)
-            self._throughput.append(throughput)
+            self._record.metrics.append(row)
+            self._record.throughput.append(throughput)
             for replica in report.replicas[metrics["frozen"]]:
                 self._frozen.setdefault(int(replica), report.step)
             if report.positions is not None:
-                self._frames.append((report.step, report.positions))
+                self._record.frames.append((report.step, report.positions))
             if report.tempering is not None:
                 self._record_tempering(report)
         self._notify()
@@ -279,14 +256,14 @@ class ShardedController(BackgroundWork):
         progress = report.tempering
         ladder = np.asarray(progress["temperatures"], dtype=np.float64)
         acceptance = [math.nan if a is None else a for a in progress["acceptance"].values()]
-        self._tempering = TemperingSnapshot(
+        self._record.tempering = TemperingSnapshot(
             temperatures=ladder,
             groups=np.arange(len(report.replicas)).reshape(-1, ladder.size),
             exchange_every=self.settings.exchange_every,
             rounds=int(progress["exchange_rounds"]),
             acceptance=np.asarray(acceptance, dtype=np.float64),
         )
-        self._temperatures.append(
+        self._record.temperatures.append(
             {
                 "step": report.step,
                 "time_ps": report.time_ps,
