@@ -221,6 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
         "to save the model (a batch-queue job's limit, say); --validate-steps come on top",
     )
     train.add_argument(
+        "--sampler", default=None, metavar="MODEL",
+        help="with --generate: also sample as many frames with this model's dynamics (say, "
+        "the model being continued) and label them with the teacher's forces, so training "
+        "covers the states the model reaches (not used to fit priors)",
+    )
+    train.add_argument(
         "--start-from", default=None, metavar="MODEL",
         help="continue training a model of this protein (its weights and priors; its epoch "
         "log is continued): a long training split over several jobs",
@@ -515,11 +521,13 @@ def _floats(text: str) -> list[float]:
 
 
 def cmd_train(args) -> int:
+    from workbench.model.io import load_potential
     from workbench.model.schnet import SchNetConfig
     from workbench.runner import resolve_device
     from workbench.system import build_system
     from workbench.teacher import calibrate_epsilon, teacher_potential
     from workbench.training.data import (
+        concatenate_data,
         generate_teacher_data,
         load_teacher_data,
         save_teacher_data,
@@ -528,6 +536,8 @@ def cmd_train(args) -> int:
     from workbench.training.pipeline import TrainSettings, train_potential
 
     began = time.monotonic()
+    if args.sampler is not None and args.data is not None:
+        raise UsageError("--sampler samples new frames: use it with --generate, not --data")
     device, notice = resolve_device(args.device)
     if notice:
         print(f"NOTE: {notice}")
@@ -549,10 +559,16 @@ def cmd_train(args) -> int:
             epsilon = calibration.epsilon
             print(f"calibrated ε = {epsilon:.4f} kcal/mol (ε, folded: {calibration.history})")
         teacher = teacher_potential(system, epsilon, args.dihedral_ratio)
-        data = generate_teacher_data(
+        sample = (
             system, teacher, temperatures, args.replicas, args.steps, args.save_every,
-            device, args.seed, args.equilibration, progress=not args.quiet,
+            device, args.seed, args.equilibration,
         )
+        data = generate_teacher_data(*sample, progress=not args.quiet)
+        if args.sampler is not None:
+            sampler = load_potential(args.sampler)
+            data = concatenate_data(
+                data, generate_teacher_data(*sample, progress=not args.quiet, sampler=sampler)
+            )
         if args.save_data:
             save_teacher_data(data, args.save_data, teacher.metadata)
     time_limit = args.time_limit
@@ -584,7 +600,8 @@ def cmd_train(args) -> int:
     training = card["training"]
     rows = [
         ("teacher ε", f"{card['teacher']['epsilon']:g} kcal/mol"),
-        ("frames", str(card["data"]["frames"])),
+        ("frames", f"{card['data']['frames']} ({card['data']['frames_sampled_by_a_model']} "
+                   "sampled by --sampler)"),
         ("epochs", f"{training['epochs_run']} (best {training['best_epoch']})"),
         ("val force RMSE", f"{training['val_force_rmse']:.4f} kcal/mol/Å"),
         ("files", f"{out}: {system.name}.pt, {system.name}.json, {system.name}.log.csv"),

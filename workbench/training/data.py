@@ -1,7 +1,10 @@
 """Teacher data: frames and forces sampled with the teacher, saved compactly.
 
 A data set is a dict ``{"positions": (M, n, 3), "forces": (M, n, 3), "temperature": (M,)}``
-of float32 tensors (Å, kcal/mol/Å, K). On disk it is a ``torch.save`` archive with a
+of float32 tensors (Å, kcal/mol/Å, K), optionally with ``"sampled"`` (M,) bool: frames
+whose positions another potential sampled (the model being trained, say) and whose forces
+the teacher labelled. Such frames are trained on but not used to fit priors, since they
+are not the teacher's Boltzmann ensemble. On disk it is a ``torch.save`` archive with a
 format tag and a JSON metadata string, written atomically and read back with
 ``weights_only=True``.
 """
@@ -36,12 +39,16 @@ def generate_teacher_data(
     seed: int = 0,
     equilibration: int = 0,
     progress: bool = False,
+    sampler: Potential | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Sample frames and teacher forces with Langevin dynamics of the teacher.
+    """Sample frames with Langevin dynamics and label them with the teacher's forces.
 
     ``replicas`` replicas per temperature run together from the native structure; after
     ``equilibration`` steps a frame of every live replica is kept every ``save_every``
-    steps. The forces are those the integrator computed at the kept positions.
+    steps. The dynamics are the teacher's own (the forces kept are those the integrator
+    computed), or ``sampler``'s: then the teacher's forces are evaluated at the kept
+    positions and the frames are marked ``sampled``. Training on where a model actually
+    goes, labelled by the teacher, corrects states the teacher's own frames never reach.
 
     Parameters
     ----------
@@ -60,13 +67,15 @@ def generate_teacher_data(
         Steps run before the first frame is kept.
     progress : bool
         Show a tqdm bar.
+    sampler : Potential, optional
+        Potential whose dynamics sample the positions (default: the teacher's).
 
     Returns
     -------
     dict
         ``positions`` (M, n, 3), ``forces`` (M, n, 3), ``temperature`` (M,), float32 on
         the CPU; ``M = replicas × len(temperatures) × (steps // save_every)`` less frames
-        of replicas frozen by the safety checks.
+        of replicas frozen by the safety checks; with a ``sampler``, ``sampled`` (M,) True.
     """
     if replicas < 1 or steps < save_every or save_every < 1:
         raise ValueError(
@@ -75,18 +84,39 @@ def generate_teacher_data(
         )
     per_replica = torch.tensor([float(t) for t in temperatures]).repeat_interleave(replicas)
     native = system.native_positions.expand(per_replica.shape[0], -1, -1)
-    sim = langevin_simulation(system, teacher, per_replica, native, device, seed)
+    sim = langevin_simulation(system, sampler or teacher, per_replica, native, device, seed)
+    labeller = teacher.to(sim.device) if sampler is not None else None
     sim.step(equilibration)
     frames: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-    for _ in tqdm(range(steps // save_every), disable=not progress, desc="teacher", unit="frame"):
+    label = "sampler" if sampler is not None else "teacher"
+    for _ in tqdm(range(steps // save_every), disable=not progress, desc=label, unit="frame"):
         sim.step(save_every)
-        frames.append((sim.positions.cpu(), sim.forces.cpu(), sim.frozen.cpu()))
+        forces = sim.forces
+        if labeller is not None:
+            forces = labeller.energy_and_forces(sim.positions, None)[1]
+        frames.append((sim.positions.cpu(), forces.cpu(), sim.frozen.cpu()))
     live = ~frames[-1][2]
-    return {
+    data = {
         "positions": torch.cat([p[live] for p, _, _ in frames]).float(),
         "forces": torch.cat([f[live] for _, f, _ in frames]).float(),
         "temperature": per_replica[live].repeat(len(frames)).float(),
     }
+    if sampler is not None:
+        data["sampled"] = torch.ones(data["temperature"].shape[0], dtype=torch.bool)
+    return data
+
+
+def concatenate_data(*parts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One data set from several (frames in order; ``sampled`` False where a part has none)."""
+    merged = {k: torch.cat([p[k] for p in parts]) for k in KEYS}
+    if any("sampled" in p for p in parts):
+        merged["sampled"] = torch.cat([sampled_mask(p) for p in parts])
+    return merged
+
+
+def sampled_mask(data: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Which frames another potential sampled, shape (M,) bool (none without the key)."""
+    return data.get("sampled", torch.zeros(data["temperature"].shape[0], dtype=torch.bool))
 
 
 def save_teacher_data(
@@ -94,6 +124,7 @@ def save_teacher_data(
 ) -> Path:
     """Write a data set (float32) and its metadata atomically."""
     payload = {k: data[k].detach().cpu().float().contiguous() for k in KEYS}
+    payload["sampled"] = sampled_mask(data).cpu()
     payload["format"] = FORMAT
     payload["metadata"] = json.dumps(metadata or {})
     return atomic_save(payload, path)
@@ -104,7 +135,10 @@ def load_teacher_data(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor],
     payload = torch.load(Path(path), map_location="cpu", weights_only=True)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError(f"{path} is not a {FORMAT} file")
-    return {k: payload[k] for k in KEYS}, json.loads(payload["metadata"])
+    data = {k: payload[k] for k in KEYS}
+    if "sampled" in payload and payload["sampled"].any():
+        data["sampled"] = payload["sampled"]
+    return data, json.loads(payload["metadata"])
 
 
 def split_indices(

@@ -22,7 +22,7 @@ from workbench.model.potential import Potential
 from workbench.model.schnet import CGSchNet, SchNetConfig
 from workbench.system.cg_system import CGSystem
 from workbench.training.boltzmann_inversion import fit_priors
-from workbench.training.data import split_indices
+from workbench.training.data import sampled_mask, split_indices
 from workbench.training.force_matching import (
     LOG_COLUMNS,
     FitSettings,
@@ -100,9 +100,10 @@ def train_potential(
     out = Path(out)
     temperature = data["temperature"]
     prior_t = settings.prior_temperature or float(temperature.min())
-    at_prior_t = (temperature - prior_t).abs() < 1e-3
+    # priors come from the teacher's own ensemble, not from frames another potential sampled
+    at_prior_t = ((temperature - prior_t).abs() < 1e-3) & ~sampled_mask(data)
     if not at_prior_t.any():
-        raise ValueError(f"no frames at the prior temperature {prior_t} K")
+        raise ValueError(f"no teacher-sampled frames at the prior temperature {prior_t} K")
     start = _starting_model(settings.start_from, system, teacher)
     if start is None:
         priors = fit_priors(

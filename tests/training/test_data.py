@@ -1,0 +1,76 @@
+"""Teacher data sampled by another potential: teacher-labelled forces, the ``sampled`` mark
+through concatenation and files, priors fitted without those frames, and the CLI's
+refusal of ``--sampler`` with ``--data``."""
+
+from __future__ import annotations
+
+import torch
+from helpers import small_config, tiny_system
+
+from workbench.cli import main
+from workbench.teacher import teacher_potential
+from workbench.training.data import (
+    concatenate_data,
+    generate_teacher_data,
+    load_teacher_data,
+    sampled_mask,
+    save_teacher_data,
+)
+from workbench.training.force_matching import FitSettings
+from workbench.training.pipeline import TrainSettings, train_potential
+
+TINY = {"hidden": 8, "filters": 8, "blocks": 1, "num_rbf": 6, "cutoff": 5.0}
+
+
+def test_frames_sampled_by_another_potential_carry_the_teachers_forces(tmp_path):
+    system = tiny_system()
+    teacher = teacher_potential(system)
+    sampler = teacher_potential(system, epsilon=0.02)  # shallower wells: other dynamics
+    own = generate_teacher_data(system, teacher, [300.0], 2, 40, 10, seed=0)
+    sampled = generate_teacher_data(system, teacher, [300.0], 2, 40, 10, seed=0, sampler=sampler)
+    assert "sampled" not in own and sampled["sampled"].all()
+    assert not torch.equal(own["positions"], sampled["positions"])
+    _, expected = teacher.energy_and_forces(sampled["positions"], None)
+    torch.testing.assert_close(sampled["forces"], expected, rtol=1e-5, atol=1e-4)
+    _, sampler_forces = sampler.energy_and_forces(sampled["positions"], None)
+    assert not torch.allclose(sampled["forces"], sampler_forces, atol=1e-3)
+
+    merged = concatenate_data(own, sampled)
+    assert sampled_mask(merged).tolist() == [False] * 8 + [True] * 8
+    save_teacher_data(merged, tmp_path / "merged.pt")
+    loaded, _ = load_teacher_data(tmp_path / "merged.pt")
+    assert torch.equal(loaded["sampled"], merged["sampled"])
+    save_teacher_data(own, tmp_path / "own.pt")
+    assert "sampled" not in load_teacher_data(tmp_path / "own.pt")[0]
+
+
+def test_priors_are_fitted_on_the_teachers_own_frames_only(tmp_path):
+    system = tiny_system()
+    teacher = teacher_potential(system)
+    own = generate_teacher_data(system, teacher, [300.0], 4, 100, 10, seed=0)
+    stretched = {k: v.clone() for k, v in own.items()}
+    stretched["positions"] = 1.3 * stretched["positions"]  # nothing like the teacher's
+    stretched["sampled"] = torch.ones(own["temperature"].shape[0], dtype=torch.bool)
+    settings = TrainSettings(
+        schnet=small_config(**TINY), fit=FitSettings(epochs=1, batch_size=20), progress=False
+    )
+    (tmp_path / "own").mkdir()
+    (tmp_path / "both").mkdir()
+    alone, _ = train_potential(system, teacher, own, settings, tmp_path / "own")
+    both, card = train_potential(
+        system, teacher, concatenate_data(own, stretched), settings, tmp_path / "both"
+    )
+    for name, prior in alone.priors.items():
+        for key, value in prior.state_dict().items():
+            assert torch.equal(value, both.priors[name].state_dict()[key]), (name, key)
+    assert card["data"]["frames"] == 80 and card["data"]["frames_sampled_by_a_model"] == 40
+
+
+def test_sampler_needs_generated_data(tmp_path, capsys):
+    code = main(
+        ["train", "--protein", "cln025", "--data", str(tmp_path / "data.pt"),
+         "--sampler", str(tmp_path / "model.pt"), "--out", str(tmp_path / "out")]
+    )
+    assert code == 2
+    assert "--sampler samples new frames: use it with --generate" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
