@@ -222,10 +222,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--sampler", default=None, metavar="MODEL",
-        help="with --generate: also sample as many frames with this model's dynamics (say, "
+        help="with --generate: also sample frames with this model's dynamics (say, "
         "the model being continued) and label them with the teacher's forces, so training "
         "covers the states the model reaches (not used to fit priors)",
     )
+    train.add_argument(
+        "--sampler-replicas", type=int, default=None, help="per temperature (default --replicas)"
+    )
+    train.add_argument(
+        "--sampler-steps", type=int, default=None,
+        help="production steps of the sampler (default --steps; longer runs reach the states "
+        "a model drifts into over nanoseconds)",
+    )
+    train.add_argument("--sampler-save-every", type=int, default=None, help="default --save-every")
     train.add_argument(
         "--start-from", default=None, metavar="MODEL",
         help="continue training a model of this protein (its weights and priors; its epoch "
@@ -559,16 +568,18 @@ def cmd_train(args) -> int:
             epsilon = calibration.epsilon
             print(f"calibrated ε = {epsilon:.4f} kcal/mol (ε, folded: {calibration.history})")
         teacher = teacher_potential(system, epsilon, args.dihedral_ratio)
-        sample = (
+        data = generate_teacher_data(
             system, teacher, temperatures, args.replicas, args.steps, args.save_every,
-            device, args.seed, args.equilibration,
+            device, args.seed, args.equilibration, progress=not args.quiet,
         )
-        data = generate_teacher_data(*sample, progress=not args.quiet)
         if args.sampler is not None:
-            sampler = load_potential(args.sampler)
-            data = concatenate_data(
-                data, generate_teacher_data(*sample, progress=not args.quiet, sampler=sampler)
+            sampled = generate_teacher_data(
+                system, teacher, temperatures, args.sampler_replicas or args.replicas,
+                args.sampler_steps or args.steps, args.sampler_save_every or args.save_every,
+                device, args.seed, args.equilibration, progress=not args.quiet,
+                sampler=load_potential(args.sampler),
             )
+            data = concatenate_data(data, sampled)
         if args.save_data:
             save_teacher_data(data, args.save_data, teacher.metadata)
     time_limit = args.time_limit

@@ -4,6 +4,8 @@ refusal of ``--sampler`` with ``--data``."""
 
 from __future__ import annotations
 
+import json
+
 import torch
 from helpers import small_config, tiny_system
 
@@ -64,6 +66,23 @@ def test_priors_are_fitted_on_the_teachers_own_frames_only(tmp_path):
         for key, value in prior.state_dict().items():
             assert torch.equal(value, both.priors[name].state_dict()[key]), (name, key)
     assert card["data"]["frames"] == 80 and card["data"]["frames_sampled_by_a_model"] == 40
+
+
+def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
+    common = ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
+              "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",
+              "--device", "cpu", "--quiet", "--replicas", "2", "--steps", "40",
+              "--save-every", "10", "--equilibration", "0"]
+    assert main(["train", "--generate", "--out", str(tmp_path / "a"), *common]) == 0
+    model = tmp_path / "a" / "cln025.pt"
+    assert main(["train", "--generate", "--sampler", str(model), "--sampler-replicas", "3",
+                 "--sampler-steps", "60", "--sampler-save-every", "20", "--save-data",
+                 str(tmp_path / "data.pt"), "--out", str(tmp_path / "b"), *common]) == 0
+    card = json.loads((tmp_path / "b" / "cln025.json").read_text())
+    assert card["data"]["frames"] == 8 + 9 and card["data"]["frames_sampled_by_a_model"] == 9
+    assert "17 (9 sampled by --sampler)" in capsys.readouterr().out
+    data, _ = load_teacher_data(tmp_path / "data.pt")
+    assert sampled_mask(data).tolist() == [False] * 8 + [True] * 9
 
 
 def test_sampler_needs_generated_data(tmp_path, capsys):
