@@ -124,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--device", default="auto", help="auto, cpu or cuda")
     run.add_argument(
         "--model", default=None,
-        help="saved potential (.pt), an mlcg CGSchNet checkpoint, or 'demo' (the untrained "
+        help="saved potential (.pt), an mlcg CGSchNet checkpoint, 'teacher' (the protein's "
+        "structure-based teacher), or 'demo' (the untrained "
         "demo model); default: the shipped model of --protein",
     )
     run.add_argument(
@@ -258,6 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--steps", type=int, default=10000)
     validate.add_argument("--seed", type=int, default=0)
     validate.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    validate.add_argument(
+        "--runs", nargs=2, default=None, metavar=("MODEL_RUN", "TEACHER_RUN"),
+        help="instead of new MD: compare two run folders already made (`workbench run` with "
+        "the model and with --model teacher) and record it as the card's long run",
+    )
     return parser
 
 
@@ -633,6 +639,8 @@ def cmd_validate(args) -> int:
     teacher_meta = potential.metadata.get("teacher")
     if not isinstance(teacher_meta, dict) or "epsilon" not in teacher_meta:
         raise UsageError(f"{args.model} has no teacher in its metadata (not made by train)")
+    if args.runs is not None:
+        return _validate_long_run(Path(args.model), *args.runs)
     device, notice = resolve_device(args.device)
     if notice:
         print(f"NOTE: {notice}")
@@ -663,6 +671,35 @@ def cmd_validate(args) -> int:
             f"{verdict}",
         ))
     rows.append(("card", str(card_file)))
+    print(_summary_table(rows))
+    return 0
+
+
+def _validate_long_run(model: Path, model_run: str, teacher_run: str) -> int:
+    """``validate --runs``: the two runs' comparison into the card as ``long_run``."""
+    from workbench.training.model_card import card_path, write_model_card
+    from workbench.training.validate import compare_runs
+
+    files = [Path(folder) / "metrics.csv" for folder in (model_run, teacher_run)]
+    for file in files:
+        if not file.is_file():
+            raise UsageError(f"--runs: no metrics.csv in {file.parent}")
+    long_run = compare_runs(*files)
+    card_file = card_path(model)
+    card = json.loads(card_file.read_text()) if card_file.is_file() else {}
+    card.setdefault("validation", {})["long_run"] = long_run
+    write_model_card(card, model)
+    failed = [name for name, ok in long_run["passes"].items() if not ok]
+    rows = [
+        ("long run", f"{long_run['replicas']} replicas × {long_run['time_ps']:,.0f} ps"),
+        ("Q overlap", f"{long_run['q_intersection']:.2f}"),
+        ("folded", f"teacher {long_run['folded_teacher']:.2f}, "
+                   f"model {long_run['folded_model']:.2f}"),
+        ("events", f"teacher {tuple(long_run['events_teacher'])}, "
+                   f"model {tuple(long_run['events_model'])} (fold, unfold)"),
+        ("verdict", "pass" if not failed else f"FAIL ({', '.join(failed)})"),
+        ("card", str(card_file)),
+    ]
     print(_summary_table(rows))
     return 0
 

@@ -18,6 +18,7 @@ from workbench.model.potential import Potential
 from workbench.models import shipped_model_file, shipped_model_path
 from workbench.system import build_system
 from workbench.system.cg_system import CGSystem
+from workbench.teacher import teacher_potential
 from workbench.units import FS_PER_PS, ns_per_day
 
 #: Files of a run with a temperature ladder: exchange state and exchange log.
@@ -131,14 +132,24 @@ def resolve_device(device: str) -> tuple[torch.device, str | None]:
 #: native-centred priors and contact wells: keeps a protein near its native edge count,
 #: which is what the benchmark protocol measures).
 DEMO_MODEL = "demo"
+#: ``RunSettings.model`` value that asks for the protein's structure-based teacher (the
+#: reference the trained models are validated against; a classical, prior-only potential).
+TEACHER_MODEL = "teacher"
 
 
 def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, str | None]:
     """The potential for a run and a notice about it (None for a model file given).
 
-    ``model``: a file, :data:`DEMO_MODEL` for the untrained demo model, or None for the
-    shipped model of the protein (the demo model where none has passed its validation).
+    ``model``: a file, :data:`DEMO_MODEL` for the untrained demo model,
+    :data:`TEACHER_MODEL` for the protein's teacher, or None for the shipped model of the
+    protein (the demo model where none has passed its validation).
     """
+    if model == TEACHER_MODEL:
+        teacher = teacher_potential(system)
+        return teacher, (
+            f"Structure-based teacher of {system.name} (ε {teacher.metadata['epsilon']:g} "
+            "kcal/mol): the classical reference the trained models are validated against."
+        )
     if model is not None and model != DEMO_MODEL:
         return load_potential(model), None
     shipped = shipped_model_path(system.name, system.mapping) if model is None else None
@@ -185,7 +196,7 @@ class PreparedRun:
 
 def _imported_model(settings: RunSettings):
     """System, potential and starting positions of an mlcg checkpoint, or None if not one."""
-    if settings.model is None or settings.model == DEMO_MODEL:
+    if settings.model in (None, DEMO_MODEL, TEACHER_MODEL):
         return None
     if settings.structures is None:
         try:

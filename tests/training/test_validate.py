@@ -1,8 +1,11 @@
-"""Validation numbers on synthetic series, a tiny teacher-vs-itself run, and the comparison
-of two force paths."""
+"""Validation numbers on synthetic series, a tiny teacher-vs-itself run, the comparison
+of two force paths, and long runs compared from their metrics files (into the card, where
+they gate the default model)."""
 
 from __future__ import annotations
 
+import csv
+import json
 import math
 
 import pytest
@@ -14,11 +17,13 @@ from workbench.teacher import teacher_potential
 from workbench.training.validate import (
     compare_force_paths,
     compare_q,
+    compare_runs,
     count_transitions,
     folded_fraction,
     force_rmse,
     histogram_intersection,
     pearson,
+    series_from_metrics,
     validate_against_teacher,
 )
 
@@ -70,3 +75,92 @@ def test_force_paths_compared_on_the_same_replicas():
     assert same["folded"]["a"] == same["folded"]["b"]
     with pytest.raises(ValueError, match="two force paths"):
         compare_force_paths(sys, teacher, {"a": KernelOptions()}, 300.0, 2, 20, 5)
+
+
+# -- long runs compared from their metrics files ------------------------------------------
+def write_metrics(path, q, rmsd=None, repeat_last=False):
+    """A run's metrics.csv with Q (and RMSD) of shape (R, T), saves 10 steps apart."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    q = torch.as_tensor(q, dtype=torch.float32)
+    rmsd = 5.0 * (1.0 - q) if rmsd is None else torch.as_tensor(rmsd)
+    saves = list(range(q.shape[1])) + ([q.shape[1] - 1] if repeat_last else [])
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["step", "time_ps", "replica", "q", "rmsd", "frozen"])
+        for t in saves:
+            for r in range(q.shape[0]):
+                writer.writerow([10 * (t + 1), 0.04 * (t + 1), r, float(q[r, t]),
+                                 float(rmsd[r, t]), 0])
+    return path
+
+
+def test_series_are_read_per_replica_and_save(tmp_path):
+    q = torch.tensor([[0.9, 0.3, 0.85], [0.5, 0.55, 0.6]])
+    file = write_metrics(tmp_path / "a" / "metrics.csv", q, repeat_last=True)  # resumed run
+    series, rmsd, time_ps = series_from_metrics(file)
+    torch.testing.assert_close(series, q)
+    torch.testing.assert_close(rmsd, 5.0 * (1.0 - q))
+    assert math.isclose(time_ps, 0.12)
+    file = write_metrics(tmp_path / "b" / "metrics.csv", q)
+    lines = file.read_text().splitlines()
+    file.write_text("\n".join(lines[:-1]) + "\n")  # replica 1's last save lost
+    with pytest.raises(ValueError, match="1 .step, replica. rows are missing"):
+        series_from_metrics(file)
+
+
+def test_long_runs_pass_only_with_overlap_transitions_and_both_states(tmp_path):
+    flipping = torch.tensor([[0.9, 0.2] * 6] * 2)  # 2 replicas, 11 events each
+    teacher = write_metrics(tmp_path / "teacher.csv", flipping)
+    good = compare_runs(write_metrics(tmp_path / "good.csv", flipping), teacher)
+    assert good["q_intersection"] == 1.0 and sum(good["events_model"]) == 22
+    assert all(good["passes"].values()) and good["replicas"] == 2 and good["saves"] == 12
+    stuck = compare_runs(write_metrics(tmp_path / "stuck.csv", torch.full((2, 12), 0.55)), teacher)
+    assert not stuck["passes"]["both_states"] and not stuck["passes"]["transitions"]
+    assert not stuck["passes"]["q_intersection"]
+    few = flipping.clone()
+    few[:, 5:] = 0.9  # 4 events per replica: both states, too few transitions
+    slow = compare_runs(write_metrics(tmp_path / "slow.csv", few), teacher)
+    assert slow["passes"]["both_states"] and not slow["passes"]["transitions"]
+
+
+def test_cli_records_a_long_run_that_gates_the_default(tmp_path, capsys):
+    from helpers import small_schnet
+
+    from workbench.cli import main
+    from workbench.model.io import save_potential
+    from workbench.model.potential import Potential
+    from workbench.models import validation_passed
+
+    model = tmp_path / "cln025.pt"
+    potential = Potential(tiny_system().bead_types, small_schnet(hidden=8, filters=8), {})
+    potential.metadata = {"protein": "cln025", "teacher": {"epsilon": 0.1}}
+    save_potential(potential, model)
+    short = {"results": [{"passes": {"q_intersection": True}}]}
+    (tmp_path / "cln025.json").write_text(json.dumps({"validation": short}))
+    assert validation_passed(model)
+    flipping = torch.tensor([[0.9, 0.2] * 6] * 2)
+    write_metrics(tmp_path / "teacher" / "metrics.csv", flipping)
+    write_metrics(tmp_path / "stuck" / "metrics.csv", torch.full((2, 12), 0.55))
+    write_metrics(tmp_path / "good" / "metrics.csv", flipping)
+    runs = ["validate", "--model", str(model), "--runs"]
+    assert main([*runs, str(tmp_path / "stuck"), str(tmp_path / "teacher")]) == 0
+    verdict = (
+        "FAIL (q_intersection, folded_fraction, rmsd_q_anticorrelated, transitions, "
+        "both_states)"
+    )
+    assert verdict in capsys.readouterr().out
+    card = json.loads((tmp_path / "cln025.json").read_text())
+    assert card["validation"]["results"] == short["results"]  # the short one is kept
+    assert not validation_passed(model)
+    assert main([*runs, str(tmp_path / "good"), str(tmp_path / "teacher")]) == 0
+    assert validation_passed(model) and "verdict" in capsys.readouterr().out
+    assert main([*runs, str(tmp_path / "none"), str(tmp_path / "teacher")]) == 2
+    assert "no metrics.csv in" in capsys.readouterr().err
+
+
+def test_the_teacher_runs_as_a_model():
+    from workbench.runner import TEACHER_MODEL, choose_potential
+
+    teacher, notice = choose_potential(tiny_system(), TEACHER_MODEL)
+    assert teacher.schnet is None and "contacts" in teacher.priors
+    assert "Structure-based teacher of cln025" in notice

@@ -30,7 +30,8 @@ def shipped_model_file(protein: str, mapping: str = "five-bead") -> Path | None:
 
 def validation_passed(model_file: str | Path) -> bool:
     """Whether the model card beside ``model_file`` records a validation that passed every
-    check at every temperature (False without a card or a validation)."""
+    check at every temperature, and every check of its long run where it records one
+    (False without a card or a validation)."""
     card = Path(model_file).with_suffix(".json")
     if not card.is_file():
         return False
@@ -39,7 +40,12 @@ def validation_passed(model_file: str | Path) -> bool:
     except (json.JSONDecodeError, AttributeError):
         return False
     results = validation.get("results") or []
-    return bool(results) and all(all(r.get("passes", {}).values()) for r in results)
+    long_run = validation.get("long_run") or {}
+    return (
+        bool(results)
+        and all(all(r.get("passes", {}).values()) for r in results)
+        and all(long_run.get("passes", {}).values())
+    )
 
 
 def shipped_model_path(protein: str, mapping: str = "five-bead") -> Path | None:

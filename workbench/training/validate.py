@@ -4,11 +4,14 @@ Both are run with the same replicas, temperatures and seed; the numbers compared
 the Q histograms (intersection ≥ 0.8), the folded fractions (within 0.1), the
 correlation of RMSD and Q (negative), the folding and unfolding events (counted with
 hysteresis: folded above Q 0.8, unfolded below Q 0.4) and the force RMSE on held-out
-teacher frames. Plots need matplotlib, which is optional.
+teacher frames. :func:`compare_runs` compares two long runs already made (``workbench
+run`` of the model and of ``--model teacher``) from their metrics files. Plots need
+matplotlib, which is optional.
 """
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +29,8 @@ UNFOLDED_Q = 0.4
 #: Pass thresholds.
 MIN_INTERSECTION = 0.8
 MAX_FOLDED_DIFFERENCE = 0.1
+#: Folding plus unfolding events a long run must show (summed over replicas).
+MIN_LONG_RUN_TRANSITIONS = 20
 
 
 def histogram_intersection(a: torch.Tensor, b: torch.Tensor, bins: int = 50) -> float:
@@ -156,6 +161,63 @@ def compare_q(
             "folded_fraction": abs(folded_t - folded_m) <= MAX_FOLDED_DIFFERENCE,
             "rmsd_q_anticorrelated": correlation < 0,
         },
+    }
+
+
+def series_from_metrics(path: str | Path) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Q and CA RMSD of every replica at every save of a run's metrics CSV.
+
+    Parameters
+    ----------
+    path : str or Path
+        ``metrics.csv`` written by ``workbench run`` (rows of step and replica; a resumed
+        run's repeated rows count once).
+
+    Returns
+    -------
+    q, rmsd : torch.Tensor, shape (R, T), float32
+    time_ps : float
+        Simulated time of the last save.
+    """
+    with open(path, newline="") as handle:
+        rows = {(int(r["step"]), int(r["replica"])): r for r in csv.DictReader(handle)}
+    if not rows:
+        raise ValueError(f"{path} holds no metrics rows")
+    steps = sorted({step for step, _ in rows})
+    replicas = sorted({replica for _, replica in rows})
+    missing = len(steps) * len(replicas) - len(rows)
+    if missing:
+        raise ValueError(f"{path}: {missing} (step, replica) rows are missing")
+    q = torch.tensor([[float(rows[s, r]["q"]) for s in steps] for r in replicas])
+    rmsd = torch.tensor([[float(rows[s, r]["rmsd"]) for s in steps] for r in replicas])
+    return q, rmsd, float(rows[steps[-1], replicas[0]]["time_ps"])
+
+
+def compare_runs(model_metrics: str | Path, teacher_metrics: str | Path) -> dict:
+    """Validation numbers of a long model run against a teacher run (their metrics CSVs).
+
+    Returns
+    -------
+    dict
+        :func:`compare_q`'s numbers and passes, plus ``replicas``, ``saves`` and
+        ``time_ps`` of the model run, the two paths, and the passes ``transitions`` (at
+        least :data:`MIN_LONG_RUN_TRANSITIONS` folding plus unfolding events) and
+        ``both_states`` (samples folded, Q > 0.8, and unfolded, Q < 0.4).
+    """
+    q_model, rmsd_model, time_ps = series_from_metrics(model_metrics)
+    q_teacher, _, _ = series_from_metrics(teacher_metrics)
+    result = compare_q(q_teacher, q_model, rmsd_model)
+    events = sum(result["events_model"])
+    result["passes"]["transitions"] = events >= MIN_LONG_RUN_TRANSITIONS
+    both = (q_model > FOLDED_Q).any() and (q_model < UNFOLDED_Q).any()
+    result["passes"]["both_states"] = bool(both)
+    return {
+        "model_run": str(model_metrics),
+        "teacher_run": str(teacher_metrics),
+        "replicas": int(q_model.shape[0]),
+        "saves": int(q_model.shape[1]),
+        "time_ps": time_ps,
+        **result,
     }
 
 
