@@ -5,6 +5,8 @@
 #   PROTEINS=cln025 REPLICAS=768 BATCH=128 CONTINUE=1 bash scripts/train_models.sh  # one
 #       protein with the whole GPU, eight times the teacher data, larger batches
 #   SAMPLER=1 ...  # also frames the shipped model samples, labelled by the teacher
+#   SAMPLER=1 SAMPLER_START=runs/cln025-5ns SAMPLER_REPLICAS=256 SAMPLER_STEPS=6000 ...
+#       # ... sampled from where a long run of the model drifted (its checkpoint)
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
 # time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data
 # at 300/330/360 K, fits the priors (or keeps those of the model it continues) and trains
@@ -22,6 +24,10 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${CONTINUE:-}" ] && set -- "$@" --start-from "workbench/models/data/$protein.pt"
   # SAMPLER=1: add as many frames sampled by the shipped model, labelled by the teacher
   [ -n "${SAMPLER:-}" ] && set -- "$@" --sampler "workbench/models/data/$protein.pt"
+  # SAMPLER_START=RUN: the sampler starts from where that run of the model went (checkpoint)
+  [ -n "${SAMPLER_START:-}" ] && set -- "$@" --sampler-start "$SAMPLER_START"
+  [ -n "${SAMPLER_REPLICAS:-}" ] && set -- "$@" --sampler-replicas "$SAMPLER_REPLICAS"
+  [ -n "${SAMPLER_STEPS:-}" ] && set -- "$@" --sampler-steps "$SAMPLER_STEPS"
   timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
     --temperatures 300,330,360 --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 \
     --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" --lr 1e-3 --patience 8 \

@@ -237,6 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--sampler-save-every", type=int, default=None, help="default --save-every")
     train.add_argument(
+        "--sampler-start", default=None, metavar="RUN",
+        help="start the sampler's replicas from the structures of a run's checkpoint (its "
+        "folder or checkpoint.pt; say, a long run of the model that drifted somewhere) "
+        "instead of the native structure",
+    )
+    train.add_argument(
         "--start-from", default=None, metavar="MODEL",
         help="continue training a model of this protein (its weights and priors; its epoch "
         "log is continued): a long training split over several jobs",
@@ -536,6 +542,7 @@ def _floats(text: str) -> list[float]:
 
 
 def cmd_train(args) -> int:
+    from workbench.md.simulation import checkpoint_positions
     from workbench.model.io import load_potential
     from workbench.model.schnet import SchNetConfig
     from workbench.runner import resolve_device
@@ -553,12 +560,17 @@ def cmd_train(args) -> int:
     began = time.monotonic()
     if args.sampler is not None and args.data is not None:
         raise UsageError("--sampler samples new frames: use it with --generate, not --data")
+    if args.sampler_start is not None and args.sampler is None:
+        raise UsageError("--sampler-start gives the --sampler's starting structures: add --sampler")
     device, notice = resolve_device(args.device)
     if notice:
         print(f"NOTE: {notice}")
     out = ensure_writable_folder(args.out)
     system = build_system(args.protein)
     temperatures = _floats(args.temperatures)
+    sampler_starts = (
+        None if args.sampler_start is None else checkpoint_positions(args.sampler_start, system)
+    )
     if args.data is not None:
         data, metadata = load_teacher_data(args.data)
         teacher = teacher_potential(system, metadata["epsilon"], metadata["dihedral_ratio"])
@@ -583,7 +595,7 @@ def cmd_train(args) -> int:
                 system, teacher, temperatures, args.sampler_replicas or args.replicas,
                 args.sampler_steps or args.steps, args.sampler_save_every or args.save_every,
                 device, args.seed, args.equilibration, progress=not args.quiet,
-                sampler=load_potential(args.sampler),
+                sampler=load_potential(args.sampler), starts=sampler_starts,
             )
             data = concatenate_data(data, sampled)
         if args.save_data:

@@ -16,6 +16,7 @@ from workbench.md import (
     SafetyLimits,
     Simulation,
 )
+from workbench.md.simulation import checkpoint_positions
 from workbench.model import save_potential
 from workbench.units import KB
 
@@ -251,6 +252,22 @@ def test_unreadable_checkpoint(tmp_path, potential, kind):
     sim = make_sim(potential)
     with pytest.raises(CheckpointError, match="c.pt"):
         sim.load_checkpoint(path)
+
+
+def test_checkpoint_positions_are_the_live_replicas_as_starting_structures(tmp_path):
+    sim = make_sim(prior_potential(), replicas=3)
+    sim.step(5)
+    sim.frozen[1] = True
+    sim.save_checkpoint(tmp_path / "checkpoint.pt")
+    for path in (tmp_path, tmp_path / "checkpoint.pt"):  # a run folder or its file
+        starts = checkpoint_positions(path, tiny_system())
+        assert torch.equal(starts, sim.positions[[0, 2]])
+    with pytest.raises(CheckpointError, match=r"of cln025 \(49 beads\), not of 2jof"):
+        checkpoint_positions(tmp_path, system("2jof"))
+    sim.frozen[:] = True
+    sim.save_checkpoint(tmp_path / "checkpoint.pt")
+    with pytest.raises(CheckpointError, match="every replica .* is frozen"):
+        checkpoint_positions(tmp_path, tiny_system())
 
 
 def test_missing_checkpoint(tmp_path, potential):

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from helpers import small_config, tiny_system
 
 from workbench.cli import main
+from workbench.md import LangevinIntegrator, Simulation
+from workbench.model import load_potential
 from workbench.teacher import teacher_potential
 from workbench.training.data import (
     concatenate_data,
@@ -46,6 +49,21 @@ def test_frames_sampled_by_another_potential_carry_the_teachers_forces(tmp_path)
     assert "sampled" not in load_teacher_data(tmp_path / "own.pt")[0]
 
 
+def test_sampler_replicas_start_from_the_given_structures():
+    system = tiny_system()
+    teacher = teacher_potential(system)
+    native = system.native_positions
+    starts = torch.stack([native, native + torch.tensor([5.0, 0.0, 0.0])])
+    data = generate_teacher_data(
+        system, teacher, [300.0, 330.0], 3, 1, 1, seed=0, sampler=teacher, starts=starts
+    )
+    expected = starts[[0, 1, 0, 0, 1, 0]]  # replica r of each temperature: starts[r mod 2]
+    shift = (data["positions"] - expected).norm(dim=-1)
+    assert shift.max() < 0.2  # one 4-fs step from its start, 5 Å from the other one
+    with pytest.raises(ValueError, match=r"must have shape \(S, 49, 3\), got \(2, 48, 3\)"):
+        generate_teacher_data(system, teacher, [300.0], 2, 1, 1, starts=starts[:, 1:])
+
+
 def test_priors_are_fitted_on_the_teachers_own_frames_only(tmp_path):
     system = tiny_system()
     teacher = teacher_potential(system)
@@ -75,14 +93,29 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
               "--save-every", "10", "--equilibration", "0"]
     assert main(["train", "--generate", "--out", str(tmp_path / "a"), *common]) == 0
     model = tmp_path / "a" / "cln025.pt"
+    run = Simulation(tiny_system(), load_potential(model), LangevinIntegrator(), replicas=2)
+    run.positions[1] += 5.0  # a second starting structure, far from the native one
+    (tmp_path / "run").mkdir()
+    run.save_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert main(["train", "--generate", "--sampler", str(model), "--sampler-replicas", "3",
                  "--sampler-steps", "60", "--sampler-save-every", "20", "--save-data",
-                 str(tmp_path / "data.pt"), "--out", str(tmp_path / "b"), *common]) == 0
+                 str(tmp_path / "data.pt"), "--sampler-start", str(tmp_path / "run"),
+                 "--out", str(tmp_path / "b"), *common]) == 0
     card = json.loads((tmp_path / "b" / "cln025.json").read_text())
     assert card["data"]["frames"] == 8 + 9 and card["data"]["frames_sampled_by_a_model"] == 9
     assert "17 (9 sampled by --sampler)" in capsys.readouterr().out
     data, _ = load_teacher_data(tmp_path / "data.pt")
     assert sampled_mask(data).tolist() == [False] * 8 + [True] * 9
+    centre = data["positions"][8:].mean(1) - run.positions.mean(1)[[0, 1, 0]].repeat(3, 1)
+    assert centre.norm(dim=-1).max() < 3.0  # each sampler replica stayed near its start
+
+
+def test_sampler_start_needs_a_sampler(tmp_path, capsys):
+    code = main(["train", "--protein", "cln025", "--generate", "--sampler-start",
+                 str(tmp_path), "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert "--sampler-start gives the --sampler's starting structures" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_sampler_needs_generated_data(tmp_path, capsys):

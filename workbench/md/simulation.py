@@ -376,16 +376,7 @@ class Simulation:
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Continue from a checkpoint written by :meth:`save_checkpoint` (bitwise)."""
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no checkpoint at {path}")
-        try:
-            payload = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - any unpickling failure is a format error
-            raise CheckpointError(f"{path} is not a readable checkpoint: {exc}") from exc
-        if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-            raise CheckpointError(f"{path} is not a {CHECKPOINT_FORMAT} file")
-        identity = json.loads(payload["identity"])
+        payload, identity = read_checkpoint(path)
         mine = self._identity()
         for key in ("system", "n_beads", "replicas"):
             if identity[key] != mine[key]:
@@ -410,3 +401,54 @@ class Simulation:
                 for k, v in payload["neighbor_list"].items()
             }
             self.neighbor_list.load_state_dict(state)
+
+
+def read_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
+    """Read a file written by :meth:`Simulation.save_checkpoint` (tensors on the CPU).
+
+    Returns
+    -------
+    (dict, dict)
+        The payload (``positions`` (R, n, 3) float32, ``frozen`` (R,) bool, ...) and its
+        identity (``system``, ``n_beads``, ``replicas``, integrator and neighbour settings).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a format error
+        raise CheckpointError(f"{path} is not a readable checkpoint: {exc}") from exc
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} is not a {CHECKPOINT_FORMAT} file")
+    return payload, json.loads(payload["identity"])
+
+
+def checkpoint_positions(path: str | os.PathLike, system: CGSystem) -> torch.Tensor:
+    """Positions of the live replicas of a run's checkpoint, as starting structures.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A checkpoint file, or a run folder holding ``checkpoint.pt``.
+    system : CGSystem
+        The system the structures must belong to.
+
+    Returns
+    -------
+    torch.Tensor, shape (R, n, 3), float32
+        On the CPU; replicas frozen by the safety checks are left out.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "checkpoint.pt"
+    payload, identity = read_checkpoint(path)
+    if identity["system"] != system.name or identity["n_beads"] != system.n_beads:
+        raise CheckpointError(
+            f"checkpoint {path} is of {identity['system']} ({identity['n_beads']} beads), "
+            f"not of {system.name} ({system.n_beads} beads)"
+        )
+    live = ~payload["frozen"]
+    if not bool(live.any()):
+        raise CheckpointError(f"every replica of checkpoint {path} is frozen")
+    return payload["positions"][live].float()

@@ -40,10 +40,12 @@ def generate_teacher_data(
     equilibration: int = 0,
     progress: bool = False,
     sampler: Potential | None = None,
+    starts: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """Sample frames with Langevin dynamics and label them with the teacher's forces.
 
-    ``replicas`` replicas per temperature run together from the native structure; after
+    ``replicas`` replicas per temperature run together from the native structure (or from
+    ``starts``); after
     ``equilibration`` steps a frame of every live replica is kept every ``save_every``
     steps. The dynamics are the teacher's own (the forces kept are those the integrator
     computed), or ``sampler``'s: then the teacher's forces are evaluated at the kept
@@ -69,6 +71,9 @@ def generate_teacher_data(
         Show a tqdm bar.
     sampler : Potential, optional
         Potential whose dynamics sample the positions (default: the teacher's).
+    starts : torch.Tensor, shape (S, n, 3), float32, optional
+        Starting structures (say, where a long run of the model ended): replica ``r`` of
+        every temperature starts from ``starts[r mod S]``. Default: the native structure.
 
     Returns
     -------
@@ -83,8 +88,16 @@ def generate_teacher_data(
             f"steps={steps}, save_every={save_every}"
         )
     per_replica = torch.tensor([float(t) for t in temperatures]).repeat_interleave(replicas)
-    native = system.native_positions.expand(per_replica.shape[0], -1, -1)
-    sim = langevin_simulation(system, sampler or teacher, per_replica, native, device, seed)
+    if starts is None:
+        first = system.native_positions.expand(per_replica.shape[0], -1, -1)
+    elif starts.ndim != 3 or starts.shape[1:] != (system.n_beads, 3) or starts.shape[0] < 1:
+        raise ValueError(
+            f"starting structures of {system.name} must have shape (S, {system.n_beads}, 3), "
+            f"got {tuple(starts.shape)}"
+        )
+    else:
+        first = starts[torch.arange(replicas) % starts.shape[0]].repeat(len(temperatures), 1, 1)
+    sim = langevin_simulation(system, sampler or teacher, per_replica, first, device, seed)
     labeller = teacher.to(sim.device) if sampler is not None else None
     sim.step(equilibration)
     frames: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
