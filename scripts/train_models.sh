@@ -30,7 +30,7 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${SAMPLER_STEPS:-}" ] && set -- "$@" --sampler-steps "$SAMPLER_STEPS"
   timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
     --temperatures 300,330,360 --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 \
-    --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" --lr 1e-3 --patience 8 \
+    --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" --lr "${LR:-1e-3}" --patience 8 \
     --time-limit "$limit" --wall-limit "${WALL:-540}" --seed 0 --device cuda --quiet --out "$DEST" "$@" \
     > "$DEST/$protein.out" 2>&1
   echo "$protein finished with exit code $?"

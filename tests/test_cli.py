@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from workbench.cli import main
+from workbench.models import shipped_model_file, validation_passed
 
 mdtraj = pytest.importorskip("mdtraj")
 
@@ -77,13 +78,18 @@ def test_run_writes_metrics_checkpoint_summary_and_trajectories(finished_run):
         last = torch.from_numpy(traj.xyz[-1] * 10.0)
         torch.testing.assert_close(last, checkpoint["positions"][r], rtol=0, atol=1e-4)
 
-    # the console: what ran, throughput, Q, which model (CLN025's shipped one is validated)
+    # the console: what ran, throughput, Q, which model (the shipped one where its card
+    # records a passed validation, else the demo model with a pointer to the trained one)
     assert "cln025: 49 beads, 2 replicas, 300 K, dt 4 fs on cpu" in stdout
     assert "timestep·mol/s" in stdout and "ns/day" in stdout
     q_line = next(line for line in stdout.splitlines() if line.startswith("Q "))
     assert f"{summary['q_mean']:.3f} mean" in q_line
-    assert "Trained model shipped for cln025, validated against its teacher" in stdout
-    assert "Untrained demo model" not in stdout
+    shipped = shipped_model_file("cln025", "five-bead")
+    if validation_passed(shipped):
+        assert "Trained model shipped for cln025, validated against its teacher" in stdout
+        assert "Untrained demo model" not in stdout
+    else:
+        assert "Untrained demo model" in stdout and f"A trained model ships ({shipped})" in stdout
 
 
 def test_rerun_without_overwrite_fails_and_leaves_files(run_copy, capsys):

@@ -270,6 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of new MD: compare two run folders already made (`workbench run` with "
         "the model and with --model teacher) and record it as the card's long run",
     )
+    validate.add_argument(
+        "--plot", default=None, metavar="PNG",
+        help="with --runs: where the long runs' plot goes (default: beside the model, "
+        "MODEL.long_run.png)",
+    )
     return parser
 
 
@@ -652,7 +657,7 @@ def cmd_validate(args) -> int:
     if not isinstance(teacher_meta, dict) or "epsilon" not in teacher_meta:
         raise UsageError(f"{args.model} has no teacher in its metadata (not made by train)")
     if args.runs is not None:
-        return _validate_long_run(Path(args.model), *args.runs)
+        return _validate_long_run(Path(args.model), *args.runs, plot=args.plot)
     device, notice = resolve_device(args.device)
     if notice:
         print(f"NOTE: {notice}")
@@ -687,16 +692,21 @@ def cmd_validate(args) -> int:
     return 0
 
 
-def _validate_long_run(model: Path, model_run: str, teacher_run: str) -> int:
+def _validate_long_run(
+    model: Path, model_run: str, teacher_run: str, plot: str | None = None
+) -> int:
     """``validate --runs``: the two runs' comparison into the card as ``long_run``."""
     from workbench.training.model_card import card_path, write_model_card
-    from workbench.training.validate import compare_runs
+    from workbench.training.validate import compare_runs, plot_long_runs
 
     files = [Path(folder) / "metrics.csv" for folder in (model_run, teacher_run)]
     for file in files:
         if not file.is_file():
             raise UsageError(f"--runs: no metrics.csv in {file.parent}")
     long_run = compare_runs(*files)
+    plot = Path(plot) if plot is not None else model.with_suffix(".long_run.png")
+    if plot_long_runs({"model": files[0]}, files[1], plot):
+        long_run["plot"] = str(plot)
     card_file = card_path(model)
     card = json.loads(card_file.read_text()) if card_file.is_file() else {}
     card.setdefault("validation", {})["long_run"] = long_run
@@ -710,6 +720,7 @@ def _validate_long_run(model: Path, model_run: str, teacher_run: str) -> int:
         ("events", f"teacher {tuple(long_run['events_teacher'])}, "
                    f"model {tuple(long_run['events_model'])} (fold, unfold)"),
         ("verdict", "pass" if not failed else f"FAIL ({', '.join(failed)})"),
+        ("plot", long_run.get("plot", "none (matplotlib is not installed)")),
         ("card", str(card_file)),
     ]
     print(_summary_table(rows))

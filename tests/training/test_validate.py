@@ -63,6 +63,7 @@ def test_teacher_validated_against_itself_passes(tmp_path):
     assert series["temperatures"] == [300.0, 400.0]
     assert series["model_q"].shape == series["teacher_rmsd"].shape == (2, 2, 4)
     assert torch.equal(series["model_q"], series["teacher_q"])
+    assert (tmp_path / "v.png").read_bytes()[:8] == PNG_SIGNATURE
 
 
 def test_force_paths_compared_on_the_same_replicas():
@@ -75,6 +76,9 @@ def test_force_paths_compared_on_the_same_replicas():
     assert same["folded"]["a"] == same["folded"]["b"]
     with pytest.raises(ValueError, match="two force paths"):
         compare_force_paths(sys, teacher, {"a": KernelOptions()}, 300.0, 2, 20, 5)
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 # -- long runs compared from their metrics files ------------------------------------------
@@ -151,9 +155,16 @@ def test_cli_records_a_long_run_that_gates_the_default(tmp_path, capsys):
     assert verdict in capsys.readouterr().out
     card = json.loads((tmp_path / "cln025.json").read_text())
     assert card["validation"]["results"] == short["results"]  # the short one is kept
+    plot = tmp_path / "cln025.long_run.png"
+    assert card["validation"]["long_run"]["plot"] == str(plot)
+    assert plot.read_bytes()[:8] == PNG_SIGNATURE
     assert not validation_passed(model)
-    assert main([*runs, str(tmp_path / "good"), str(tmp_path / "teacher")]) == 0
-    assert validation_passed(model) and "verdict" in capsys.readouterr().out
+    elsewhere = tmp_path / "docs" / "long.png"
+    elsewhere.parent.mkdir()
+    good = [str(tmp_path / "good"), str(tmp_path / "teacher"), "--plot", str(elsewhere)]
+    assert main([*runs, *good]) == 0
+    assert validation_passed(model) and f"plot      | {elsewhere}" in capsys.readouterr().out
+    assert elsewhere.read_bytes()[:8] == PNG_SIGNATURE
     assert main([*runs, str(tmp_path / "none"), str(tmp_path / "teacher")]) == 2
     assert "no metrics.csv in" in capsys.readouterr().err
 
@@ -164,3 +175,25 @@ def test_the_teacher_runs_as_a_model():
     teacher, notice = choose_potential(tiny_system(), TEACHER_MODEL)
     assert teacher.schnet is None and "contacts" in teacher.priors
     assert "Structure-based teacher of cln025" in notice
+
+
+def test_long_run_plot_is_optional(tmp_path, monkeypatch):
+    import builtins
+
+    from workbench.training.validate import plot_long_runs
+
+    flipping = torch.tensor([[0.9, 0.2] * 6] * 2)
+    teacher = write_metrics(tmp_path / "teacher.csv", flipping)
+    model = write_metrics(tmp_path / "model.csv", torch.full((2, 12), 0.55))
+    assert plot_long_runs({"a": model, "b": teacher}, teacher, tmp_path / "with.png")
+    assert (tmp_path / "with.png").read_bytes()[:8] == PNG_SIGNATURE
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    assert not plot_long_runs({"a": model}, teacher, tmp_path / "without.png")
+    assert not (tmp_path / "without.png").exists()

@@ -315,6 +315,19 @@ def validate_against_teacher(
     return summary
 
 
+def _pyplot():
+    """matplotlib's pyplot on the non-interactive Agg backend, or None where it is not
+    installed (the plots are optional)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
 def plot_validation(
     runs: dict[str, tuple[torch.Tensor, torch.Tensor]],
     temperatures: Sequence[float],
@@ -334,12 +347,8 @@ def plot_validation(
     bool
         False (and nothing written) when matplotlib is not installed.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return False
     fig, axes = plt.subplots(2, len(temperatures), figsize=(4 * len(temperatures), 7),
                              squeeze=False)
@@ -354,5 +363,52 @@ def plot_validation(
         axes[1, i].set(xlabel="Q (model)", ylabel="CA RMSD (Å)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def plot_long_runs(
+    models: dict[str, str | Path], teacher_metrics: str | Path, path: str | Path
+) -> bool:
+    """Long runs against the teacher's, as PNG: Q histograms over the whole runs, and the
+    folded (Q > 0.8) and unfolded (Q < 0.4) fractions of the replicas against time.
+
+    Parameters
+    ----------
+    models : dict of str to path
+        Label → ``metrics.csv`` of a run of a model.
+    teacher_metrics : str or Path
+        ``metrics.csv`` of the teacher's run.
+    path : str or Path
+        PNG to write.
+
+    Returns
+    -------
+    bool
+        False (and nothing written) when matplotlib is not installed.
+    """
+    plt = _pyplot()
+    if plt is None:
+        return False
+    series = {"teacher": teacher_metrics, **models}
+    fig, (hist, folded, unfolded) = plt.subplots(1, 3, figsize=(15, 4))
+    for label, metrics in series.items():
+        q, _, time_ps = series_from_metrics(metrics)
+        times = torch.linspace(time_ps / q.shape[1], time_ps, q.shape[1]).numpy()
+        line = hist.hist(q.flatten().numpy(), bins=50, range=(0, 1), density=True,
+                         histtype="step", label=label)[2][0]
+        folded.plot(times, (q > FOLDED_Q).float().mean(0).numpy(), color=line.get_edgecolor(),
+                    label=label, lw=1)
+        unfolded.plot(times, (q < UNFOLDED_Q).float().mean(0).numpy(),
+                      color=line.get_edgecolor(), label=label, lw=1)
+    hist.set(xlabel="Q", ylabel="density", title="Q over the whole run")
+    folded.set(xlabel="time (ps)", ylabel="fraction of replicas", ylim=(0, 1),
+               title=f"folded (Q > {FOLDED_Q:g})")
+    unfolded.set(xlabel="time (ps)", ylabel="fraction of replicas", ylim=(0, 1),
+                 title=f"unfolded (Q < {UNFOLDED_Q:g})")
+    for axis in (hist, folded, unfolded):
+        axis.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
