@@ -245,30 +245,6 @@ class CGSchNet(nn.Module):
             diff = torch.where(valid[:, None], diff, 2.0 * self.cutoff + 1.0)
         return torch.linalg.vector_norm(diff, dim=-1), src, dst
 
-    def within_cutoff(
-        self, d: torch.Tensor, src: torch.Tensor, dst: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Only the edges shorter than the cutoff, as a radius graph rebuilt every step has.
-
-        A Verlet list holds every pair within cutoff + skin (at the default 2-Å skin and
-        10-Å cutoff, 1.7 times as many), and padding slots; their envelopes are zero, so
-        dropping them changes no energy or force, only the work. Left as they are while a
-        CUDA graph is being captured (a data-dependent edge count cannot be).
-
-        Parameters
-        ----------
-        d : torch.Tensor, shape (E,), float32
-        src, dst : torch.Tensor, shape (E,), int64
-
-        Returns
-        -------
-        d, src, dst : torch.Tensor, shape (E',), E' <= E
-        """
-        if d.is_cuda and torch.cuda.is_current_stream_capturing():
-            return d, src, dst
-        keep = torch.nonzero(d < self.cutoff).squeeze(1)
-        return d.index_select(0, keep), src.index_select(0, keep), dst.index_select(0, keep)
-
     def envelope(self, block: InteractionBlock, d: torch.Tensor) -> torch.Tensor:
         """Filter envelope of a block, zero at and beyond the cutoff, shape (E,)."""
         return torch.where(d < self.cutoff, block.conv.cutoff(d), torch.zeros_like(d))
@@ -303,8 +279,7 @@ class CGSchNet(nn.Module):
             if problem is None:
                 return fused_node_energies(self, pos, types, graph, options)
             warn_fallback_once(problem)
-        d, src, dst = self.within_cutoff(*self.edge_distances(pos, graph.src, graph.dst,
-                                                               graph.valid))
+        d, src, dst = self.edge_distances(pos, graph.src, graph.dst, graph.valid)
         rbf = self.rbf_layer(d)
         h = self.embedding_layer(types)
         for block in self.interaction_blocks:
