@@ -78,7 +78,8 @@ def test_two_gloo_ranks_equal_the_shards_run_directly(settings):
 
 
 def test_a_stop_request_ends_every_rank_at_the_same_report(settings):
-    run = settings(replicas=4, steps=10_000, save_interval=2, ladder=(300.0, 360.0, 2))
+    run = settings(replicas=4, steps=10_000, save_interval=2, ladder=(300.0, 360.0, 2),
+                   exchange_every=2)  # an exchange before any report, however soon it stops
     reports = []
     result = launch_sharded(
         ShardedSettings(run, ranks=2, timeout_s=120, threads_per_rank=1, report_positions=True),
