@@ -28,6 +28,10 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${SAMPLER_START:-}" ] && set -- "$@" --sampler-start "$SAMPLER_START"
   [ -n "${SAMPLER_REPLICAS:-}" ] && set -- "$@" --sampler-replicas "$SAMPLER_REPLICAS"
   [ -n "${SAMPLER_STEPS:-}" ] && set -- "$@" --sampler-steps "$SAMPLER_STEPS"
+  # SELECT_EVERY=K: keep the epoch whose folded fraction in a short run (SELECT_STEPS) is
+  # closest to the teacher's, scored every K epochs
+  [ -n "${SELECT_EVERY:-}" ] && set -- "$@" --select-every "$SELECT_EVERY" \
+    --select-steps "${SELECT_STEPS:-25000}"
   timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
     --temperatures 300,330,360 --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 \
     --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" --lr "${LR:-1e-3}" --patience 8 \

@@ -247,6 +247,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue training a model of this protein (its weights and priors; its epoch "
         "log is continued): a long training split over several jobs",
     )
+    train.add_argument(
+        "--select-every", type=int, default=0, metavar="EPOCHS",
+        help="every this many epochs (and at the last) run the model for --select-steps and "
+        "keep the weights whose folded fraction is closest to the teacher's, instead of "
+        "those with the lowest validation force error (0: off)",
+    )
+    train.add_argument(
+        "--select-steps", type=int, default=25_000,
+        help="steps of each --select-every run (half of the replicas from native, half from "
+        "unfolded structures; folded fraction over its second half)",
+    )
+    train.add_argument("--select-replicas", type=int, default=64)
     train.add_argument("--val-fraction", type=float, default=0.1)
     train.add_argument("--validate-steps", type=int, default=0, help="0: no MD validation")
     train.add_argument("--validate-replicas", type=int, default=32)
@@ -619,7 +631,7 @@ def cmd_train(args) -> int:
         fit=FitSettings(
             epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
             patience=args.patience, seed=args.seed, device=str(device),
-            time_limit=time_limit,
+            time_limit=time_limit, select_every=args.select_every,
         ),
         validation_fraction=args.val_fraction,
         prior_temperature=args.prior_temperature,
@@ -629,6 +641,8 @@ def cmd_train(args) -> int:
         validate_temperatures=_floats(args.validate_temperatures),
         progress=not args.quiet,
         start_from=args.start_from,
+        select_steps=args.select_steps,
+        select_replicas=args.select_replicas,
     )
     _, card = train_potential(system, teacher, data, settings, out)
     training = card["training"]

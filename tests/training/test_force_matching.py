@@ -92,6 +92,32 @@ def test_time_limit_ends_training_after_the_current_batch(data, residual):
     assert math.isfinite(row["train_loss"]) and result.best_epoch == 1
 
 
+@pytest.mark.parametrize(
+    ("every", "scored", "scores"), [(1, [1, 2, 3], [0.5, 0.1, 0.3]), (2, [2, 3], [0.1, 0.3])]
+)
+def test_a_selector_chooses_the_kept_epoch(data, residual, every, scored, scores):
+    pos = data["positions"][:20]
+    schnet = small_schnet(**TINY)
+    seen = []  # the weights of each call
+
+    def selector():
+        seen.append({k: v.clone() for k, v in schnet.state_dict().items()})
+        return scores[len(seen) - 1]
+
+    settings = FitSettings(epochs=3, batch_size=10, learning_rate=3e-3, select_every=every)
+    result = train_force_matching(
+        schnet, tiny_system().bead_types, (pos, residual[:20]), (pos, residual[:20]),
+        settings, progress=False, selector=selector,
+    )
+    assert [row["epoch"] for row in result.selection] == scored and len(seen) == len(scored)
+    assert [row["score"] for row in result.selection] == scores
+    assert result.best_epoch == 2  # the lowest score, not the lowest validation loss
+    kept = seen[scored.index(2)]
+    for key, value in schnet.state_dict().items():
+        assert torch.equal(value, kept[key]), key
+    assert any(not torch.equal(kept[k], seen[-1][k]) for k in kept)  # the last ones differ
+
+
 def test_pipeline_saves_a_loadable_model_and_card(data, tmp_path, monkeypatch):
     sys = tiny_system()
     settings = TrainSettings(
@@ -160,8 +186,13 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
                  "--out", str(tmp_path / "a"), *common]) == 0
     data, metadata = load_teacher_data(data_file)
     assert data["positions"].shape[0] == 8 and "epsilon" in metadata
-    assert main(["train", "--data", str(data_file), "--out", str(tmp_path / "b"), *common]) == 0
+    assert main(["train", "--data", str(data_file), "--out", str(tmp_path / "b"), *common,
+                 "--select-every", "1", "--select-steps", "20", "--select-replicas", "2"]) == 0
     assert load_potential(tmp_path / "b" / "cln025.pt").schnet.config.hidden == 8
+    card = json.loads((tmp_path / "b" / "cln025.json").read_text())
+    selection = card["training"]["selection_by_folded_fraction"]
+    assert selection["steps"] == 20 and selection["replicas"] == 2
+    assert [row["epoch"] for row in selection["scores"]] == [1]
     assert "val force RMSE" in capsys.readouterr().out
     # a spent wall limit: one batch is trained and the model is still saved
     common[common.index("--epochs") + 1] = "50"

@@ -12,6 +12,7 @@ import csv
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -50,6 +51,10 @@ class FitSettings:
     time_limit : float or None
         Seconds of training after which no new batch starts (None: no limit); the epoch
         in progress is then validated and logged, and training ends.
+    select_every : int
+        With a ``selector`` given to :func:`train_force_matching`: score the weights every
+        this many epochs and at the last one, and keep those with the lowest score instead
+        of those with the lowest validation loss (0: off).
     """
 
     epochs: int = 100
@@ -62,6 +67,7 @@ class FitSettings:
     seed: int = 0
     device: str = "cpu"
     time_limit: float | None = None
+    select_every: int = 0
 
 
 @dataclass
@@ -78,12 +84,16 @@ class FitResult:
         Stopped by early stopping (patience).
     stopped_by_time : bool
         Stopped by ``FitSettings.time_limit``.
+    selection : list of dict
+        ``{"epoch", "score"}`` of every scored epoch (empty without a selector); the kept
+        epoch is then the lowest-scoring one.
     """
 
     history: list[dict] = field(default_factory=list)
     best_epoch: int = 0
     stopped_early: bool = False
     stopped_by_time: bool = False
+    selection: list[dict] = field(default_factory=list)
 
     @property
     def best_val_force_rmse(self) -> float:
@@ -168,11 +178,13 @@ def train_force_matching(
     settings: FitSettings,
     log_path: str | os.PathLike | None = None,
     progress: bool = True,
+    selector: Callable[[], float] | None = None,
 ) -> FitResult:
     """Fit ``schnet`` (in place) so that its forces match the targets.
 
     Adam with ReduceLROnPlateau on the validation loss and early stopping; the weights
-    of the best validation epoch are restored at the end.
+    of the best validation epoch are restored at the end, or, with a ``selector`` and
+    ``settings.select_every``, those of the lowest-scoring scored epoch.
 
     Parameters
     ----------
@@ -186,6 +198,9 @@ def train_force_matching(
         CSV file with one row per epoch (columns ``LOG_COLUMNS``), flushed every epoch.
     progress : bool
         Show a tqdm bar over epochs.
+    selector : callable, optional
+        ``selector() -> float``: a score of ``schnet``'s current weights, lower is better
+        (say, how far the model's folded fraction in a short MD run is from the teacher's).
 
     Returns
     -------
@@ -200,6 +215,8 @@ def train_force_matching(
     positions, targets = train
     result = FitResult()
     best_loss, best_state = math.inf, None
+    selecting = selector is not None and settings.select_every > 0
+    best_score, selected_state = math.inf, None
     log = open(log_path, "w", newline="") if log_path is not None else None  # noqa: SIM115
     writer = csv.DictWriter(log, LOG_COLUMNS) if log is not None else None
     if writer is not None:
@@ -245,16 +262,27 @@ def train_force_matching(
             scheduler.step(val_loss)
             if val_loss < best_loss * (1.0 - settings.min_improvement):
                 best_loss, result.best_epoch = val_loss, epoch
-                best_state = {k: v.detach().clone() for k, v in schnet.state_dict().items()}
+                best_state = _state_copy(schnet)
             elif epoch - result.best_epoch >= settings.patience:
                 result.stopped_early = True
-                break
-            if result.stopped_by_time:
+            last = result.stopped_early or result.stopped_by_time or epoch == settings.epochs
+            if selecting and (last or epoch % settings.select_every == 0):
+                score = float(selector())
+                result.selection.append({"epoch": epoch, "score": score})
+                if score < best_score:
+                    best_score, selected_state = score, (epoch, _state_copy(schnet))
+            if last:
                 break
     finally:
         bar.close()
         if log is not None:
             log.close()
+    if selected_state is not None:
+        result.best_epoch, best_state = selected_state
     if best_state is not None:
         schnet.load_state_dict(best_state)
     return result
+
+
+def _state_copy(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}

@@ -31,6 +31,7 @@ from workbench.training.force_matching import (
     train_force_matching,
 )
 from workbench.training.model_card import build_model_card, write_model_card
+from workbench.training.selection import folded_fraction_gap
 from workbench.training.validate import force_rmse, validate_against_teacher
 
 
@@ -57,6 +58,11 @@ class TrainSettings:
         SchNet weights (and configuration) and keeps its priors instead of refitting them,
         so the force targets are the same; its epoch log, when present beside it, is
         continued. Lets a long training run be split over several jobs.
+    select_steps, select_replicas : int
+        With ``fit.select_every``: the kept weights are those whose folded fraction in a
+        run of this many steps and replicas (half from native, half from unfolded
+        structures, at the first of ``validate_temperatures``) is closest to the
+        teacher's (:func:`~workbench.training.selection.folded_fraction_gap`).
     """
 
     schnet: SchNetConfig = field(default_factory=SchNetConfig)
@@ -69,6 +75,8 @@ class TrainSettings:
     validate_temperatures: list[float] = field(default_factory=lambda: [300.0])
     progress: bool = True
     start_from: str | None = None
+    select_steps: int = 0
+    select_replicas: int = 64
 
 
 def train_potential(
@@ -135,6 +143,18 @@ def train_potential(
     else:
         schnet = start.schnet
     earlier_log = _read_log(Path(settings.start_from).with_suffix(".log.csv")) if start else []
+    selector, selection = None, None
+    if settings.fit.select_every > 0 and settings.select_steps > 0:
+        selection = {
+            "every_epochs": settings.fit.select_every,
+            "steps": settings.select_steps,
+            "replicas": settings.select_replicas,
+            "temperature_K": settings.validate_temperatures[0],
+        }
+        selector, selection["teacher_folded"] = folded_fraction_gap(
+            system, teacher, schnet.to(device), priors, selection["temperature_K"],
+            settings.select_replicas, settings.select_steps, device, settings.fit.seed,
+        )
     fit = train_force_matching(
         schnet,
         system.bead_types,
@@ -143,10 +163,11 @@ def train_potential(
         settings.fit,
         log_path=out / f"{system.name}.log.csv",
         progress=settings.progress,
+        selector=selector,
     )
     if earlier_log:
         _continue_log(earlier_log, out / f"{system.name}.log.csv")
-    potential = Potential(system.bead_types, schnet.cpu(), priors)
+    potential = Potential(system.bead_types, schnet, priors).cpu()
     potential.metadata = {
         "trained": True,
         "description": f"CGSchNet + priors trained by force matching on the structure-based "
@@ -163,6 +184,10 @@ def train_potential(
         if start is not None:
             card["training"]["continued_from"] = {
                 "model": str(settings.start_from), "epochs_before": len(earlier_log)
+            }
+        if selection is not None:  # |folded fraction of the model − the teacher's|
+            card["training"]["selection_by_folded_fraction"] = {
+                **selection, "scores": fit.selection, "kept_epoch": fit.best_epoch
             }
         return card
 
