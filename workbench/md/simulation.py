@@ -412,16 +412,25 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:
         The payload (``positions`` (R, n, 3) float32, ``frozen`` (R,) bool, ...) and its
         identity (``system``, ``n_beads``, ``replicas``, integrator and neighbour settings).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a format error
-        raise CheckpointError(f"{path} is not a readable checkpoint: {exc}") from exc
+    payload = load_state_file(path, "checkpoint")
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
         raise CheckpointError(f"{path} is not a {CHECKPOINT_FORMAT} file")
     return payload, json.loads(payload["identity"])
+
+
+def load_state_file(path: str | os.PathLike, what: str):
+    """``torch.load`` of a state file with ``weights_only=True``, tensors on the CPU.
+
+    Raises ``FileNotFoundError`` ("no {what} at ...") for a missing file and
+    :class:`CheckpointError` ("... is not a readable {what}") for one that does not unpickle.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {what} at {path}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a format error
+        raise CheckpointError(f"{path} is not a readable {what}: {exc}") from exc
 
 
 def checkpoint_positions(path: str | os.PathLike, system: CGSystem) -> torch.Tensor:

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from workbench.md.integrators import LangevinIntegrator, as_temperatures
-from workbench.md.simulation import CheckpointError, Simulation
+from workbench.md.simulation import CheckpointError, Simulation, load_state_file
 from workbench.model.io import atomic_save
 from workbench.units import KB
 
@@ -469,11 +469,4 @@ class ReplicaExchange:
 
     def load(self, path: str | os.PathLike) -> None:
         """Read a file written by :meth:`save` and continue from it."""
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no exchange state at {path}")
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - any unpickling failure is a format error
-            raise CheckpointError(f"{path} is not a readable exchange state: {exc}") from exc
-        self.load_state_dict(state)
+        self.load_state_dict(load_state_file(path, "exchange state"))

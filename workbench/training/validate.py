@@ -385,7 +385,7 @@ def plot_long_runs(
     Returns
     -------
     bool
-        False (and nothing written) when matplotlib is not installed.
+        Whether the PNG was written (not without matplotlib, an optional package).
     """
     plt = _pyplot()
     if plt is None:
