@@ -241,12 +241,14 @@ def build_csr_sorted_pairs(src, dst, num_nodes: int) -> GraphCSR:
     # valid edges keep their (sorted) order at the front; the others follow by id
     slot = torch.where(ok, real_before - 1, count + ids - real_before)
     dst_perm = torch.empty_like(ids).scatter_(0, slot, ids)
-    key = torch.where(ok, dst * (n + 1) + src, n * (n + 1) + n)[dst_perm]  # non-decreasing
-    nodes = torch.arange(n + 1, device=src.device) * (n + 1)
-    ptr = torch.searchsorted(key, nodes).to(torch.int32)
+    # (dst, src) keys in that order, non-decreasing (the others after every valid key)
+    key = torch.empty_like(ids).scatter_(0, slot, torch.where(ok, dst * (n + 1) + src, n * (n + 2)))
+    reverse = torch.empty_like(ids).scatter_(0, slot, src * (n + 1) + dst)
+    ptr = torch.searchsorted(key, torch.arange(n + 1, device=src.device) * (n + 1))
     # k-th edge of source segment s: the reverse of the k-th edge of destination segment s
-    ok_sorted = ok[dst_perm]
-    reverse_key = torch.where(ok_sorted, src[dst_perm] * (n + 1) + dst[dst_perm], key)
-    partner = torch.searchsorted(key, reverse_key).clamp_(max=max(src.numel() - 1, 0))
-    src_perm = torch.where(ok_sorted, dst_perm[partner], dst_perm)
+    front = ids < count  # the valid edges' slots
+    partner = torch.searchsorted(key, torch.where(front, reverse, key))
+    partner.clamp_(max=max(src.numel() - 1, 0))
+    src_perm = torch.where(front, dst_perm[partner], dst_perm)
+    ptr = ptr.to(torch.int32)
     return GraphCSR(ptr, dst_perm.to(torch.int32), ptr, src_perm.to(torch.int32))
