@@ -32,6 +32,8 @@ train() {  # protein, training seconds, extra arguments
   # closest to the teacher's, scored every K epochs
   [ -n "${SELECT_EVERY:-}" ] && set -- "$@" --select-every "$SELECT_EVERY" \
     --select-steps "${SELECT_STEPS:-25000}"
+  # ENERGY_WEIGHT=w: also fit the teacher's energies (less the priors'), weight w Å²/bead
+  [ -n "${ENERGY_WEIGHT:-}" ] && set -- "$@" --energy-weight "$ENERGY_WEIGHT"
   timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
     --temperatures 300,330,360 --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 \
     --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" --lr "${LR:-1e-3}" --patience 8 \

@@ -214,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, default=1e-3)
     train.add_argument("--patience", type=int, default=10, help="early-stopping epochs")
     train.add_argument(
+        "--energy-weight", type=float, default=0.0,
+        help="weight of the energy term of the loss, Å²/bead (teacher energies less the "
+        "priors', centred per batch; 0: forces alone)",
+    )
+    train.add_argument(
         "--time-limit", type=float, default=None, help="seconds of training (no new batch after)"
     )
     train.add_argument(
@@ -632,6 +637,7 @@ def cmd_train(args) -> int:
             epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
             patience=args.patience, seed=args.seed, device=str(device),
             time_limit=time_limit, select_every=args.select_every,
+            energy_weight=args.energy_weight,
         ),
         validation_fraction=args.val_fraction,
         prior_temperature=args.prior_temperature,
@@ -652,6 +658,7 @@ def cmd_train(args) -> int:
                    "sampled by --sampler)"),
         ("epochs", f"{training['epochs_run']} (best {training['best_epoch']})"),
         ("val force RMSE", f"{training['val_force_rmse']:.4f} kcal/mol/Å"),
+        ("val energy RMSE", f"{training['val_energy_rmse']:.3f} kcal/mol (centred)"),
         ("files", f"{out}: {system.name}.pt, {system.name}.json, {system.name}.log.csv"),
     ]
     print(_summary_table(rows))

@@ -26,7 +26,8 @@ from workbench.training.data import (
 from workbench.training.force_matching import (
     LOG_COLUMNS,
     FitSettings,
-    prior_forces,
+    potential_labels,
+    prior_labels,
     train_force_matching,
 )
 from workbench.training.pipeline import TrainSettings, train_potential
@@ -41,10 +42,21 @@ def data():
 
 
 @pytest.fixture(scope="module")
-def residual(data):
+def priors(data):
+    return fit_priors(tiny_system(), data["positions"], 300.0)
+
+
+@pytest.fixture(scope="module")
+def residual(data, priors):
+    return data["forces"] - prior_labels(tiny_system().bead_types, priors, data["positions"])[1]
+
+
+@pytest.fixture(scope="module")
+def residual_energy(data, priors):
+    """Teacher energies less the priors', (M,)."""
     sys = tiny_system()
-    priors = fit_priors(sys, data["positions"], 300.0)
-    return data["forces"] - prior_forces(sys.bead_types, priors, data["positions"])
+    teacher = potential_labels(teacher_potential(sys), data["positions"])[0]
+    return teacher - prior_labels(sys.bead_types, priors, data["positions"])[0]
 
 
 def test_split_is_disjoint_and_seeded():
@@ -67,6 +79,44 @@ def test_force_matching_lowers_validation_loss_and_logs(data, residual, tmp_path
     with open(tmp_path / "log.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 4 and tuple(rows[0]) == LOG_COLUMNS
+
+
+def test_validation_energy_rmse_is_the_centred_error(data, residual, residual_energy):
+    sys = tiny_system()
+    schnet = small_schnet(**TINY)
+    pos = data["positions"]
+    # learning rate 0: the logged numbers are those of the initial weights
+    settings = FitSettings(epochs=1, batch_size=7, learning_rate=0.0, energy_weight=2.0)
+    val = (pos, residual, residual_energy + 123.0)  # a constant offset changes nothing
+    row = train_force_matching(
+        schnet, sys.bead_types, val, val, settings, progress=False
+    ).history[0]
+    energy, forces = potential_labels(Potential(sys.bead_types, schnet), pos)
+    error = energy - residual_energy
+    energy_rmse = float((error - error.mean()).square().mean().sqrt())
+    force_mse = float((forces - residual).square().mean())
+    assert row["val_energy_rmse"] == pytest.approx(energy_rmse, rel=1e-5)
+    assert row["val_force_rmse"] == pytest.approx(math.sqrt(force_mse), rel=1e-5)
+    assert row["val_loss"] == pytest.approx(
+        force_mse + 2.0 * energy_rmse**2 / pos.shape[1], rel=1e-5
+    )
+
+
+def test_energy_term_fits_the_energies_better(data, residual, residual_energy):
+    sys = tiny_system()
+    pos = data["positions"]
+    train, val = split_indices(pos.shape[0], 0.25)
+    targets = (pos, residual, residual_energy)
+
+    def final_energy_rmse(weight):
+        settings = FitSettings(epochs=15, batch_size=8, learning_rate=1e-2, energy_weight=weight)
+        return train_force_matching(
+            small_schnet(**TINY), sys.bead_types, tuple(t[train] for t in targets),
+            tuple(t[val] for t in targets), settings, progress=False,
+        ).history[-1]["val_energy_rmse"]
+
+    # (on these frames: ~55 kcal/mol from forces alone, ~29 with the energy term)
+    assert final_energy_rmse(10.0) < 0.8 * final_energy_rmse(0.0)
 
 
 def test_early_stopping_keeps_the_best_epoch(data, residual):
@@ -129,6 +179,8 @@ def test_pipeline_saves_a_loadable_model_and_card(data, tmp_path, monkeypatch):
     assert card_file["teacher"]["epsilon"] == card["teacher"]["epsilon"]
     assert card_file["data"]["frames"] == data["positions"].shape[0]
     assert card_file["training"]["val_force_rmse"] > 0
+    assert card_file["training"]["val_energy_rmse"] > 0
+    assert card_file["training"]["energy_weight"] == 0.0
     assert card_file["validation"]["force_rmse"] > 0
     loaded = load_potential(tmp_path / "cln025.pt")
     assert loaded.metadata["trained"] and set(loaded.priors) == set(potential.priors)
@@ -187,12 +239,14 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
     data, metadata = load_teacher_data(data_file)
     assert data["positions"].shape[0] == 8 and "epsilon" in metadata
     assert main(["train", "--data", str(data_file), "--out", str(tmp_path / "b"), *common,
-                 "--select-every", "1", "--select-steps", "20", "--select-replicas", "2"]) == 0
+                 "--select-every", "1", "--select-steps", "20", "--select-replicas", "2",
+                 "--energy-weight", "0.5"]) == 0
     assert load_potential(tmp_path / "b" / "cln025.pt").schnet.config.hidden == 8
     card = json.loads((tmp_path / "b" / "cln025.json").read_text())
     selection = card["training"]["selection_by_folded_fraction"]
     assert selection["steps"] == 20 and selection["replicas"] == 2
     assert [row["epoch"] for row in selection["scores"]] == [1]
+    assert card["training"]["energy_weight"] == 0.5
     assert "val force RMSE" in capsys.readouterr().out
     # a spent wall limit: one batch is trained and the model is still saved
     common[common.index("--epochs") + 1] = "50"

@@ -3,7 +3,15 @@
 The PyTorch reference path is used throughout (the fused kernels return no weight
 gradients): forces are ``−∂E/∂x`` from ``torch.autograd.grad(..., create_graph=True)``
 so the loss can be differentiated with respect to the weights. The loss is the mean
-squared force error per component, (kcal/mol/Å)².
+squared force error per component, (kcal/mol/Å)², plus, with an ``energy_weight`` and
+target energies (teacher minus priors), that weight times the mean squared energy error
+per bead after removing its mean over the batch (energies are known up to a constant):
+
+    loss = mean |ΔF|² / 3n·B + w · mean_b (ΔE_b − mean ΔE)² / n
+
+Force matching pins the energy only where frames are dense; the energy term ties together
+regions the data reach separately (a folded and an unfolded basin, or a compact state far
+from the teacher's ensemble that a model run fell into).
 """
 
 from __future__ import annotations
@@ -23,7 +31,10 @@ from workbench.model.priors import PriorTerm
 from workbench.model.schnet import CGSchNet
 from workbench.neighbors import NeighborList
 
-LOG_COLUMNS = ("epoch", "train_loss", "val_loss", "val_force_rmse", "learning_rate", "seconds")
+LOG_COLUMNS = (
+    "epoch", "train_loss", "val_loss", "val_force_rmse", "val_energy_rmse", "learning_rate",
+    "seconds",
+)
 
 
 @dataclass
@@ -55,6 +66,9 @@ class FitSettings:
         With a ``selector`` given to :func:`train_force_matching`: score the weights every
         this many epochs and at the last one, and keep those with the lowest score instead
         of those with the lowest validation loss (0: off).
+    energy_weight : float
+        Weight ``w`` of the energy term of the loss (module docstring), (Å)²/bead; used
+        when target energies are given (0: forces alone).
     """
 
     epochs: int = 100
@@ -68,6 +82,7 @@ class FitSettings:
     device: str = "cpu"
     time_limit: float | None = None
     select_every: int = 0
+    energy_weight: float = 0.0
 
 
 @dataclass
@@ -101,10 +116,11 @@ class FitResult:
         return self.history[self.best_epoch - 1]["val_force_rmse"]
 
 
-def model_forces(
+def model_energy_and_forces(
     potential: Potential, pos: torch.Tensor, create_graph: bool = False
-) -> torch.Tensor:
-    """Forces ``−∂E/∂x`` of ``potential`` on the reference path, exact graph per call.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Energies and forces ``−∂E/∂x`` of ``potential`` on the reference path, exact graph
+    per call.
 
     Parameters
     ----------
@@ -115,7 +131,8 @@ def model_forces(
 
     Returns
     -------
-    torch.Tensor, shape (B, n, 3), float32
+    (torch.Tensor, torch.Tensor)
+        Energies (B,) in kcal/mol and forces (B, n, 3) in kcal/mol/Å, float32.
     """
     graph = None
     if potential.schnet is not None:
@@ -124,50 +141,109 @@ def model_forces(
         pos = pos.detach().requires_grad_(True)
         energy = potential.energy(pos, graph)
         (grad,) = torch.autograd.grad(energy.sum(), pos, create_graph=create_graph)
-    return -grad
+    return energy, -grad
 
 
-def prior_forces(
-    bead_types: torch.Tensor,
-    priors: dict[str, PriorTerm],
+def model_forces(
+    potential: Potential, pos: torch.Tensor, create_graph: bool = False
+) -> torch.Tensor:
+    """The forces of :func:`model_energy_and_forces`, shape (B, n, 3), float32."""
+    return model_energy_and_forces(potential, pos, create_graph)[1]
+
+
+def potential_labels(
+    potential: Potential,
     positions: torch.Tensor,
     batch_size: int = 1024,
     device: str = "cpu",
-) -> torch.Tensor:
-    """Forces of the priors alone on every frame.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Energies and forces of ``potential`` on every frame, in batches.
 
     Parameters
     ----------
-    bead_types : torch.Tensor, shape (n,), int64
-    priors : dict of str to PriorTerm
+    potential : Potential
+        Moved to ``device``.
     positions : torch.Tensor, shape (M, n, 3), float32
     batch_size : int
     device : str
 
     Returns
     -------
-    torch.Tensor, shape (M, n, 3), float32, on the CPU
+    (torch.Tensor, torch.Tensor)
+        Energies (M,) and forces (M, n, 3), float32, on the CPU.
     """
-    potential = Potential(bead_types, None, priors).to(device)
-    return torch.cat(
-        [
-            model_forces(potential, positions[s : s + batch_size].to(device)).detach().cpu()
-            for s in range(0, positions.shape[0], batch_size)
-        ]
-    )
+    potential = potential.to(device)
+    energies, forces = [], []
+    for s in range(0, positions.shape[0], batch_size):
+        energy, force = model_energy_and_forces(potential, positions[s : s + batch_size].to(device))
+        energies.append(energy.detach().cpu())
+        forces.append(force.detach().cpu())
+    return torch.cat(energies), torch.cat(forces)
 
 
-def _mean_loss(
-    potential: Potential, positions: torch.Tensor, targets: torch.Tensor, settings: FitSettings
-) -> float:
-    """Mean squared force error over all frames, without weight gradients."""
-    total = 0.0
+def prior_labels(
+    bead_types: torch.Tensor,
+    priors: dict[str, PriorTerm],
+    positions: torch.Tensor,
+    batch_size: int = 1024,
+    device: str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Energies (M,) and forces (M, n, 3) of the priors alone on every frame (float32, CPU);
+    ``bead_types`` (n,) int64, ``positions`` (M, n, 3) float32."""
+    return potential_labels(Potential(bead_types, None, priors), positions, batch_size, device)
+
+
+def _batch_errors(
+    potential: Potential,
+    pos: torch.Tensor,
+    target_forces: torch.Tensor,
+    target_energies: torch.Tensor | None,
+    create_graph: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Mean squared force error of one batch and its energy errors ΔE (B,), uncentred
+    (None without target energies)."""
+    energy, forces = model_energy_and_forces(potential, pos, create_graph)
+    force_mse = (forces - target_forces).square().mean()
+    if target_energies is None:
+        return force_mse, None
+    return force_mse, energy - target_energies
+
+
+def _loss(
+    force_mse: torch.Tensor, energy_error: torch.Tensor | None, weight: float, n_beads: int
+) -> torch.Tensor:
+    """The loss of the module docstring from a batch's errors."""
+    if energy_error is None or weight <= 0:
+        return force_mse
+    return force_mse + weight * (energy_error - energy_error.mean()).square().mean() / n_beads
+
+
+def _validation(
+    potential: Potential, data: tuple[torch.Tensor, ...], settings: FitSettings
+) -> tuple[float, float, float | None]:
+    """(loss, force RMSE, energy RMSE) over all validation frames without weight gradients;
+    the energy errors are centred over the whole set (energy RMSE None without them)."""
+    positions, forces = data[0], data[1]
+    energies = data[2] if len(data) > 2 else None
+    squared, errors = 0.0, []
     for start in range(0, positions.shape[0], settings.batch_size):
-        pos = positions[start : start + settings.batch_size].to(settings.device)
-        target = targets[start : start + settings.batch_size].to(settings.device)
-        error = model_forces(potential, pos).detach() - target
-        total += float(error.square().sum())
-    return total / targets.numel()
+        part = slice(start, start + settings.batch_size)
+        force_mse, error = _batch_errors(
+            potential,
+            positions[part].to(settings.device),
+            forces[part].to(settings.device),
+            None if energies is None else energies[part].to(settings.device),
+            create_graph=False,
+        )
+        squared += float(force_mse.detach()) * forces[part].numel()
+        if error is not None:
+            errors.append(error.detach())
+    force_mse = squared / forces.numel()
+    if energies is None:
+        return force_mse, math.sqrt(force_mse), None
+    error = torch.cat(errors)
+    loss = _loss(torch.tensor(force_mse), error, settings.energy_weight, positions.shape[1])
+    return float(loss), math.sqrt(force_mse), float((error - error.mean()).square().mean().sqrt())
 
 
 def train_force_matching(
@@ -191,8 +267,11 @@ def train_force_matching(
     schnet : CGSchNet
         Trained in place.
     bead_types : torch.Tensor, shape (n,), int64
-    train, validation : (torch.Tensor, torch.Tensor)
-        Positions (M, n, 3) and target forces (M, n, 3), float32 (teacher minus priors).
+    train, validation : tuple of torch.Tensor
+        Positions (M, n, 3) and target forces (M, n, 3), float32 (teacher minus priors),
+        and optionally target energies (M,), float32 (teacher minus priors, kcal/mol): the
+        energy term of the loss (``settings.energy_weight``) and the ``val_energy_rmse``
+        column need them.
     settings : FitSettings
     log_path : str or os.PathLike, optional
         CSV file with one row per epoch (columns ``LOG_COLUMNS``), flushed every epoch.
@@ -212,7 +291,8 @@ def train_force_matching(
         optimizer, factor=settings.lr_factor, patience=settings.lr_patience
     )
     generator = torch.Generator().manual_seed(settings.seed)
-    positions, targets = train
+    positions, targets = train[0], train[1]
+    energies = train[2] if len(train) > 2 else None
     result = FitResult()
     best_loss, best_state = math.inf, None
     selecting = selector is not None and settings.select_every > 0
@@ -233,7 +313,12 @@ def train_force_matching(
             ):
                 pos = positions[batch].to(settings.device)
                 target = targets[batch].to(settings.device)
-                loss = (model_forces(potential, pos, create_graph=True) - target).square().mean()
+                force_mse, energy_error = _batch_errors(
+                    potential, pos, target,
+                    None if energies is None else energies[batch].to(settings.device),
+                    create_graph=True,
+                )
+                loss = _loss(force_mse, energy_error, settings.energy_weight, pos.shape[1])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
@@ -245,12 +330,15 @@ def train_force_matching(
                     result.stopped_by_time = True  # this epoch ends early, and training too
                     break
             schnet.eval()
-            val_loss = _mean_loss(potential, *validation, settings)
+            val_loss, val_force_rmse, val_energy_rmse = _validation(
+                potential, validation, settings
+            )
             row = {
                 "epoch": epoch,
                 "train_loss": total / seen,
                 "val_loss": val_loss,
-                "val_force_rmse": math.sqrt(val_loss),
+                "val_force_rmse": val_force_rmse,
+                "val_energy_rmse": val_energy_rmse,
                 "learning_rate": optimizer.param_groups[0]["lr"],
                 "seconds": time.perf_counter() - start,
             }

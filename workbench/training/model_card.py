@@ -72,8 +72,13 @@ def build_model_card(
             "stopped_by_time_limit": fit.stopped_by_time,
             "first_val_force_rmse": history[0]["val_force_rmse"] if history else None,
             "val_force_rmse": fit.best_val_force_rmse if history else None,
+            "val_energy_rmse": (
+                history[fit.best_epoch - 1].get("val_energy_rmse") if history else None
+            ),
             "final_learning_rate": history[-1]["learning_rate"] if history else None,
             "force_rmse_units": "kcal/mol/A",
+            "energy_rmse": "kcal/mol per frame, the mean error over the validation frames "
+            "removed (energies are known up to a constant)",
         },
         "validation": validation,
     }

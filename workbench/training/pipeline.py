@@ -2,7 +2,8 @@
 
 Teacher data are read from a file or generated in the same job; priors are fitted by
 Boltzmann inversion to the frames at ``prior_temperature``; CGSchNet is trained on the
-teacher forces minus the prior forces; the potential (SchNet + priors) is saved with
+teacher forces minus the prior forces (and, with an energy weight, on the teacher's energies
+minus the priors', up to a constant); the potential (SchNet + priors) is saved with
 :func:`~workbench.model.io.save_potential` as ``<out>/<protein>.pt`` with the model card
 ``<out>/<protein>.json`` and the epoch log ``<out>/<protein>.log.csv``.
 """
@@ -27,7 +28,8 @@ from workbench.training.force_matching import (
     LOG_COLUMNS,
     FitSettings,
     model_forces,
-    prior_forces,
+    potential_labels,
+    prior_labels,
     train_force_matching,
 )
 from workbench.training.model_card import build_model_card, write_model_card
@@ -92,8 +94,9 @@ def train_potential(
     ----------
     system : CGSystem
     teacher : Potential
-        The teacher that produced ``data`` (its metadata goes into the card; it is run
-        again only for the validation).
+        The teacher that produced ``data``: its metadata goes into the card, its energies
+        of the frames (less the priors') are the energy targets, and it is run again for
+        the selection and the validation.
     data : dict
         ``positions``, ``forces`` (M, n, 3) and ``temperature`` (M,), float32.
     settings : TrainSettings
@@ -127,9 +130,11 @@ def train_potential(
         priors = dict(start.priors)
         prior_settings = {"method": f"kept from {settings.start_from}", "terms": list(priors)}
     device = settings.fit.device
-    residual = data["forces"] - prior_forces(
+    prior_energy, prior_force = prior_labels(
         system.bead_types, priors, data["positions"], device=device
     )
+    teacher_energy = potential_labels(teacher, data["positions"], device=device)[0]
+    targets = (data["positions"], data["forces"] - prior_force, teacher_energy - prior_energy)
     train, val = split_indices(
         data["positions"].shape[0], settings.validation_fraction, settings.fit.seed
     )
@@ -158,8 +163,8 @@ def train_potential(
     fit = train_force_matching(
         schnet,
         system.bead_types,
-        (data["positions"][train], residual[train]),
-        (data["positions"][val], residual[val]),
+        tuple(t[train] for t in targets),
+        tuple(t[val] for t in targets),
         settings.fit,
         log_path=out / f"{system.name}.log.csv",
         progress=settings.progress,
@@ -181,6 +186,7 @@ def train_potential(
         card = build_model_card(
             system.name, teacher.metadata, data, schnet.config, fit, prior_settings, validation
         )
+        card["training"]["energy_weight"] = settings.fit.energy_weight
         if start is not None:
             card["training"]["continued_from"] = {
                 "model": str(settings.start_from), "epochs_before": len(earlier_log)
