@@ -88,7 +88,8 @@ def main(argv=None):
                                (torch.ones_like(d),))
         werr = float((w - w_exact).abs().max() / w_exact.abs().max())
         dwerr = float((dw - dw_exact).abs().max() / dw_exact.abs().max())
-        print(f"table G={G:5d} h={rc / (G - 1):.4f} A  {table.coeffs.numel() * 4 / 2**20:.1f} MiB"
+        mib = sum(t.numel() * t.element_size() for t in (table.coeffs01, table.coeffs23)) / 2**20
+        print(f"table G={G:5d} h={rc / (G - 1):.4f} A  {mib:.1f} MiB"
               f"  max|dW|/max|W| {werr:.1e}  max|dW'|/max|W'| {dwerr:.1e}  vs MLP: "
               f"{_errs(tab, exact)}", flush=True)
     table = tables[max(tables)]

@@ -11,7 +11,24 @@ Hermite interpolant, stored per interval ``k`` as the coefficients of the cubic 
 
 ``W = 0`` for ``d >= r_c``. Forces are the exact gradient of the interpolated energy, so MD
 with a table conserves the energy of the interpolated model. The interpolant is C1 (values
-and slopes match at the grid points); its error is ``h^4 max|W''''| / 384``.
+and slopes match at the grid points) up to the rounding of the stored coefficients; its
+error is ``h^4 max|W''''| / 384`` plus that rounding.
+
+Storage (12 F bytes per interval): ``c0 = W(kh)`` and ``c1 = h W'(kh)`` in float32
+(``coeffs01``); ``c2 ~ h^2 W''/2`` and ``c3 ~ h^3 W'''/6`` in float16 (``coeffs23``),
+divided by a power of two per feature column (``scale23``) that puts the column's largest
+Hermite |c2|, |c3| in ``[2^14, 2^15)``. So nothing overflows (fp16 max 65504, whatever the
+filter's magnitude), and values down to ``2^-29`` of the column's largest stay normal (no
+precision lost to subnormals; a per-table scale would lose small columns). Scaling by a
+power of two is exact: the kernels and `evaluate_table` use the same numbers,
+``c = float(q) * s``, and all arithmetic is FP32. ``c2`` is rounded first (relative error
+<= 2^-11); ``c3`` is then computed from the stored ``c1``, ``c2`` so that the slope at the
+interval's right end, ``(c1 + 2 c2 + 3 c3)/h``, stays the grid slope (up to the rounding
+of ``c3``, ~100x below that of ``c2`` at h = 0.005 A). That keeps ``W'``
+continuous at the grid points and its error inside an interval at ``2 t (1 - t) |dc2| / h
+<= 2^-13 h |W''|``, a quarter of what rounding ``c3`` on its own gives. The value error,
+``|dc2| / 3`` at the right end, is of the order of the float32 rounding of ``c0`` at
+h = 0.005 A.
 
 For every edge ``e = (src j -> dst i)``::
 
@@ -20,7 +37,8 @@ For every edge ``e = (src j -> dst i)``::
 Forward (`_tab_fwd_kernel`): one program owns one destination node, i.e. its segment of
 the destination-grouped CSR, and streams its edges in tiles of ``BLOCK_E``. Per tile: gather
 positions, distance (FP32), interval and ``t``, the four coefficient rows ``[BLOCK_E, F]``
-(L2-resident: the table is ``(G-1) * 4 * F * 4`` bytes, 3.9 MiB at G = 2001, F = 128),
+(one edge reads ``2 * 4 F + 2 * 2 F = 12 F`` bytes, 1.5 KiB at F = 128, instead of 16 F in
+float32; L2-resident: the table is ``(G-1) * 12 * F`` bytes, 2.9 MiB at G = 2001, F = 128),
 Horner, and the product with the gathered ``xs[src]`` rows, added into a ``[BLOCK_E, F]``
 FP32 register accumulator that is summed over its lanes once at the end and written once:
 no atomics, deterministic. Edges with ``d >= r_c`` load neither table rows nor ``xs``.
@@ -28,8 +46,9 @@ no atomics, deterministic. Edges with ``d >= r_c`` load neither table rows nor `
 2.6-3x slower here: see docs/KERNELS-NOTES.md.)
 
 Backward (`_tab_bwd_kernel`), given ``grad_u [N, F]``: one program owns one *source* node
-``j`` (its segment of the source-grouped CSR) and keeps ``xs[j]`` in registers. Per tile it
-evaluates ``W`` and ``W'`` from the same four coefficient rows and produces both
+``j`` (its segment of the source-grouped CSR) and keeps ``xs[j]`` in registers (both
+kernels also keep the ``[F]`` scales of c2, c3 there). Per tile it evaluates ``W`` and
+``W'`` from the same four coefficient rows and produces both
 
 * ``grad_xs[j] = sum_{e: src_e = j} grad_u[dst_e] * W(d_e)`` (register accumulator as in
   the forward, written once), and
@@ -61,12 +80,20 @@ __all__ = ["FilterTable", "build_filter_table", "tabulate_filter", "evaluate_tab
 class FilterTable:
     """A filter ``W(d)`` in ``R^F`` as a piecewise cubic on a uniform grid.
 
+    Per interval ``k`` (``d`` in ``[k h, (k+1) h)``) the cubic is
+    ``W = ((c3 t + c2) t + c1) t + c0`` with ``t = d/h - k``; ``c0``, ``c1`` are stored in
+    float32, ``c2``, ``c3`` in float16 scaled per feature (see the module docstring).
+
     Attributes
     ----------
-    coeffs : Tensor, float32 [G - 1, 4, F]
-        Per interval ``k`` (``d`` in ``[k h, (k+1) h)``), the coefficients ``c0 .. c3`` of
-        ``W = ((c3 t + c2) t + c1) t + c0`` with ``t = d/h - k``. Contiguous: the four rows an
-        edge needs are one 16 F-byte block.
+    coeffs01 : Tensor, float32 [G - 1, 2, F]
+        ``c0``, ``c1`` per interval. Contiguous: an edge's two rows are one 8 F-byte block.
+    coeffs23 : Tensor, float16 [G - 1, 2, F]
+        ``c2 / scale23``, ``c3 / scale23`` per interval (max-abs per feature about
+        ``2^14 .. 2^15``). Contiguous: an edge's two rows are one 4 F-byte block.
+    scale23 : Tensor, float32 [F]
+        Powers of two: ``c2 = coeffs23[:, 0] * scale23``, ``c3 = coeffs23[:, 1] * scale23``
+        (exact in float32).
     spacing : float
         Grid spacing ``h`` (A).
     cutoff : float
@@ -75,7 +102,9 @@ class FilterTable:
         ``F``.
     """
 
-    coeffs: torch.Tensor
+    coeffs01: torch.Tensor
+    coeffs23: torch.Tensor
+    scale23: torch.Tensor
     spacing: float
     cutoff: float
     num_features: int
@@ -83,7 +112,7 @@ class FilterTable:
     @property
     def num_intervals(self) -> int:
         """``G - 1``."""
-        return self.coeffs.shape[0]
+        return self.coeffs01.shape[0]
 
 
 def build_filter_table(values, slopes, spacing: float, cutoff: float) -> FilterTable:
@@ -103,8 +132,10 @@ def build_filter_table(values, slopes, spacing: float, cutoff: float) -> FilterT
     Returns
     -------
     FilterTable
-        Coefficients computed in float64 and stored as float32 ``[G - 1, 4, F]``; detached
-        (the table never receives gradients).
+        Coefficients computed in float64; ``c0``, ``c1`` stored in float32, ``c2`` rounded to
+        float16 (after the per-feature power-of-two scaling), then ``c3`` from the rounded
+        ``c2`` and the slope at the interval's right end, rounded likewise. Detached (the
+        table never receives gradients).
     """
     if values.ndim != 2 or values.shape != slopes.shape or values.shape[0] < 2:
         raise ValueError(f"values and slopes must both be [G >= 2, F]; got "
@@ -116,9 +147,18 @@ def build_filter_table(values, slopes, spacing: float, cutoff: float) -> FilterT
         v = values.detach().double()
         m = slopes.detach().double() * spacing
         p0, p1, m0, m1 = v[:-1], v[1:], m[:-1], m[1:]
-        coeffs = torch.stack([p0, m0, 3.0 * (p1 - p0) - 2.0 * m0 - m1,
-                              2.0 * (p0 - p1) + m0 + m1], dim=1)
-    return FilterTable(coeffs.float().contiguous(), float(spacing), float(cutoff), F)
+        coeffs01 = torch.stack([p0, m0], dim=1).float()
+        c2 = 3.0 * (p1 - p0) - 2.0 * m0 - m1
+        c3 = 2.0 * (p0 - p1) + m0 + m1
+        big = torch.maximum(c2.abs(), c3.abs()).amax(0)
+        scale = torch.ldexp(torch.ones_like(big), torch.frexp(big).exponent - 15)
+        q2 = (c2 / scale).half()
+        # c3 that keeps the right-end slope c1 + 2 c2 + 3 c3 = m1 with the stored c1 and c2:
+        # it moves by less than 2^-11 of the column's largest, far inside fp16's range
+        c3 = (m1 - coeffs01[:, 1].double() - 2.0 * q2.double() * scale) / 3.0
+        coeffs23 = torch.stack([q2, (c3 / scale).half()], dim=1)
+    return FilterTable(coeffs01.contiguous(), coeffs23.contiguous(), scale.float(),
+                       float(spacing), float(cutoff), F)
 
 
 def tabulate_filter(fn, num_points: int, cutoff: float, device=None) -> FilterTable:
@@ -144,26 +184,29 @@ def tabulate_filter(fn, num_points: int, cutoff: float, device=None) -> FilterTa
 
 
 @triton.jit
-def _table_eval(coef_ptr, d, valid, inv_h, num_intervals, F: tl.constexpr):
+def _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, F: tl.constexpr):
     """``W(d)`` and ``W'(d)`` ([BLOCK_E, F] each; zero where not ``valid``).
 
-    ``coef_ptr``: float32 [G-1, 4, F]; ``d``: [BLOCK_E] distances >= 0; ``valid``:
-    [BLOCK_E] lanes to evaluate (in a segment and ``d < r_c``); ``inv_h = 1/h``;
-    ``num_intervals = G - 1``. A caller that ignores ``W'`` pays nothing (the compiler removes it).
+    ``c01_ptr``: float32 [G-1, 2, F] (c0, c1); ``c23_ptr``: float16 [G-1, 2, F] (c2, c3
+    over ``scale23``); ``scale23``: float32 [1, F] registers (powers of two); ``d``:
+    [BLOCK_E] distances >= 0; ``valid``: [BLOCK_E] lanes to evaluate (in a segment and
+    ``d < r_c``); ``inv_h = 1/h``; ``num_intervals = G - 1``. The half-precision rows are
+    converted to FP32 and the scale applied after their Horner step (exact: a power of two).
+    A caller that ignores ``W'`` pays nothing (the compiler removes it).
     """
     x = tl.minimum(d * inv_h, num_intervals)
     k = tl.minimum(x.to(tl.int32), num_intervals - 1)  # d >= 0: truncation is floor
     t = (x - k.to(tl.float32))[:, None]
-    row = coef_ptr + (k.to(tl.int64) * 4 * F)[:, None] + tl.arange(0, F)[None, :]
+    off = (k.to(tl.int64) * 2 * F)[:, None] + tl.arange(0, F)[None, :]
     m = valid[:, None]
-    c3 = tl.load(row + 3 * F, mask=m, other=0.0)
-    c2 = tl.load(row + 2 * F, mask=m, other=0.0)
-    w = c3 * t + c2
-    dw = 3.0 * c3 * t + 2.0 * c2
-    c1 = tl.load(row + F, mask=m, other=0.0)
+    c3 = tl.load(c23_ptr + off + F, mask=m, other=0.0).to(tl.float32)
+    c2 = tl.load(c23_ptr + off, mask=m, other=0.0).to(tl.float32)
+    w = (c3 * t + c2) * scale23
+    dw = (3.0 * c3 * t + 2.0 * c2) * scale23
+    c1 = tl.load(c01_ptr + off + F, mask=m, other=0.0)
     w = w * t + c1
     dw = (dw * t + c1) * inv_h
-    w = w * t + tl.load(row, mask=m, other=0.0)
+    w = w * t + tl.load(c01_ptr + off, mask=m, other=0.0)
     return w, dw
 
 
@@ -188,26 +231,29 @@ _INTERPRET_CONFIG = _cfg(16, 4)
 
 @triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
 @triton.jit
-def _tab_fwd_kernel(pos_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, coef_ptr, out_ptr, num_nodes,
-                    num_intervals, inv_h, cutoff, F: tl.constexpr, BLOCK_E: tl.constexpr):
+def _tab_fwd_kernel(pos_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_ptr, scale_ptr,
+                    out_ptr, num_nodes, num_intervals, inv_h, cutoff, F: tl.constexpr,
+                    BLOCK_E: tl.constexpr):
     """``out[i] = sum_{e in dst segment i} xs[src_e] * W(d_e)``, one program per node ``i``.
 
     pos_ptr: float32 [P, 3]; xs_ptr: float32/float16/bfloat16 [P', F]; src_ptr: int64 [E];
     ptr_ptr, perm_ptr: int32 destination CSR (``dst_ptr [N+1]``, ``dst_perm [E]``);
-    coef_ptr: float32 [G-1, 4, F]; out_ptr: float32 [N, F]; num_nodes: N (autotune key);
-    num_intervals: G-1; inv_h: 1/h; cutoff: r_c; F: feature width (power of two);
-    BLOCK_E: edges per tile. Messages accumulate per tile lane in FP32 registers and are
-    summed over the lanes once, at the end.
+    c01_ptr, c23_ptr, scale_ptr: the table (`FilterTable` coeffs01 float32 [G-1, 2, F],
+    coeffs23 float16 [G-1, 2, F], scale23 float32 [F]); out_ptr: float32 [N, F];
+    num_nodes: N (autotune key); num_intervals: G-1; inv_h: 1/h; cutoff: r_c; F: feature
+    width (power of two); BLOCK_E: edges per tile. Messages accumulate per tile lane in FP32
+    registers and are summed over the lanes once, at the end.
     """
     node = tl.program_id(0).to(tl.int64)
     end = tl.load(ptr_ptr + node + 1)
     f = tl.arange(0, F)
+    scale23 = tl.load(scale_ptr + f)[None, :]
     acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
     for p0 in range(tl.load(ptr_ptr + node), end, BLOCK_E):
         pmask, e, j = _edge_tile(perm_ptr, src_ptr, p0, end, BLOCK_E)
         _, _, _, d = edge_vector(pos_ptr, j * 0 + node, j, pmask)
         valid = pmask & (d < cutoff)
-        w, _ = _table_eval(coef_ptr, d, valid, inv_h, num_intervals, F)
+        w, _ = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, F)
         x = tl.load(xs_ptr + j.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
                     other=0.0)
         acc += x.to(tl.float32) * w
@@ -216,27 +262,29 @@ def _tab_fwd_kernel(pos_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, coef_ptr, out_p
 
 @triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
 @triton.jit
-def _tab_bwd_kernel(pos_ptr, xs_ptr, gu_ptr, dst_ptr, ptr_ptr, perm_ptr, coef_ptr, gxs_ptr,
-                    g_ptr, num_nodes, num_intervals, inv_h, cutoff, F: tl.constexpr,
-                    BLOCK_E: tl.constexpr):
+def _tab_bwd_kernel(pos_ptr, xs_ptr, gu_ptr, dst_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_ptr,
+                    scale_ptr, gxs_ptr, g_ptr, num_nodes, num_intervals, inv_h, cutoff,
+                    F: tl.constexpr, BLOCK_E: tl.constexpr):
     """``grad_xs[j]`` and ``g_e = dE/dd_e`` of the edges out of ``j``, one program per ``j``.
 
     pos_ptr: float32 [P, 3]; xs_ptr: float32/float16/bfloat16 [P', F]; gu_ptr: float32
     grad_u [N, F]; dst_ptr: int64 [E]; ptr_ptr, perm_ptr: int32 source CSR (``src_ptr``,
-    ``src_perm``); coef_ptr: float32 [G-1, 4, F]; gxs_ptr: grad_xs [P', F] in xs's dtype
-    (rows < N written); g_ptr: float32 [E] (edges in a segment written, 0 for d >= r_c);
-    num_nodes, num_intervals, inv_h, cutoff, F, BLOCK_E: as in `_tab_fwd_kernel`.
+    ``src_perm``); c01_ptr, c23_ptr, scale_ptr: the table, as in `_tab_fwd_kernel`;
+    gxs_ptr: grad_xs [P', F] in xs's dtype (rows < N written); g_ptr: float32 [E] (edges in
+    a segment written, 0 for d >= r_c); num_nodes, num_intervals, inv_h, cutoff, F, BLOCK_E:
+    as in `_tab_fwd_kernel`.
     """
     node = tl.program_id(0).to(tl.int64)
     end = tl.load(ptr_ptr + node + 1)
     f = tl.arange(0, F)
     x = tl.load(xs_ptr + node * F + f).to(tl.float32)[None, :]
+    scale23 = tl.load(scale_ptr + f)[None, :]
     acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
     for p0 in range(tl.load(ptr_ptr + node), end, BLOCK_E):
         pmask, e, i = _edge_tile(perm_ptr, dst_ptr, p0, end, BLOCK_E)
         _, _, _, d = edge_vector(pos_ptr, i, i * 0 + node, pmask)
         valid = pmask & (d < cutoff)
-        w, dw = _table_eval(coef_ptr, d, valid, inv_h, num_intervals, F)
+        w, dw = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, F)
         gu = tl.load(gu_ptr + i.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
                      other=0.0)
         tl.store(g_ptr + e, tl.sum(gu * x * dw, axis=1), mask=pmask)
@@ -250,9 +298,14 @@ def _check(xs, table: FilterTable):
     if width != table.num_features or width < 16 or width & (width - 1):
         raise ValueError(f"tabulated_cfconv needs F a power of two >= 16 matching the table; "
                          f"got xs width {width}, table width {table.num_features}")
-    if table.coeffs.dtype != torch.float32 or not table.coeffs.is_contiguous():
-        raise ValueError("table coefficients must be contiguous float32 [G-1, 4, F]")
-    check_no_grad("tabulated_cfconv", coeffs=table.coeffs)
+    for name, dtype in (("coeffs01", torch.float32), ("coeffs23", torch.float16),
+                        ("scale23", torch.float32)):
+        t = getattr(table, name)
+        if t.dtype != dtype or not t.is_contiguous() or t.shape[-1] != width:
+            raise ValueError(f"table {name} must be contiguous {dtype} with {width} features "
+                             f"(build it with build_filter_table)")
+    check_no_grad("tabulated_cfconv", coeffs01=table.coeffs01, coeffs23=table.coeffs23,
+                  scale23=table.scale23)
 
 
 def _launch(kernel, config, num_nodes, args):
@@ -267,8 +320,9 @@ def _launch(kernel, config, num_nodes, args):
 
 
 def _table_args(table: FilterTable) -> dict:
-    return dict(coef_ptr=table.coeffs, num_intervals=table.num_intervals,
-                inv_h=1.0 / table.spacing, cutoff=table.cutoff, F=table.num_features)
+    return dict(c01_ptr=table.coeffs01, c23_ptr=table.coeffs23, scale_ptr=table.scale23,
+                num_intervals=table.num_intervals, inv_h=1.0 / table.spacing,
+                cutoff=table.cutoff, F=table.num_features)
 
 
 class _TabulatedCFConv(torch.autograd.Function):
@@ -336,7 +390,8 @@ def evaluate_table(table: FilterTable, d):
     ----------
     table : FilterTable
     d : Tensor, float [M]
-        Distances ``>= 0``; the float32 coefficients are evaluated in ``d.dtype``.
+        Distances ``>= 0``; the stored coefficients (``c2``, ``c3`` rescaled exactly from
+        float16, as in the kernels) are evaluated in ``d.dtype``.
 
     Returns
     -------
@@ -345,7 +400,8 @@ def evaluate_table(table: FilterTable, d):
     x = (d / table.spacing).clamp(max=table.num_intervals)
     k = x.detach().floor().long().clamp(0, table.num_intervals - 1)
     t = (x - k.to(d.dtype))[:, None]
-    c0, c1, c2, c3 = table.coeffs.to(d.dtype)[k].unbind(1)
+    c0, c1 = table.coeffs01.to(d.dtype)[k].unbind(1)
+    c2, c3 = (table.coeffs23.to(d.dtype)[k] * table.scale23.to(d.dtype)).unbind(1)
     w = ((c3 * t + c2) * t + c1) * t + c0
     return torch.where((d < table.cutoff)[:, None], w, 0.0)
 
@@ -353,7 +409,7 @@ def evaluate_table(table: FilterTable, d):
 def tabulated_cfconv_reference(pos, xs, src, dst, csr: GraphCSR, table: FilterTable):
     """PyTorch reference of `tabulated_cfconv` (autograd; materialises E x F).
 
-    Computes in ``pos.dtype`` (float64 inputs give a float64 evaluation of the same float32
+    Computes in ``pos.dtype`` (float64 inputs give a float64 evaluation of the same stored
     table, for finite-difference checks) with `evaluate_table`.
     """
     valid = valid_edge_mask(csr)
