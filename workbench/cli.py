@@ -204,6 +204,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--equilibration", type=int, default=5000)
     train.add_argument("--prior-temperature", type=float, default=None)
     train.add_argument("--prior-grouping", default="term", choices=["term", "type"])
+    train.add_argument(
+        "--repulsion", default="power", choices=["power", "cutoff"],
+        help="fitted repulsion: (σ/r)^6 at all distances, or shifted to zero at 1.25 σ",
+    )
     train.add_argument("--hidden", type=int, default=128)
     train.add_argument("--filters", type=int, default=128)
     train.add_argument("--blocks", type=int, default=3)
@@ -642,6 +646,7 @@ def cmd_train(args) -> int:
         validation_fraction=args.val_fraction,
         prior_temperature=args.prior_temperature,
         prior_grouping=args.prior_grouping,
+        prior_repulsion=args.repulsion,
         validate_steps=args.validate_steps,
         validate_replicas=args.validate_replicas,
         validate_temperatures=_floats(args.validate_temperatures),

@@ -16,6 +16,7 @@ from helpers import (
 )
 
 from workbench.model import (
+    CutoffRepulsion,
     FourierDihedrals,
     HarmonicAngles,
     HarmonicBonds,
@@ -46,13 +47,15 @@ def random_priors(seed: int = 0) -> dict[str, torch.nn.Module]:
         "FourierDihedrals": FourierDihedrals(sys.dihedrals, k1s=rand(nd, 3, lo=-1, hi=1),
                                              k2s=rand(nd, 3, lo=-1, hi=1), v0=rand(nd)),
         "Repulsion": Repulsion(pairs, sigma=rand(len(pairs), lo=2.5, hi=3.5)),
+        "CutoffRepulsion": CutoffRepulsion(pairs, sigma=rand(len(pairs), lo=2.5, hi=3.5),
+                                           cutoff=rand(len(pairs), lo=6.0, hi=9.0)),
         "NativeContacts": NativeContacts(pairs[:40], r0=rand(40, lo=4.0, hi=6.0),
                                          epsilon=rand(40, lo=0.2, hi=1.0)),
     }
 
 
 CORE_PRIORS = ("HarmonicBonds", "HarmonicAngles", "FourierDihedrals", "Repulsion",
-               "NativeContacts")
+               "CutoffRepulsion", "NativeContacts")
 
 
 def test_core_prior_classes_are_registered_for_loading():
@@ -112,6 +115,27 @@ def test_repulsion_is_inverse_sixth_power():
     pos = torch.tensor([[[0.0, 0.0, 0.0], [3.0, 0.0, 0.0], [0.0, 0.0, 6.0]]])
     rep = Repulsion(torch.tensor([[0, 1], [0, 2]]), sigma=torch.tensor([1.5, 3.0]))
     torch.testing.assert_close(rep(pos), torch.tensor([0.5**6 + 0.5**6]))
+
+
+def test_cutoff_repulsion_is_shifted_to_zero_at_its_cutoff():
+    sigma, cutoff = 3.0, 4.0
+    rep = CutoffRepulsion(torch.tensor([[0, 1]]), sigma=torch.tensor([sigma]),
+                          cutoff=torch.tensor([cutoff])).double()
+
+    def energy(r):
+        pos = torch.zeros(1, 2, 3, dtype=torch.float64)
+        pos[0, 1, 0] = r
+        return float(rep(pos)[0])
+
+    edge = (sigma / cutoff) ** 6
+    assert energy(2.5) == pytest.approx(
+        (sigma / 2.5) ** 6 - edge + 6 * edge * (2.5 - cutoff) / cutoff, rel=1e-12
+    )
+    assert energy(cutoff + 1e-9) == 0.0 and energy(7.0) == 0.0
+    h = 1e-6  # energy and slope continuous at the cutoff
+    assert abs(energy(cutoff - h)) < 1e-9
+    assert abs(energy(cutoff - h) - energy(cutoff - 2 * h)) < 1e-10
+    assert energy(sigma) > 0.0 and energy(2.0) > energy(sigma)
 
 
 def test_native_contact_well_minimum():

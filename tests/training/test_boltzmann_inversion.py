@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from helpers import tiny_system
 
+from workbench.model.geometry import bond_lengths
 from workbench.teacher import teacher_potential
 from workbench.training.boltzmann_inversion import (
+    REPULSION_RANGE,
     closest_approach,
     fit_fourier,
     fit_harmonic,
@@ -64,3 +67,22 @@ def test_priors_fitted_to_teacher_frames():
     closest = closest_approach(data["positions"], priors["repulsion"].index)
     assert torch.equal(sigma, closest.float())
     assert (sigma > 2.0).all()
+
+
+def test_cutoff_repulsion_form_adds_little_at_the_data():
+    sys = tiny_system()
+    data = generate_teacher_data(sys, teacher_potential(sys), [300.0], 4, 200, 10, seed=0)
+    power = fit_priors(sys, data["positions"], 300.0)["repulsion"]
+    cutoff = fit_priors(sys, data["positions"], 300.0, repulsion="cutoff")["repulsion"]
+    assert type(cutoff).__name__ == "CutoffRepulsion"
+    assert torch.equal(cutoff.sigma, power.sigma)
+    torch.testing.assert_close(cutoff.cutoff, REPULSION_RANGE * power.sigma)
+    # pairs beyond 1.25 σ add nothing, and no pair adds more than under the power form
+    terms, distances = cutoff.term_energies(data["positions"]), bond_lengths(
+        data["positions"], cutoff.index
+    )
+    far = distances >= cutoff.cutoff
+    assert far.any() and bool((terms[far] == 0).all())
+    assert bool((terms <= power.term_energies(data["positions"]) + 1e-6).all())
+    with pytest.raises(ValueError, match="repulsion must be one of"):
+        fit_priors(sys, data["positions"], 300.0, repulsion="soft")

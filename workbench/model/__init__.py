@@ -4,6 +4,7 @@ from workbench.model import extra_priors  # noqa: F401  (registers its prior cla
 from workbench.model.io import ModelFormatError, load_potential, save_potential
 from workbench.model.potential import Potential
 from workbench.model.priors import (
+    CutoffRepulsion,
     FourierDihedrals,
     HarmonicAngles,
     HarmonicBonds,
@@ -14,6 +15,7 @@ from workbench.model.schnet import CGSchNet, SchNetConfig
 
 __all__ = [
     "CGSchNet",
+    "CutoffRepulsion",
     "FourierDihedrals",
     "HarmonicAngles",
     "HarmonicBonds",

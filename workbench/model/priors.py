@@ -116,6 +116,26 @@ class Repulsion(PriorTerm):
         return (self.sigma / bond_lengths(pos, self.index)) ** 6
 
 
+class CutoffRepulsion(PriorTerm):
+    """``(σ/r)⁶`` shifted and force-shifted to zero at ``r_x``, zero beyond it.
+
+    ``E = (σ/r)⁶ − (σ/r_x)⁶ + 6 (σ/r_x)⁶ (r − r_x)/r_x`` for ``r < r_x`` (energy and force
+    continuous at ``r_x``; the form of mlcg's ``CutoffRepulsion``). Buffers ``sigma`` and
+    ``cutoff`` (= ``r_x``), Å, shape (P,). Unlike :class:`Repulsion` it adds nothing at
+    distances beyond ``r_x``, so a network trained on top of it need not cancel a
+    long-ranged background.
+    """
+
+    order = 2
+    parameter_names = ("sigma", "cutoff")
+
+    def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
+        r = bond_lengths(pos, self.index)
+        edge6 = (self.sigma / self.cutoff) ** 6
+        energy = (self.sigma / r) ** 6 - edge6 + 6.0 * edge6 * (r - self.cutoff) / self.cutoff
+        return torch.where(r < self.cutoff, energy, torch.zeros_like(energy))
+
+
 class NativeContacts(PriorTerm):
     """12–10 wells at native distances: ``E = ε [5 (r0/r)¹² − 6 (r0/r)¹⁰]``.
 
@@ -135,7 +155,10 @@ class NativeContacts(PriorTerm):
 #: Prior classes by name, for saving and loading.
 PRIOR_CLASSES: dict[str, type[PriorTerm]] = {
     cls.__name__: cls
-    for cls in (HarmonicBonds, HarmonicAngles, FourierDihedrals, Repulsion, NativeContacts)
+    for cls in (
+        HarmonicBonds, HarmonicAngles, FourierDihedrals, Repulsion, CutoffRepulsion,
+        NativeContacts,
+    )
 }
 
 

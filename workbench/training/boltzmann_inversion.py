@@ -4,7 +4,8 @@ The free energy of a feature x is ``F(x) = −kT ln p(x)``, estimated from a his
 Bonds are fitted by ``k (r − x0)²`` and angles by ``k (cos θ − x0)²`` (weighted least
 squares, each bin weighted by its count), dihedrals by a Fourier series in φ, and the
 repulsion radius σ of a non-bonded pair is its closest approach in the data (its
-repulsion ``(σ/r)⁶`` is then 1 kcal/mol there). Parameters are fitted per term or per
+repulsion ``(σ/r)⁶`` is then 1 kcal/mol there; the ``"cutoff"`` form shifts that to zero
+at ``REPULSION_RANGE · σ``). Parameters are fitted per term or per
 class of terms (terms whose bead types agree, in either direction), pooling the samples
 of a class.
 """
@@ -17,6 +18,7 @@ import torch
 
 from workbench.model.geometry import angle_cosines, bond_lengths, torsions
 from workbench.model.priors import (
+    CutoffRepulsion,
     FourierDihedrals,
     HarmonicAngles,
     HarmonicBonds,
@@ -26,6 +28,14 @@ from workbench.model.priors import (
 from workbench.system.cg_system import CGSystem
 from workbench.system.topology import nonbonded_pairs
 from workbench.units import KB
+
+#: Forms of the fitted repulsion: ``"power"`` (σ/r)⁶ over all distances, ``"cutoff"`` the
+#: same shifted to zero at ``REPULSION_RANGE · σ`` (:class:`CutoffRepulsion`).
+REPULSION_FORMS = ("power", "cutoff")
+
+#: ``r_x / σ`` of the ``"cutoff"`` repulsion (its energy at σ is then 0.42 kcal/mol). On
+#: CLN025 teacher frames it sums to ~2 kcal/mol where the power form sums to ~98.
+REPULSION_RANGE = 1.25
 
 #: Ways to group terms whose samples are pooled for one fit.
 GROUPINGS = ("term", "type")
@@ -247,6 +257,7 @@ def fit_priors(
     grouping: str = "term",
     bins: int = 60,
     dihedral_degree: int = 3,
+    repulsion: str = "power",
 ) -> dict[str, PriorTerm]:
     """Bond, angle, dihedral and repulsion priors of ``system`` fitted to sampled frames.
 
@@ -263,6 +274,8 @@ def fit_priors(
     bins : int
         Histogram bins of the harmonic fits (the dihedral fit uses 72 over 2π).
     dihedral_degree : int
+    repulsion : {"power", "cutoff"}
+        Form of the repulsion (``REPULSION_FORMS``).
 
     Returns
     -------
@@ -270,6 +283,8 @@ def fit_priors(
         ``bonds``, ``angles``, ``dihedrals``, ``repulsion`` (pairs of
         :func:`~workbench.system.topology.nonbonded_pairs`).
     """
+    if repulsion not in REPULSION_FORMS:
+        raise ValueError(f"repulsion must be one of {REPULSION_FORMS}, got {repulsion!r}")
     kT = KB * float(temperature)
     positions = positions.detach().cpu()
     types = system.bead_types.cpu()
@@ -285,9 +300,11 @@ def fit_priors(
         phi, kT, term_groups(types, system.dihedrals, grouping), dihedral_degree
     )
     pairs = nonbonded_pairs(system)
+    sigma = closest_approach(positions, pairs)
     return {
         "bonds": HarmonicBonds(system.bonds, x0=bond_x0, k=bond_k),
         "angles": HarmonicAngles(system.angles, x0=angle_x0, k=angle_k),
         "dihedrals": FourierDihedrals(system.dihedrals, k1s=k1s, k2s=k2s, v0=v0),
-        "repulsion": Repulsion(pairs, sigma=closest_approach(positions, pairs)),
+        "repulsion": Repulsion(pairs, sigma=sigma) if repulsion == "power"
+        else CutoffRepulsion(pairs, sigma=sigma, cutoff=REPULSION_RANGE * sigma),
     }

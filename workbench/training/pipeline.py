@@ -49,6 +49,8 @@ class TrainSettings:
     prior_temperature : float or None
         Frames at this temperature (K) feed the Boltzmann inversion; None: the lowest.
     prior_grouping : {"term", "type"}
+    prior_repulsion : {"power", "cutoff"}
+        Form of the fitted repulsion (:func:`~workbench.training.boltzmann_inversion.fit_priors`).
     validate_steps : int
         Steps of the teacher-vs-model validation runs (0: none).
     validate_replicas : int
@@ -72,6 +74,7 @@ class TrainSettings:
     validation_fraction: float = 0.1
     prior_temperature: float | None = None
     prior_grouping: str = "term"
+    prior_repulsion: str = "power"
     validate_steps: int = 0
     validate_replicas: int = 32
     validate_temperatures: list[float] = field(default_factory=lambda: [300.0])
@@ -118,12 +121,14 @@ def train_potential(
     start = _starting_model(settings.start_from, system, teacher)
     if start is None:
         priors = fit_priors(
-            system, data["positions"][at_prior_t], prior_t, grouping=settings.prior_grouping
+            system, data["positions"][at_prior_t], prior_t, grouping=settings.prior_grouping,
+            repulsion=settings.prior_repulsion,
         )
         prior_settings = {
             "method": "Boltzmann inversion",
             "temperature_K": prior_t,
             "grouping": settings.prior_grouping,
+            "repulsion": settings.prior_repulsion,
             "terms": list(priors),
         }
     else:
