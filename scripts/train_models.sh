@@ -6,6 +6,7 @@
 #       protein with the whole GPU, eight times the teacher data, larger batches
 #   SAMPLER=1 ...  # also frames the shipped model samples, labelled by the teacher
 #   SAMPLER=1 SAMPLER_START=runs/cln025-5ns SAMPLER_REPLICAS=256 SAMPLER_STEPS=6000 ...
+#   FROM=runs/m4 CONTINUE=1 SAMPLER=1 ...  # continue (and sample with) the model in runs/m4
 #       # ... sampled from where a long run of the model drifted (its checkpoint)
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
 # time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data
@@ -20,10 +21,13 @@ export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 train() {  # protein, training seconds, extra arguments
   local protein=$1 limit=$2
   shift 2
-  # CONTINUE=1: continue the shipped model (weights, priors, epoch log) instead of a new one
-  [ -n "${CONTINUE:-}" ] && set -- "$@" --start-from "workbench/models/data/$protein.pt"
-  # SAMPLER=1: add as many frames sampled by the shipped model, labelled by the teacher
-  [ -n "${SAMPLER:-}" ] && set -- "$@" --sampler "workbench/models/data/$protein.pt"
+  # CONTINUE=1: continue the shipped model (weights, priors, epoch log) instead of a new one;
+  # FROM=DIR: the models in DIR (<protein>.pt, .log.csv) instead of the shipped ones, for
+  # CONTINUE and SAMPLER alike (a round of training on what the last round's model samples)
+  local from=${FROM:-workbench/models/data}
+  [ -n "${CONTINUE:-}" ] && set -- "$@" --start-from "$from/$protein.pt"
+  # SAMPLER=1: add as many frames sampled by that model, labelled by the teacher
+  [ -n "${SAMPLER:-}" ] && set -- "$@" --sampler "$from/$protein.pt"
   # SAMPLER_START=RUN: the sampler starts from where that run of the model went (checkpoint)
   [ -n "${SAMPLER_START:-}" ] && set -- "$@" --sampler-start "$SAMPLER_START"
   [ -n "${SAMPLER_REPLICAS:-}" ] && set -- "$@" --sampler-replicas "$SAMPLER_REPLICAS"
