@@ -682,13 +682,15 @@ def cmd_validate(args) -> int:
     teacher_meta = potential.metadata.get("teacher")
     if not isinstance(teacher_meta, dict) or "epsilon" not in teacher_meta:
         raise UsageError(f"{args.model} has no teacher in its metadata (not made by train)")
+    system = build_system(potential.metadata["protein"])
+    teacher = teacher_potential(system, teacher_meta["epsilon"], teacher_meta.get("dihedral_ratio"))
     if args.runs is not None:
-        return _validate_long_run(Path(args.model), *args.runs, plot=args.plot)
+        return _validate_long_run(
+            Path(args.model), *args.runs, plot=args.plot, ends=(system, potential, teacher)
+        )
     device, notice = resolve_device(args.device)
     if notice:
         print(f"NOTE: {notice}")
-    system = build_system(potential.metadata["protein"])
-    teacher = teacher_potential(system, teacher_meta["epsilon"], teacher_meta.get("dihedral_ratio"))
     model = Path(args.model)
     stem = model.with_suffix("")
     validation = validate_against_teacher(
@@ -719,11 +721,14 @@ def cmd_validate(args) -> int:
 
 
 def _validate_long_run(
-    model: Path, model_run: str, teacher_run: str, plot: str | None = None
+    model: Path, model_run: str, teacher_run: str, plot: str | None = None, ends=None
 ) -> int:
-    """``validate --runs``: the two runs' comparison into the card as ``long_run``."""
+    """``validate --runs``: the two runs' comparison into the card as ``long_run``; with
+    ``ends = (system, model potential, teacher)`` and both runs' checkpoints, also the two
+    potentials at the runs' final structures (``long_run["end_structures"]``)."""
+    from workbench.md.simulation import checkpoint_positions
     from workbench.training.model_card import card_path, write_model_card
-    from workbench.training.validate import compare_runs, plot_long_runs
+    from workbench.training.validate import compare_end_structures, compare_runs, plot_long_runs
 
     files = [Path(folder) / "metrics.csv" for folder in (model_run, teacher_run)]
     for file in files:
@@ -733,9 +738,15 @@ def _validate_long_run(
     plot = Path(plot) if plot is not None else model.with_suffix(".long_run.png")
     if plot_long_runs({"model": files[0]}, files[1], plot):
         long_run["plot"] = str(plot)
+    checkpoints = [Path(folder) / "checkpoint.pt" for folder in (model_run, teacher_run)]
+    if ends is not None and all(file.is_file() for file in checkpoints):
+        system, potential, teacher = ends
+        long_run["end_structures"] = compare_end_structures(
+            potential, teacher, *(checkpoint_positions(file, system) for file in checkpoints)
+        )
     card_file = card_path(model)
     card = json.loads(card_file.read_text()) if card_file.is_file() else {}
-    card.setdefault("validation", {})["long_run"] = long_run
+    card["validation"] = {**(card.get("validation") or {}), "long_run": long_run}
     write_model_card(card, model)
     failed = [name for name, ok in long_run["passes"].items() if not ok]
     rows = [
@@ -746,6 +757,17 @@ def _validate_long_run(
         ("events", f"teacher {tuple(long_run['events_teacher'])}, "
                    f"model {tuple(long_run['events_model'])} (fold, unfold)"),
         ("verdict", "pass" if not failed else f"FAIL ({', '.join(failed)})"),
+    ]
+    if "end_structures" in long_run:
+        ends = long_run["end_structures"]
+        rows.append((
+            "end structures",
+            f"model − teacher energy at the model run's, relative to the teacher run's: "
+            f"{ends['energy_gap']:+.1f} ± {ends['energy_gap_std']:.1f} kcal/mol (spread at "
+            f"the teacher's {ends['teacher_spread']:.1f}); force RMSE "
+            f"{ends['force_rmse_model_run']:.2f} / {ends['force_rmse_teacher_run']:.2f}",
+        ))
+    rows += [
         ("plot", long_run.get("plot", "none (matplotlib is not installed)")),
         ("card", str(card_file)),
     ]

@@ -15,6 +15,7 @@ from helpers import tiny_system
 from workbench.model.options import KernelOptions
 from workbench.teacher import teacher_potential
 from workbench.training.validate import (
+    compare_end_structures,
     compare_force_paths,
     compare_q,
     compare_runs,
@@ -131,6 +132,7 @@ def test_cli_records_a_long_run_that_gates_the_default(tmp_path, capsys):
     from helpers import small_schnet
 
     from workbench.cli import main
+    from workbench.md import LangevinIntegrator, Simulation
     from workbench.model.io import save_potential
     from workbench.model.potential import Potential
     from workbench.models import validation_passed
@@ -167,6 +169,41 @@ def test_cli_records_a_long_run_that_gates_the_default(tmp_path, capsys):
     assert elsewhere.read_bytes()[:8] == PNG_SIGNATURE
     assert main([*runs, str(tmp_path / "none"), str(tmp_path / "teacher")]) == 2
     assert "no metrics.csv in" in capsys.readouterr().err
+    # with both runs' checkpoints: the two potentials at the runs' final structures
+    for name in ("good", "teacher"):
+        sim = Simulation(tiny_system(), potential, replicas=2, seed=1,
+                         integrator=LangevinIntegrator(0.004, 1.0, 300.0))
+        sim.save_checkpoint(tmp_path / name / "checkpoint.pt")
+    (tmp_path / "cln025.json").write_text(json.dumps({"validation": None}))  # untested card
+    assert main([*runs, *good]) == 0
+    assert "end structures | model − teacher energy" in capsys.readouterr().out
+    ends = json.loads((tmp_path / "cln025.json").read_text())["validation"]["long_run"]
+    assert set(ends["end_structures"]["terms_model_run"]) == {"schnet"}
+
+
+def test_end_structures_measure_a_basin_of_the_models_own():
+    from helpers import perturbed_positions
+
+    from workbench.model.potential import Potential
+    from workbench.model.priors import NativeContacts
+
+    sys = tiny_system()
+    teacher = teacher_potential(sys)
+    native_like = perturbed_positions(replicas=3, sigma=0.05, seed=1)
+    drifted = perturbed_positions(replicas=3, sigma=0.6, seed=2)
+    same = compare_end_structures(teacher, teacher, drifted, native_like)
+    assert same["energy_gap"] == 0.0 and same["force_rmse_model_run"] == 0.0
+    # a model with deeper contact wells than its teacher
+    contacts = teacher.priors["contacts"]
+    extra = NativeContacts(contacts.index, r0=contacts.r0, epsilon=2.0 * contacts.epsilon)
+    model = Potential(sys.bead_types, None, {**teacher.priors, "extra": extra})
+    ends = compare_end_structures(model, teacher, drifted, native_like)
+    with torch.no_grad():
+        expected = extra(drifted).mean() - extra(native_like).mean()
+    assert ends["energy_gap"] == pytest.approx(float(expected), rel=1e-4, abs=1e-4)
+    assert ends["teacher_spread"] == pytest.approx(float(extra(native_like).std()), rel=1e-4)
+    assert ends["force_rmse_model_run"] > 0 and set(ends["terms_model_run"]) == set(model.priors)
+    assert ends["terms_model_run"]["extra"] == pytest.approx(float(extra(drifted).mean()))
 
 
 def test_the_teacher_runs_as_a_model():

@@ -5,8 +5,10 @@ the Q histograms (intersection ≥ 0.8), the folded fractions (within 0.1), the
 correlation of RMSD and Q (negative), the folding and unfolding events (counted with
 hysteresis: folded above Q 0.8, unfolded below Q 0.4) and the force RMSE on held-out
 teacher frames. :func:`compare_runs` compares two long runs already made (``workbench
-run`` of the model and of ``--model teacher``) from their metrics files. Plots need
-matplotlib, which is optional.
+run`` of the model and of ``--model teacher``) from their metrics files, and
+:func:`compare_end_structures` the two potentials at the structures where those runs
+ended (a model that drifts into a basin of its own sits there far below the teacher).
+Plots need matplotlib, which is optional.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import torch
 from workbench.model.io import atomic_save
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
+from workbench.neighbors import NeighborList
 from workbench.system.cg_system import CGSystem
 from workbench.teacher import FOLDED_Q, langevin_simulation
+from workbench.training.force_matching import potential_labels
 
 #: Q below which a structure counts as unfolded (hysteresis with ``FOLDED_Q``).
 UNFOLDED_Q = 0.4
@@ -218,6 +222,60 @@ def compare_runs(model_metrics: str | Path, teacher_metrics: str | Path) -> dict
         "saves": int(q_model.shape[1]),
         "time_ps": time_ps,
         **result,
+    }
+
+
+def compare_end_structures(
+    model: Potential,
+    teacher: Potential,
+    model_positions: torch.Tensor,
+    teacher_positions: torch.Tensor,
+) -> dict:
+    """Model against teacher at the structures where a model run and a teacher run ended.
+
+    Energies are known up to a constant, so the model's energy minus the teacher's is
+    taken relative to its mean over the teacher run's structures (the teacher's own
+    ensemble). A large negative ``energy_gap`` at the model run's structures means the
+    model holds them far lower than the teacher does: a basin of its own.
+
+    Parameters
+    ----------
+    model, teacher : Potential
+        Evaluated on the CPU (reference path).
+    model_positions, teacher_positions : torch.Tensor, shape (R, n, 3), float32
+        Final structures of the model run and of the teacher run.
+
+    Returns
+    -------
+    dict
+        ``energy_gap`` and ``energy_gap_std`` (kcal/mol, over the model run's structures),
+        ``teacher_spread`` (std of the same difference over the teacher run's),
+        ``force_rmse_model_run`` and ``force_rmse_teacher_run`` (kcal/mol/Å, model forces
+        against the teacher's), and ``terms_model_run`` / ``terms_teacher_run``: the mean
+        energy of each of the model's terms (SchNet and every prior) at each set.
+    """
+    model, teacher = model.cpu(), teacher.cpu()
+    sets = {"model_run": model_positions.cpu(), "teacher_run": teacher_positions.cpu()}
+    difference, numbers = {}, {}
+    for name, pos in sets.items():
+        energy, forces = potential_labels(model, pos)
+        teacher_energy, teacher_forces = potential_labels(teacher, pos)
+        difference[name] = energy - teacher_energy
+        numbers[f"force_rmse_{name}"] = float((forces - teacher_forces).square().mean().sqrt())
+        graph = None
+        if model.schnet is not None:
+            graph = NeighborList(pos.shape[1], model.cutoff, skin=0.0).update(pos)
+        with torch.no_grad():
+            terms = model.energy_terms(pos, graph)
+        numbers[f"terms_{name}"] = {key: float(value.mean()) for key, value in terms.items()}
+    offset = difference["teacher_run"].mean()
+    gap = difference["model_run"] - offset
+    return {
+        "energy_gap": float(gap.mean()),
+        "energy_gap_std": float(gap.std()) if gap.numel() > 1 else 0.0,
+        "teacher_spread": float(difference["teacher_run"].std())
+        if difference["teacher_run"].numel() > 1 else 0.0,
+        **numbers,
     }
 
 
