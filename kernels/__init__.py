@@ -27,7 +27,13 @@ from dataclasses import dataclass
 
 from kernels._triton import triton_available
 from kernels.cfconv import FilterParams, cfconv, cfconv_reference, pack_filter
-from kernels.csr import GraphCSR, build_csr, build_csr_reference, valid_edge_mask
+from kernels.csr import (
+    GraphCSR,
+    build_csr,
+    build_csr_reference,
+    build_csr_sorted_pairs,
+    valid_edge_mask,
+)
 from kernels.fused_update import linear, linear_reference, tanh_linear, tanh_linear_reference
 from kernels.quantize import PackedLinear, channel_scales, pack_linear
 from kernels.radial_basis import RadialSpec, radial_basis, radial_basis_reference
@@ -48,7 +54,8 @@ __all__ = [
     "OPS", "Op", "get_op", "triton_available",
     "GraphCSR", "RadialSpec", "FilterParams", "PackedLinear", "FilterTable",
     "pack_filter", "pack_linear", "channel_scales", "valid_edge_mask", "build_filter_table",
-    "build_csr", "radial_basis", "segment_sum", "edge_grad_to_positions", "cfconv",
+    "build_csr", "build_csr_sorted_pairs", "radial_basis", "segment_sum",
+    "edge_grad_to_positions", "cfconv",
     "tabulated_cfconv", "linear", "tanh_linear",
 ]
 

@@ -26,6 +26,14 @@ Construction (`build_csr`) is a counting sort with no host synchronisation:
    ``ptr[key] + rank``, which restores the stable order deterministically.
 
 Both CSRs are built by the same launches (a second grid axis / a second row).
+
+Neighbour lists give more: their valid edges are sorted by ``(dst, src)`` and come in
+pairs (``j → i`` valid exactly when ``i → j`` is, both lengths being computed from the same
+squared coordinate differences). `build_csr_sorted_pairs` uses that to build the same two
+layouts without atomics or ranking: the destination layout is a prefix sum and a scatter,
+the source layout has the same bounds, and its ``k``-th edge is the reverse of the
+destination layout's ``k``-th edge, found by a binary search over the sorted
+``(dst, src)`` keys.
 """
 
 from __future__ import annotations
@@ -36,7 +44,14 @@ import torch
 
 from kernels._triton import tl, triton
 
-__all__ = ["GraphCSR", "build_csr", "build_csr_reference", "edge_segment_ids", "valid_edge_mask"]
+__all__ = [
+    "GraphCSR",
+    "build_csr",
+    "build_csr_reference",
+    "build_csr_sorted_pairs",
+    "edge_segment_ids",
+    "valid_edge_mask",
+]
 
 
 class GraphCSR(NamedTuple):
@@ -198,3 +213,42 @@ def build_csr(src, dst, num_nodes: int, num_edges=None) -> GraphCSR:
                                   BLOCK=block)
         _csr_rank_kernel[(N, 2)](ptr, tmp, perm, E, N, BLOCK=64, num_warps=2)
     return GraphCSR(ptr[0, : N + 1], perm[0], ptr[1, : N + 1], perm[1])
+
+
+def build_csr_sorted_pairs(src, dst, num_nodes: int) -> GraphCSR:
+    """Both CSR layouts of a neighbour list's edges, without atomics (PyTorch operations).
+
+    Same result as `build_csr` (and `build_csr_reference`) for graphs whose valid edges
+    (both ends in ``[0, num_nodes)``) are sorted by ``(dst, src)`` and closed under reversal;
+    invalid edges may sit anywhere. No host synchronisation (capturable in a CUDA graph).
+
+    Parameters
+    ----------
+    src, dst : Tensor, int64 [E]
+        Edge endpoints; padding and dropped edges point outside ``[0, num_nodes)``.
+    num_nodes : int
+
+    Returns
+    -------
+    GraphCSR
+        int32 ``dst_ptr = src_ptr`` ``[num_nodes + 1]``, ``dst_perm``/``src_perm`` ``[E]``.
+    """
+    n = int(num_nodes)
+    ids = torch.arange(src.numel(), device=src.device)
+    ok = (src >= 0) & (src < n) & (dst >= 0) & (dst < n)
+    real_before = torch.cumsum(ok, 0)  # real edges up to and including each edge
+    count = real_before[-1:] if src.numel() else ids.new_zeros(1)
+    # valid edges keep their (sorted) order at the front; the others follow by id
+    slot = torch.where(ok, real_before - 1, count + ids - real_before)
+    dst_perm = torch.empty_like(ids).scatter_(0, slot, ids)
+    # (dst, src) keys in that order, non-decreasing (the others after every valid key)
+    key = torch.empty_like(ids).scatter_(0, slot, torch.where(ok, dst * (n + 1) + src, n * (n + 2)))
+    reverse = torch.empty_like(ids).scatter_(0, slot, src * (n + 1) + dst)
+    ptr = torch.searchsorted(key, torch.arange(n + 1, device=src.device) * (n + 1))
+    # k-th edge of source segment s: the reverse of the k-th edge of destination segment s
+    front = ids < count  # the valid edges' slots
+    partner = torch.searchsorted(key, torch.where(front, reverse, key))
+    partner.clamp_(max=max(src.numel() - 1, 0))
+    src_perm = torch.where(front, dst_perm[partner], dst_perm)
+    ptr = ptr.to(torch.int32)
+    return GraphCSR(ptr, dst_perm.to(torch.int32), ptr, src_perm.to(torch.int32))

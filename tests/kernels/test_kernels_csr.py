@@ -1,9 +1,13 @@
-"""CSR construction: exact match with the stable-sort reference, padding, high degree."""
+"""CSR construction: exact match with the stable-sort reference, padding, high degree; the
+atomic-free build of neighbour-list graphs."""
 
+import pytest
 import torch
+from helpers import random_cloud
 from kernels_testlib import make_graph
 
-from kernels import build_csr, build_csr_reference, valid_edge_mask
+from kernels import build_csr, build_csr_reference, build_csr_sorted_pairs, valid_edge_mask
+from workbench.neighbors import NeighborList
 
 
 def _same(a, b):
@@ -38,3 +42,44 @@ def test_valid_edge_mask(device):
     mask = valid_edge_mask(g["csr"])
     n_real = int(g["num_edges"][0])
     assert mask[:n_real].all() and not mask[n_real:].any()
+
+
+def symmetric_graph(n: int, seed: int, device):
+    """Edges of a random symmetric graph sorted by (dst, src), with whole pairs dropped (a
+    length beyond the cutoff: both ends set to ``n``) and padding slots in the middle and
+    at the end."""
+    gen = torch.Generator().manual_seed(seed)
+    adj = torch.rand(n, n, generator=gen) < 0.4
+    adj = (adj | adj.T) & ~torch.eye(n, dtype=torch.bool)
+    dst, src = adj.nonzero(as_tuple=True)
+    dropped = torch.rand(n, n, generator=gen) < 0.3
+    dropped = (dropped | dropped.T)[dst, src]
+    src, dst = torch.where(dropped, n, src), torch.where(dropped, n, dst)
+    pad = torch.full((3,), n)
+    src = torch.cat([src[:7], pad, src[7:], pad[:2]])
+    dst = torch.cat([dst[:7], pad, dst[7:], pad[:2]])
+    return src.to(device), dst.to(device)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sorted_pairs_build_matches_reference(device, seed):
+    src, dst = symmetric_graph(12, seed, device)
+    assert _same(build_csr_sorted_pairs(src, dst, 12), build_csr_reference(src, dst, 12))
+    empty = torch.zeros(0, dtype=torch.long, device=device)
+    assert _same(build_csr_sorted_pairs(empty, empty, 5), build_csr_reference(empty, empty, 5))
+
+
+def test_sorted_pairs_build_of_neighbour_lists_as_the_fused_path_uses_them(device):
+    pos = random_cloud(replicas=3, n=25, box=10.0, seed=6).to(device)
+    nl = NeighborList(25, 5.0, skin=1.0, max_block=2 * 25 * 25)
+    static, _ = nl.static_graph(pos, nl.slots_needed(pos, margin=1.0) + 5, margin=1.0)
+    for graph in (nl.update(pos), nl.update(pos, exact=False), static):
+        assert graph.sorted_pairs
+        flat = pos.reshape(-1, 3)
+        n = graph.num_nodes
+        real = (graph.src < n) & (graph.dst < n)
+        s, t = torch.where(real, graph.src, 0), torch.where(real, graph.dst, 0)
+        real &= ((flat[t] - flat[s]) ** 2).sum(-1) < 4.5**2  # a shorter cutoff drops pairs
+        src = torch.where(real, graph.src, n)
+        dst = torch.where(real, graph.dst, n)
+        assert _same(build_csr_sorted_pairs(src, dst, n), build_csr_reference(src, dst, n))

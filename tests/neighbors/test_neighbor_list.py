@@ -16,12 +16,14 @@ CUTOFF = 5.0
 
 
 def check_layout(graph: Graph, n: int) -> None:
-    """Sorted by dst, same replica, no self edges, symmetric (valid slots)."""
+    """Sorted by (dst, src), same replica, no self edges, symmetric (valid slots): what
+    ``graph.sorted_pairs`` promises."""
     src, dst = graph.src, graph.dst
     if graph.valid is not None:
         src, dst = src[graph.valid], dst[graph.valid]
-    assert src.dtype == torch.long and dst.dtype == torch.long
-    assert bool((dst[1:] >= dst[:-1]).all()), "edges not sorted by destination"
+    assert src.dtype == torch.long and dst.dtype == torch.long and graph.sorted_pairs
+    key = dst * (graph.num_nodes + 1) + src
+    assert bool((key[1:] > key[:-1]).all()), "edges not sorted by (destination, source)"
     assert bool((src // n == dst // n).all()), "edge across replicas"
     assert bool((src != dst).all()), "self edge"
     pairs = set(zip(src.tolist(), dst.tolist(), strict=True))

@@ -184,4 +184,5 @@ class CapturedSteps:
         sim.step_count += steps
         if self._graph is not None:
             g = self._graph
-            sim.graph = Graph(g.src.clone(), g.dst.clone(), g.num_nodes, g.valid.clone(), -1)
+            sim.graph = Graph(g.src.clone(), g.dst.clone(), g.num_nodes, g.valid.clone(), -1,
+                              sorted_pairs=g.sorted_pairs)

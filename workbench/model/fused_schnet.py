@@ -166,9 +166,10 @@ def real_edge_graph(schnet, pos: torch.Tensor, graph: Graph):
     """Edge arrays in which edges at or beyond the cutoff and padding slots point at node N.
 
     Returns ``(src, dst, csr)`` with int64 ``[E]`` arrays and both CSR layouts; no host
-    synchronisation.
+    synchronisation. A neighbour list's graph (``graph.sorted_pairs``) gets its layouts
+    from a prefix sum and binary searches instead of atomic counting and ranking.
     """
-    from kernels import build_csr
+    from kernels import build_csr, build_csr_sorted_pairs
 
     n = graph.num_nodes
     src, dst = graph.src, graph.dst
@@ -181,7 +182,8 @@ def real_edge_graph(schnet, pos: torch.Tensor, graph: Graph):
     real = valid & (d2 < schnet.cutoff**2)
     pad = torch.full_like(src, n)
     src, dst = torch.where(real, src, pad), torch.where(real, dst, pad)
-    return src, dst, build_csr(src, dst, n)
+    build = build_csr_sorted_pairs if graph.sorted_pairs else build_csr
+    return src, dst, build(src, dst, n)
 
 
 def _mlp_linear(x, packed, tanh_input: bool):

@@ -68,6 +68,10 @@ class Graph:
     version : int
         Incremented whenever the edge arrays change, so derived layouts (CSR)
         can be cached per version.
+    sorted_pairs : bool
+        The valid edges are sorted by ``(dst, src)`` and ``j → i`` is one exactly when
+        ``i → j`` is (every graph a :class:`NeighborList` returns); CSR layouts can then
+        be built without atomics (``kernels.build_csr_sorted_pairs``).
     """
 
     src: torch.Tensor
@@ -75,6 +79,7 @@ class Graph:
     num_nodes: int
     valid: torch.Tensor | None = None
     version: int = 0
+    sorted_pairs: bool = False
 
     @property
     def num_edges(self) -> int:
@@ -205,7 +210,7 @@ class NeighborList:
             count = within.sum(dtype=torch.int64)
             needed.append(torch.div(count + reps - 1, reps, rounding_mode="floor"))
         src, dst = torch.cat(srcs), torch.cat(dsts)
-        graph = Graph(src, dst, num_nodes, src < num_nodes, -1)
+        graph = Graph(src, dst, num_nodes, src < num_nodes, -1, sorted_pairs=True)
         return graph, torch.stack(needed).amax()
 
     def slots_needed(self, pos: torch.Tensor, margin: float = FIXED_MARGIN) -> int:
@@ -223,7 +228,7 @@ class NeighborList:
         num_nodes = pos.shape[0] * pos.shape[1]
         version = self.builds + 1
         if self.capacity is None:
-            self.candidates = Graph(src, dst, num_nodes, None, version)
+            self.candidates = Graph(src, dst, num_nodes, None, version, sorted_pairs=True)
         else:
             count = int(src.shape[0])
             if count > self.capacity:
@@ -233,7 +238,8 @@ class NeighborList:
             valid = torch.zeros(self.capacity, dtype=torch.bool, device=pos.device)
             valid[:count] = True
             self.candidates = Graph(
-                torch.cat([src, fill]), torch.cat([dst, fill]), num_nodes, valid, version
+                torch.cat([src, fill]), torch.cat([dst, fill]), num_nodes, valid, version,
+                sorted_pairs=True,
             )
         self.reference_positions = pos.detach().clone()
         self.builds = version
@@ -266,7 +272,8 @@ class NeighborList:
         flat = pos.detach().reshape(-1, 3)
         d2 = ((flat[graph.dst] - flat[graph.src]) ** 2).sum(-1)
         keep = d2 < self.cutoff**2
-        return Graph(graph.src[keep], graph.dst[keep], graph.num_nodes, None, -1)
+        return Graph(graph.src[keep], graph.dst[keep], graph.num_nodes, None, -1,
+                     sorted_pairs=True)
 
     # -- checkpointing ------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -293,5 +300,6 @@ class NeighborList:
             return
         self.reference_positions = state["reference_positions"]
         self.candidates = Graph(
-            state["src"], state["dst"], int(state["num_nodes"]), state.get("valid"), self.builds
+            state["src"], state["dst"], int(state["num_nodes"]), state.get("valid"), self.builds,
+            sorted_pairs=True,
         )
