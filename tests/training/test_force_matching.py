@@ -102,6 +102,12 @@ def test_validation_energy_rmse_is_the_centred_error(data, residual, residual_en
     )
 
 
+@pytest.mark.parametrize("weight", [-1.0, float("nan")])
+def test_energy_weight_must_be_non_negative(weight):
+    with pytest.raises(ValueError, match="energy_weight must be a finite number >= 0"):
+        FitSettings(energy_weight=weight)
+
+
 def test_energy_term_fits_the_energies_better(data, residual, residual_energy):
     sys = tiny_system()
     pos = data["positions"]

@@ -84,6 +84,12 @@ class FitSettings:
     select_every: int = 0
     energy_weight: float = 0.0
 
+    def __post_init__(self):
+        if not (self.energy_weight >= 0 and math.isfinite(self.energy_weight)):
+            raise ValueError(
+                f"energy_weight must be a finite number >= 0, got {self.energy_weight}"
+            )
+
 
 @dataclass
 class FitResult:
