@@ -7,6 +7,7 @@
 #   SAMPLER=1 ...  # also frames the shipped model samples, labelled by the teacher
 #   SAMPLER=1 SAMPLER_START=runs/cln025-5ns SAMPLER_REPLICAS=256 SAMPLER_STEPS=6000 ...
 #   FROM=runs/m4 CONTINUE=1 SAMPLER=1 ...  # continue (and sample with) the model in runs/m4
+#   CHECK=150 WALL=400 ...  # then a 150-s run of the new model (a round and its check)
 #       # ... sampled from where a long run of the model drifted (its checkpoint)
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
 # time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data
@@ -46,6 +47,16 @@ train() {  # protein, training seconds, extra arguments
     --time-limit "$limit" --wall-limit "${WALL:-540}" --seed 0 --device cuda --quiet --out "$DEST" "$@" \
     > "$DEST/$protein.out" 2>&1
   echo "$protein finished with exit code $?"
+  # CHECK=S: then run the new model for S seconds (64 replicas from native, fastest path):
+  # its metrics and checkpoint ($DEST/<protein>-check/) feed `workbench validate --runs`
+  # and the next round's SAMPLER_START
+  if [ -n "${CHECK:-}" ] && [ -f "$DEST/$protein.pt" ]; then
+    timeout -s INT "$CHECK" python -m workbench.cli run --protein "$protein" \
+      --model "$DEST/$protein.pt" --replicas 64 --steps 100000000 --kernels tables+graph \
+      --save-interval 2500 --no-trajectory --out "$DEST/$protein-check" --quiet \
+      > "$DEST/$protein-check.out" 2>&1
+    echo "$protein check run: $(($(wc -l < "$DEST/$protein-check/metrics.csv") / 64)) saves"
+  fi
 }
 nvidia-smi --query-gpu=name --format=csv,noheader
 for protein in ${PROTEINS:-cln025 2jof 1yrf 1enh 2a3d}; do
