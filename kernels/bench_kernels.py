@@ -199,6 +199,33 @@ def sweep_cfconv(graph, csr, weights, modes, configs):
                           f"failed: {type(exc).__name__} {str(exc)[:80]}", flush=True)
 
 
+def verlet_list_graph(beads, replicas, cutoff=10.0, skin=2.0, spare=0.1, device="cuda"):
+    """The candidate graph an MD step's neighbour list holds: the globules of
+    `make_benchmark_graph`, every pair within ``cutoff + skin``, sorted by (dst, src), then
+    ``spare`` of that many padding slots (endpoints ``num_nodes``, outside every segment)."""
+    ratio = ((cutoff + skin) / cutoff) ** 3  # same globules, a larger sphere of neighbours
+    graph = make_benchmark_graph(beads, replicas, cutoff + skin, 68.0 * ratio, device)
+    pad = torch.full((int(spare * graph["src"].numel()),), graph["num_nodes"],
+                     dtype=torch.int64, device=device)
+    graph["src"], graph["dst"] = torch.cat([graph["src"], pad]), torch.cat([graph["dst"], pad])
+    return graph
+
+
+def _verlet_csr_rows(table, beads, replicas, dev):
+    """Both CSR builds on the MD step's kind of graph (`verlet_list_graph`)."""
+    graph = verlet_list_graph(beads, replicas, device=dev)
+    src, dst, n = graph["src"], graph["dst"], graph["num_nodes"]
+    ref = OPS["build_csr"].reference(src, dst, n)
+    ref_ms = _bench(lambda: OPS["build_csr"].reference(src, dst, n))
+    print(f"Verlet list: {src.numel()} edge slots ({src.numel() / n:.1f} per node, padding "
+          "included)")
+    for name, build in (("build_csr", build_csr),
+                        ("build_csr_sorted_pairs", build_csr_sorted_pairs)):
+        same = all(torch.equal(a, b) for a, b in zip(build(src, dst, n), ref, strict=True))
+        _row(table, f"{name} (Verlet list)", _bench(lambda b=build: b(src, dst, n)), ref_ms,
+             0.0 if same else 1.0, "exact match" if same else "MISMATCH")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--beads", type=int, default=269)
@@ -239,6 +266,7 @@ def main(argv=None):
     _row(table, "build_csr_sorted_pairs (both layouts)",
          _bench(lambda: build_csr_sorted_pairs(src, dst, n)), csr_ref_ms,
          0.0 if same else 1.0, "exact match" if same else "MISMATCH")
+    _verlet_csr_rows(table, args.beads, args.replicas, dev)
 
     # radial basis
     pos64 = pos.double().requires_grad_()

@@ -83,3 +83,15 @@ def test_sorted_pairs_build_of_neighbour_lists_as_the_fused_path_uses_them(devic
         src = torch.where(real, graph.src, n)
         dst = torch.where(real, graph.dst, n)
         assert _same(build_csr_sorted_pairs(src, dst, n), build_csr_reference(src, dst, n))
+
+
+def test_benchmark_verlet_graph_is_a_padded_neighbour_list(device):
+    from kernels.bench_kernels import verlet_list_graph
+
+    graph = verlet_list_graph(30, 2, device=device)
+    src, dst, n = graph["src"], graph["dst"], graph["num_nodes"]
+    padding = src >= n
+    assert int(padding.sum()) == int(0.1 * int((~padding).sum())) and bool(padding[-1])
+    reference = build_csr_reference(src, dst, n)
+    assert _same(build_csr_sorted_pairs(src, dst, n), reference)
+    assert _same(build_csr(src, dst, n), reference)
