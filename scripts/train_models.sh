@@ -37,7 +37,7 @@ train() {  # protein, training seconds, extra arguments
   # closest to the teacher's, scored every K epochs
   [ -n "${SELECT_EVERY:-}" ] && set -- "$@" --select-every "$SELECT_EVERY" \
     --select-steps "${SELECT_STEPS:-25000}"
-  # REPULSION=cutoff: the fitted repulsion vanishes beyond 1.25 σ (new priors: not with CONTINUE)
+  # REPULSION=cutoff: the fitted repulsion vanishes beyond 1.25 σ (CONTINUE keeps the priors)
   [ -n "${REPULSION:-}" ] && set -- "$@" --repulsion "$REPULSION"
   # ENERGY_WEIGHT=w: also fit the teacher's energies (less the priors'), weight w Å²/bead
   [ -n "${ENERGY_WEIGHT:-}" ] && set -- "$@" --energy-weight "$ENERGY_WEIGHT"

@@ -205,8 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--prior-temperature", type=float, default=None)
     train.add_argument("--prior-grouping", default="term", choices=["term", "type"])
     train.add_argument(
-        "--repulsion", default="power", choices=["power", "cutoff"],
-        help="fitted repulsion: (σ/r)^6 at all distances, or shifted to zero at 1.25 σ",
+        "--repulsion", default=None, choices=["power", "cutoff"],
+        help="fitted repulsion: (σ/r)^6 at all distances (default), or shifted to zero at "
+        "1.25 σ; with --start-from the model's own priors are kept",
     )
     train.add_argument("--hidden", type=int, default=128)
     train.add_argument("--filters", type=int, default=128)

@@ -232,6 +232,12 @@ def test_training_continues_from_a_saved_model(data, tmp_path):
         train_potential(sys, teacher_potential(sys), data, wrong, tmp_path / "x")
     with pytest.raises(ValueError, match="trained on a teacher with epsilon"):
         train_potential(sys, teacher_potential(sys, 9.0), data, more, tmp_path / "y")
+    # continued priors are kept, never refitted: another repulsion form is refused
+    other_form = TrainSettings(schnet=small_config(), fit=fit, progress=False,
+                               start_from=str(tmp_path / "cln025.pt"), prior_repulsion="cutoff")
+    kept = r"keeps its priors when continued \(its repulsion: Repulsion\)"
+    with pytest.raises(ValueError, match=kept):
+        train_potential(sys, teacher_potential(sys), data, other_form, tmp_path / "z")
 
 
 def test_cli_train_generates_then_reuses_data(tmp_path, capsys):

@@ -49,8 +49,10 @@ class TrainSettings:
     prior_temperature : float or None
         Frames at this temperature (K) feed the Boltzmann inversion; None: the lowest.
     prior_grouping : {"term", "type"}
-    prior_repulsion : {"power", "cutoff"}
-        Form of the fitted repulsion (:func:`~workbench.training.boltzmann_inversion.fit_priors`).
+    prior_repulsion : {"power", "cutoff"} or None
+        Form of the fitted repulsion (:func:`~workbench.training.boltzmann_inversion.fit_priors`);
+        None: ``"power"`` for new priors, and whatever the model of ``start_from`` has (a
+        form given that differs from it is refused: continued priors are never refitted).
     validate_steps : int
         Steps of the teacher-vs-model validation runs (0: none).
     validate_replicas : int
@@ -74,7 +76,7 @@ class TrainSettings:
     validation_fraction: float = 0.1
     prior_temperature: float | None = None
     prior_grouping: str = "term"
-    prior_repulsion: str = "power"
+    prior_repulsion: str | None = None
     validate_steps: int = 0
     validate_replicas: int = 32
     validate_temperatures: list[float] = field(default_factory=lambda: [300.0])
@@ -118,17 +120,18 @@ def train_potential(
     at_prior_t = ((temperature - prior_t).abs() < 1e-3) & ~sampled_mask(data)
     if not at_prior_t.any():
         raise ValueError(f"no teacher-sampled frames at the prior temperature {prior_t} K")
-    start = _starting_model(settings.start_from, system, teacher)
+    start = _starting_model(settings.start_from, system, teacher, settings.prior_repulsion)
     if start is None:
+        repulsion = settings.prior_repulsion or "power"
         priors = fit_priors(
             system, data["positions"][at_prior_t], prior_t, grouping=settings.prior_grouping,
-            repulsion=settings.prior_repulsion,
+            repulsion=repulsion,
         )
         prior_settings = {
             "method": "Boltzmann inversion",
             "temperature_K": prior_t,
             "grouping": settings.prior_grouping,
-            "repulsion": settings.prior_repulsion,
+            "repulsion": repulsion,
             "terms": list(priors),
         }
     else:
@@ -223,9 +226,15 @@ def train_potential(
     return potential, card
 
 
-def _starting_model(path: str | None, system: CGSystem, teacher: Potential) -> Potential | None:
-    """The model a run continues from, checked against the system and the teacher (the
-    force targets must not change under it); None for none."""
+#: Repulsion prior class of each form of ``fit_priors``.
+_REPULSION_CLASSES = {"power": "Repulsion", "cutoff": "CutoffRepulsion"}
+
+
+def _starting_model(
+    path: str | None, system: CGSystem, teacher: Potential, repulsion: str | None = None
+) -> Potential | None:
+    """The model a run continues from, checked against the system, the teacher (the force
+    targets must not change under it) and, when given, the repulsion form; None for none."""
     if path is None:
         return None
     start = load_potential(path)
@@ -234,6 +243,13 @@ def _starting_model(path: str | None, system: CGSystem, teacher: Potential) -> P
         raise ValueError(
             f"{path} cannot be continued for {system.name}: it is "
             + ("a prior-only potential" if start.schnet is None else f"a model of {protein}")
+        )
+    priors = dict(start.priors)
+    kept = type(priors["repulsion"]).__name__ if "repulsion" in priors else "none"
+    if repulsion is not None and kept != _REPULSION_CLASSES[repulsion]:
+        raise ValueError(
+            f"{path} keeps its priors when continued (its repulsion: {kept}): leave out the "
+            f"repulsion form or give the one it has, not {repulsion!r}"
         )
     before = (start.metadata.get("teacher") or {}).get("epsilon")
     now = teacher.metadata.get("epsilon")
