@@ -16,7 +16,13 @@
 # The MD validation runs separately (scripts/validate_models.sh).
 set -uo pipefail
 OUT=${OUT:-artifacts/models}
-DEST=${DEST:-/tmp/models}
+# DEST: a new, empty folder per call (a machine kept warm between calls would otherwise
+# hand the last call's models and check runs on as this call's)
+if [ -n "${DEST:-}" ] && [ -n "$(ls -A "$DEST" 2>/dev/null)" ]; then
+  echo "error: DEST=$DEST is not empty; give a new folder" >&2
+  exit 2
+fi
+DEST=${DEST:-$(mktemp -d /tmp/models.XXXXXX)}
 mkdir -p "$DEST" "$OUT"
 export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 train() {  # protein, training seconds, extra arguments
