@@ -43,6 +43,9 @@ train() {  # protein, training seconds, extra arguments
   # closest to the teacher's, scored every K epochs
   [ -n "${SELECT_EVERY:-}" ] && set -- "$@" --select-every "$SELECT_EVERY" \
     --select-steps "${SELECT_STEPS:-25000}"
+  # COMPACT=0.7,0.8: also frames of the teacher squeezed to these fractions of the native
+  # radius of gyration (the over-compact states a network extrapolates into)
+  [ -n "${COMPACT:-}" ] && set -- "$@" --compact "$COMPACT"
   # REPULSION=cutoff: the fitted repulsion vanishes beyond 1.25 σ (CONTINUE keeps the priors)
   [ -n "${REPULSION:-}" ] && set -- "$@" --repulsion "$REPULSION"
   # ENERGY_WEIGHT=w: also fit the teacher's energies (less the priors'), weight w Å²/bead

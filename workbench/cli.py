@@ -253,6 +253,18 @@ def build_parser() -> argparse.ArgumentParser:
         "instead of the native structure",
     )
     train.add_argument(
+        "--compact", default=None, metavar="FRACTIONS",
+        help="with --generate: also frames of the teacher squeezed to these fractions of the "
+        "native radius of gyration (comma list in (0, 1], say 0.7,0.8), labelled by the plain "
+        "teacher: the over-compact states where a network extrapolates into holes (not used "
+        "to fit priors)",
+    )
+    train.add_argument(
+        "--compact-replicas", type=int, default=None,
+        help="per temperature and fraction (default an eighth of --replicas)",
+    )
+    train.add_argument("--compact-steps", type=int, default=None, help="default --steps")
+    train.add_argument(
         "--start-from", default=None, metavar="MODEL",
         help="continue training a model of this protein (its weights and priors; its epoch "
         "log is continued): a long training split over several jobs",
@@ -575,6 +587,7 @@ def cmd_train(args) -> int:
     from workbench.runner import resolve_device
     from workbench.system import build_system
     from workbench.teacher import calibrate_epsilon, teacher_potential
+    from workbench.training.compaction import SQUEEZE_STRENGTH, compacted_frames
     from workbench.training.data import (
         concatenate_data,
         generate_teacher_data,
@@ -589,6 +602,11 @@ def cmd_train(args) -> int:
         raise UsageError("--sampler samples new frames: use it with --generate, not --data")
     if args.sampler_start is not None and args.sampler is None:
         raise UsageError("--sampler-start gives the --sampler's starting structures: add --sampler")
+    if args.compact is not None and args.data is not None:
+        raise UsageError("--compact samples new frames: use it with --generate, not --data")
+    compact = None if args.compact is None else _floats(args.compact)
+    if compact is not None and not all(0.0 < f <= 1.0 for f in compact):
+        raise UsageError(f"--compact fractions must lie in (0, 1], got {args.compact}")
     device, notice = resolve_device(args.device)
     if notice:
         print(f"NOTE: {notice}")
@@ -598,6 +616,7 @@ def cmd_train(args) -> int:
     sampler_starts = (
         None if args.sampler_start is None else checkpoint_positions(args.sampler_start, system)
     )
+    origin: dict = {}
     if args.data is not None:
         data, metadata = load_teacher_data(args.data)
         teacher = teacher_potential(system, metadata["epsilon"], metadata["dihedral_ratio"])
@@ -625,6 +644,20 @@ def cmd_train(args) -> int:
                 sampler=load_potential(args.sampler), starts=sampler_starts,
             )
             data = concatenate_data(data, sampled)
+            origin["sampler"] = {"model": args.sampler, "start": args.sampler_start,
+                                 "frames": int(sampled["temperature"].shape[0])}
+        if compact is not None:
+            squeezed = compacted_frames(
+                system, teacher, compact, temperatures,
+                args.compact_replicas or max(1, args.replicas // 8),
+                args.compact_steps or args.steps, args.save_every, device, args.seed,
+                args.equilibration, progress=not args.quiet,
+            )
+            data = concatenate_data(data, squeezed)
+            origin["compaction"] = {
+                "radius_of_gyration_fractions": compact, "strength_kcal_per_A2": SQUEEZE_STRENGTH,
+                "frames": int(squeezed["temperature"].shape[0]),
+            }
         if args.save_data:
             save_teacher_data(data, args.save_data, teacher.metadata)
     time_limit = args.time_limit
@@ -655,13 +688,14 @@ def cmd_train(args) -> int:
         start_from=args.start_from,
         select_steps=args.select_steps,
         select_replicas=args.select_replicas,
+        data_origin=origin,
     )
     _, card = train_potential(system, teacher, data, settings, out)
     training = card["training"]
     rows = [
         ("teacher ε", f"{card['teacher']['epsilon']:g} kcal/mol"),
         ("frames", f"{card['data']['frames']} ({card['data']['frames_sampled_by_a_model']} "
-                   "sampled by --sampler)"),
+                   "sampled by --sampler or --compact)"),
         ("epochs", f"{training['epochs_run']} (best {training['best_epoch']})"),
         ("val force RMSE", f"{training['val_force_rmse']:.4f} kcal/mol/Å"),
         ("val energy RMSE", f"{training['val_energy_rmse']:.3f} kcal/mol (centred)"),

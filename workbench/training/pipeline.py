@@ -69,6 +69,9 @@ class TrainSettings:
         run of this many steps and replicas (half from native, half from unfolded
         structures, at the first of ``validate_temperatures``) is closest to the
         teacher's (:func:`~workbench.training.selection.folded_fraction_gap`).
+    data_origin : dict
+        How frames beyond the teacher's own runs were made (``--sampler``, ``--compact``),
+        recorded in the card's ``data`` section.
     """
 
     schnet: SchNetConfig = field(default_factory=SchNetConfig)
@@ -84,6 +87,7 @@ class TrainSettings:
     start_from: str | None = None
     select_steps: int = 0
     select_replicas: int = 64
+    data_origin: dict = field(default_factory=dict)
 
 
 def train_potential(
@@ -194,6 +198,7 @@ def train_potential(
         card = build_model_card(
             system.name, teacher.metadata, data, schnet.config, fit, prior_settings, validation
         )
+        card["data"].update(settings.data_origin)
         card["training"]["energy_weight"] = settings.fit.energy_weight
         if start is not None:
             card["training"]["continued_from"] = {

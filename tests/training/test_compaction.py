@@ -1,0 +1,112 @@
+"""Frames of the squeezed teacher: the restraint's energy and forces, more compact frames
+labelled by the plain teacher, kept out of the prior fit, and the CLI's ``--compact``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from helpers import tiny_system
+
+from workbench.cli import main
+from workbench.teacher import teacher_potential
+from workbench.training.compaction import (
+    GyrationSqueeze,
+    compacted_frames,
+    radius_of_gyration,
+    squeezed_teacher,
+)
+from workbench.training.data import generate_teacher_data, sampled_mask
+
+
+def test_radius_of_gyration_of_a_known_shape():
+    # four beads at the corners of a square of side 2 (centre at 1, 1): every bead √2 away
+    square = torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.0, 2.0, 0.0], [2.0, 2.0, 0.0]])
+    assert radius_of_gyration(square).item() == pytest.approx(2**0.5)
+    assert radius_of_gyration(torch.stack([square, 3 * square])).tolist() == pytest.approx(
+        [2**0.5, 3 * 2**0.5]
+    )
+
+
+def test_squeeze_is_flat_below_its_target_and_its_forces_are_minus_the_gradient():
+    torch.manual_seed(0)
+    pos = 4.0 * torch.randn(3, 10, 3, dtype=torch.float64)
+    pos[2] *= 1.5  # the largest of the three
+    rg = radius_of_gyration(pos)
+    target = rg.median().item()
+    squeeze = GyrationSqueeze(target, strength=2.0).double()
+    energy = squeeze(pos)
+    expected = 2.0 * torch.relu(rg - target) ** 2
+    torch.testing.assert_close(energy, expected, rtol=1e-5, atol=1e-9)  # float32 target
+    assert (energy == 0.0).sum() == 2 and energy[2] > 0.0
+    # central finite differences of the energy against the autograd gradient (above target)
+    x = pos[2:3].clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(squeeze(x).sum(), x)
+    step = 1e-6
+    for bead, axis in ((0, 0), (4, 1), (9, 2)):
+        plus, minus = pos[2:3].clone(), pos[2:3].clone()
+        plus[0, bead, axis] += step
+        minus[0, bead, axis] -= step
+        numeric = (squeeze(plus) - squeeze(minus)).item() / (2 * step)
+        assert grad[0, bead, axis].item() == pytest.approx(numeric, rel=1e-6, abs=1e-9)
+
+
+def test_bad_squeezes_are_refused():
+    system = tiny_system()
+    teacher = teacher_potential(system)
+    for fraction in (0.0, -0.5, 1.2):
+        with pytest.raises(ValueError, match=r"compaction fraction .* in \(0, 1\]"):
+            squeezed_teacher(system, teacher, fraction)
+    with pytest.raises(ValueError, match="rg_max > 0 and strength > 0"):
+        GyrationSqueeze(5.0, strength=0.0)
+    with pytest.raises(ValueError, match="at least one compaction fraction"):
+        compacted_frames(system, teacher, [], [300.0], 2, 10, 5)
+
+
+def test_compacted_frames_are_more_compact_and_carry_the_plain_teachers_forces():
+    system = tiny_system()
+    teacher = teacher_potential(system)
+    common = dict(temperatures=[300.0], replicas=4, steps=600, save_every=150, equilibration=300)
+    own = generate_teacher_data(system, teacher, seed=1, **common)
+    squeezed = compacted_frames(system, teacher, [0.6], seed=1, **common)
+    assert sampled_mask(squeezed).all() and squeezed["positions"].shape[0] == 16
+    rg_native = radius_of_gyration(system.native_positions).item()
+    assert radius_of_gyration(squeezed["positions"]).mean() < 0.96 * rg_native
+    assert radius_of_gyration(squeezed["positions"]).mean() < radius_of_gyration(
+        own["positions"]
+    ).mean()
+    # labelled by the teacher without the squeeze (which pushes inwards up there)
+    plain = teacher.energy_and_forces(squeezed["positions"], None)[1]
+    torch.testing.assert_close(squeezed["forces"], plain, rtol=1e-5, atol=1e-5)
+    biased = squeezed_teacher(system, teacher, 0.6).energy_and_forces(
+        squeezed["positions"], None
+    )[1]
+    assert (biased - plain).abs().max() > 1e-3
+
+
+def test_cli_train_adds_compacted_frames_and_records_them(tmp_path, capsys):
+    common = ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
+              "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",
+              "--device", "cpu", "--quiet", "--replicas", "2", "--steps", "40",
+              "--save-every", "10", "--equilibration", "0"]
+    assert main(["train", "--generate", "--compact", "0.7,0.8", "--compact-replicas", "3",
+                 "--compact-steps", "20", "--out", str(tmp_path / "a"), *common]) == 0
+    card = json.loads((tmp_path / "a" / "cln025.json").read_text())
+    # 2 replicas × 4 teacher frames, then 3 replicas × 2 frames for each of two fractions
+    assert card["data"]["frames"] == 8 + 12 and card["data"]["frames_sampled_by_a_model"] == 12
+    assert card["data"]["compaction"]["radius_of_gyration_fractions"] == [0.7, 0.8]
+    assert card["data"]["compaction"]["frames"] == 12
+    assert "20 (12 sampled by --sampler or --compact)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [(["--compact", "0.7,1.5", "--generate"], "--compact fractions must lie in (0, 1]"),
+     (["--compact", "0.7", "--data", "x.pt"], "--compact samples new frames")],
+)
+def test_cli_refuses_bad_compaction(tmp_path, capsys, extra, message):
+    code = main(["train", "--protein", "cln025", *extra, "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,129 @@
+"""Teacher frames of states more compact than the teacher's own ensemble reaches.
+
+A network trained by force matching is free wherever its data never went. For CGSchNet
+that is above all the region of structures more compact than any teacher frame: there
+it extrapolates the attraction of native contacts to ever closer packing, and a long
+run of the model drops into a collapsed state far below the teacher's energy (a hole),
+with dozens of bead pairs closer than the closest approach in the data.
+
+These frames cover that region on purpose. The teacher runs with one extra term, a
+flat-bottomed restraint on the radius of gyration that pushes it below a fraction of the
+native value; the kept frames are labelled with the plain teacher's forces (and, in
+training, its energies), so the model learns how steeply the teacher's energy rises
+there. Like frames sampled by a model, they are not the teacher's Boltzmann ensemble and
+are kept out of the prior fit (``sampled`` in the data set).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from workbench.model.potential import Potential
+from workbench.system.cg_system import CGSystem
+from workbench.training.data import concatenate_data, generate_teacher_data
+
+#: Restraint strength, kcal/mol/Å²: 1 Å of radius of gyration above the target costs
+#: 10 kcal/mol, well above the thermal energy, so the runs sit near their target.
+SQUEEZE_STRENGTH = 10.0
+
+
+def radius_of_gyration(pos: torch.Tensor) -> torch.Tensor:
+    """Radius of gyration of each replica (equal bead weights).
+
+    Parameters
+    ----------
+    pos : torch.Tensor, shape (R, n, 3) or (n, 3), float32
+        Å.
+
+    Returns
+    -------
+    torch.Tensor, shape (R,) or (), float32
+        Å.
+    """
+    centred = pos - pos.mean(-2, keepdim=True)
+    return centred.pow(2).sum(-1).mean(-1).sqrt()
+
+
+class GyrationSqueeze(nn.Module):
+    """``E = k · max(Rg − rg_max, 0)²`` (kcal/mol): zero at or below ``rg_max`` (Å).
+
+    Parameters
+    ----------
+    rg_max : float
+        Å.
+    strength : float
+        ``k``, kcal/mol/Å².
+    """
+
+    def __init__(self, rg_max: float, strength: float = SQUEEZE_STRENGTH):
+        super().__init__()
+        if not (rg_max > 0 and strength > 0):
+            raise ValueError(
+                f"the squeeze needs rg_max > 0 and strength > 0, got {rg_max}, {strength}"
+            )
+        self.register_buffer("rg_max", torch.tensor(float(rg_max)))
+        self.register_buffer("strength", torch.tensor(float(strength)))
+
+    def forward(self, pos: torch.Tensor) -> torch.Tensor:
+        """Energy per replica, shape (R,), for positions (R, n, 3)."""
+        excess = torch.relu(radius_of_gyration(pos) - self.rg_max)
+        return self.strength * excess**2
+
+
+def squeezed_teacher(
+    system: CGSystem, teacher: Potential, fraction: float, strength: float = SQUEEZE_STRENGTH
+) -> Potential:
+    """The teacher plus a :class:`GyrationSqueeze` to ``fraction`` of the native radius.
+
+    Parameters
+    ----------
+    system : CGSystem
+    teacher : Potential
+        A prior-only potential (its terms are shared, not copied).
+    fraction : float
+        Target radius of gyration over the native one, in (0, 1].
+    strength : float
+        kcal/mol/Å².
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(
+            f"a compaction fraction is the target radius of gyration over the native one, "
+            f"in (0, 1]; got {fraction}"
+        )
+    rg_native = float(radius_of_gyration(system.native_positions))
+    priors = {**teacher.priors, "squeeze": GyrationSqueeze(fraction * rg_native, strength)}
+    return Potential(system.bead_types, teacher.schnet, priors)
+
+
+def compacted_frames(
+    system: CGSystem,
+    teacher: Potential,
+    fractions: Sequence[float],
+    temperatures: Sequence[float],
+    replicas: int,
+    steps: int,
+    save_every: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    equilibration: int = 0,
+    progress: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Frames of the squeezed teacher at each fraction, labelled by the plain teacher.
+
+    Parameters are those of :func:`~workbench.training.data.generate_teacher_data`;
+    ``fractions`` are the targets of :func:`squeezed_teacher` (one run of ``replicas``
+    per temperature for each). Returns a data set whose frames are all ``sampled``.
+    """
+    if not fractions:
+        raise ValueError("give at least one compaction fraction")
+    parts = [
+        generate_teacher_data(
+            system, teacher, temperatures, replicas, steps, save_every, device, seed + k,
+            equilibration, progress, sampler=squeezed_teacher(system, teacher, fraction),
+        )
+        for k, fraction in enumerate(fractions)
+    ]
+    return concatenate_data(*parts)
