@@ -103,7 +103,9 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
                  "--out", str(tmp_path / "b"), *common]) == 0
     card = json.loads((tmp_path / "b" / "cln025.json").read_text())
     assert card["data"]["frames"] == 8 + 9 and card["data"]["frames_sampled_by_a_model"] == 9
-    assert "17 (9 sampled by --sampler)" in capsys.readouterr().out
+    assert card["data"]["sampler"] == {"model": str(model), "start": str(tmp_path / "run"),
+                                       "frames": 9}
+    assert "17 (9 sampled by --sampler or --compact)" in capsys.readouterr().out
     data, _ = load_teacher_data(tmp_path / "data.pt")
     assert sampled_mask(data).tolist() == [False] * 8 + [True] * 9
     centre = data["positions"][8:].mean(1) - run.positions.mean(1)[[0, 1, 0]].repeat(3, 1)
