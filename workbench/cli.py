@@ -650,8 +650,8 @@ def cmd_train(args) -> int:
             squeezed = compacted_frames(
                 system, teacher, compact, temperatures,
                 args.compact_replicas or max(1, args.replicas // 8),
-                args.compact_steps or args.steps, args.save_every, device, args.seed,
-                args.equilibration, progress=not args.quiet,
+                args.compact_steps or args.steps, args.save_every, device=device,
+                seed=args.seed, equilibration=args.equilibration, progress=not args.quiet,
             )
             data = concatenate_data(data, squeezed)
             origin["compaction"] = {

@@ -106,23 +106,23 @@ def compacted_frames(
     replicas: int,
     steps: int,
     save_every: int,
-    device: str | torch.device = "cpu",
-    seed: int = 0,
-    equilibration: int = 0,
-    progress: bool = False,
+    **options,
 ) -> dict[str, torch.Tensor]:
     """Frames of the squeezed teacher at each fraction, labelled by the plain teacher.
 
-    Parameters are those of :func:`~workbench.training.data.generate_teacher_data`;
+    Parameters are those of :func:`~workbench.training.data.generate_teacher_data`
+    (``options``: its ``device``, ``seed``, ``equilibration``, ``progress``);
     ``fractions`` are the targets of :func:`squeezed_teacher` (one run of ``replicas``
-    per temperature for each). Returns a data set whose frames are all ``sampled``.
+    per temperature for each, seeds ``seed``, ``seed + 1``, ...). Returns a data set
+    whose frames are all ``sampled``.
     """
     if not fractions:
         raise ValueError("give at least one compaction fraction")
+    seed = options.pop("seed", 0)
     parts = [
         generate_teacher_data(
-            system, teacher, temperatures, replicas, steps, save_every, device, seed + k,
-            equilibration, progress, sampler=squeezed_teacher(system, teacher, fraction),
+            system, teacher, temperatures, replicas, steps, save_every, seed=seed + k,
+            sampler=squeezed_teacher(system, teacher, fraction), **options,
         )
         for k, fraction in enumerate(fractions)
     ]
