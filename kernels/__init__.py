@@ -35,6 +35,7 @@ from kernels.csr import (
     valid_edge_mask,
 )
 from kernels.fused_update import linear, linear_reference, tanh_linear, tanh_linear_reference
+from kernels.pair_terms import PAIR_FORMS, pair_energies, pair_energies_reference
 from kernels.quantize import PackedLinear, channel_scales, pack_linear
 from kernels.radial_basis import RadialSpec, radial_basis, radial_basis_reference
 from kernels.segment_reduce import (
@@ -56,7 +57,7 @@ __all__ = [
     "pack_filter", "pack_linear", "channel_scales", "valid_edge_mask", "build_filter_table",
     "build_csr", "build_csr_sorted_pairs", "radial_basis", "segment_sum",
     "edge_grad_to_positions", "cfconv",
-    "tabulated_cfconv", "linear", "tanh_linear",
+    "tabulated_cfconv", "linear", "tanh_linear", "pair_energies", "PAIR_FORMS",
 ]
 
 
@@ -80,6 +81,7 @@ OPS: dict[str, Op] = {
         Op("tabulated_cfconv", tabulated_cfconv, tabulated_cfconv_reference),
         Op("linear", linear, linear_reference),
         Op("tanh_linear", tanh_linear, tanh_linear_reference),
+        Op("pair_energies", pair_energies, pair_energies_reference),
     )
 }
 

@@ -1,7 +1,7 @@
-"""Bead gathers whose gradients are summed by the Triton segment sum (under the interpreter
-on a CPU): same forces as PyTorch's sorted accumulation, bitwise reproducible, exact
-against finite differences; the bead layouts are cached per index tensor; the switch is on
-only for fused paths on CUDA tensors."""
+"""Bead gathers whose gradients are summed by the Triton segment sum, and pair priors run
+as one fused kernel (under the interpreter on a CPU): same forces as PyTorch's sorted
+accumulation, bitwise reproducible, exact against finite differences; the bead layouts are
+cached per index tensor; the switch is on only for fused paths on CUDA tensors."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from workbench.model.geometry import bead_layout, segment_gathers
 from workbench.model.native_priors import native_priors
 from workbench.model.options import KernelOptions
 from workbench.model.potential import prior_segment_sums
+from workbench.model.priors import CutoffRepulsion
 
 pytestmark = pytest.mark.skipif(not triton_available(), reason="needs Triton (or its interpreter)")
 
@@ -24,6 +25,10 @@ def priors_and_positions(dtype=torch.float32, replicas=3):
     priors = dict(native_priors(system))
     priors["theta"] = HarmonicThetaAngles(system.angles, x0=torch.full((len(system.angles),), 1.9),
                                           k=torch.full((len(system.angles),), 3.0))
+    repulsion = priors["repulsion"]  # the shifted form too (a fused pair kernel as well)
+    priors["cutoff_repulsion"] = CutoffRepulsion(
+        repulsion.index, sigma=repulsion.sigma, cutoff=1.25 * repulsion.sigma
+    )
     gen = torch.Generator().manual_seed(4)
     noise = 0.3 * torch.randn((replicas, system.n_beads, 3), generator=gen)
     pos = (system.native_positions[None] + noise).to(dtype)

@@ -10,7 +10,9 @@ gradients onto the beads. By default ``index_select`` gathers, whose backward is
 the reference path's SchNet scatter. Inside :func:`segment_gathers` the sum runs
 through ``kernels.segment_sum`` over a bead-grouped layout of each index column,
 built once per index tensor: no sort, no atomics, bitwise repeatable on a GPU. The
-fused force paths, whose runs must repeat bitwise, switch that on for CUDA tensors.
+fused force paths, whose runs must repeat bitwise, switch that on for CUDA tensors;
+pair priors then also run as one fused kernel each (``kernels.pair_energies``, see
+:class:`~workbench.model.priors.PairPrior`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,11 @@ def segment_gathers(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         _SEGMENT_GATHERS.reset(token)
+
+
+def segment_gathers_on() -> bool:
+    """Whether the current block runs under :func:`segment_gathers` (a fused path)."""
+    return _SEGMENT_GATHERS.get()
 
 
 def bead_layout(index: torch.Tensor, column: int, n_beads: int) -> tuple[torch.Tensor, ...]:

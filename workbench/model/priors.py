@@ -11,7 +11,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from workbench.model.geometry import angle_cosines, bond_lengths, torsions
+from workbench.model.geometry import (
+    angle_cosines,
+    bead_layout,
+    bond_lengths,
+    segment_gathers_on,
+    torsions,
+)
 
 
 class PriorTerm(nn.Module):
@@ -106,17 +112,49 @@ class FourierDihedrals(PriorTerm):
         return self.v0 + (self.k1s * torch.sin(nphi) + self.k2s * torch.cos(nphi)).sum(-1)
 
 
-class Repulsion(PriorTerm):
-    """``E = (σ / r)⁶`` (energy scale 1 kcal/mol, σ in Å) over a fixed pair list."""
+class PairPrior(PriorTerm):
+    """A pair term that the fused paths evaluate in one kernel (``kernels.pair_energies``).
+
+    Subclasses name their form (``pair_form``, a key of ``kernels.PAIR_FORMS``) and give
+    its two per-pair parameters (:meth:`pair_parameters`); :meth:`term_energies` is the
+    reference. Inside :func:`~workbench.model.geometry.segment_gathers` (fused paths on
+    CUDA) the energy and its gradient come from the kernel, whose backward sums the pair
+    gradients per bead without atomics.
+    """
 
     order = 2
+    pair_form: str = ""
+
+    def pair_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The kernel's ``a`` and ``b`` per pair, each shape (P,)."""
+        raise NotImplementedError
+
+    def forward(self, pos: torch.Tensor) -> torch.Tensor:
+        """Total energy per replica, shape (R,)."""
+        if self.num_terms == 0 or not segment_gathers_on():
+            return super().forward(pos)
+        from kernels import pair_energies
+
+        n = pos.shape[1]
+        layouts = (*bead_layout(self.index, 0, n), *bead_layout(self.index, 1, n))
+        a, b = (t.to(pos.dtype) for t in self.pair_parameters())
+        return pair_energies(pos, self.index, a, b, self.pair_form, layouts)
+
+
+class Repulsion(PairPrior):
+    """``E = (σ / r)⁶`` (energy scale 1 kcal/mol, σ in Å) over a fixed pair list."""
+
     parameter_names = ("sigma",)
+    pair_form = "power6"
+
+    def pair_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.sigma, self.sigma
 
     def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
         return (self.sigma / bond_lengths(pos, self.index)) ** 6
 
 
-class CutoffRepulsion(PriorTerm):
+class CutoffRepulsion(PairPrior):
     """``(σ/r)⁶`` shifted and force-shifted to zero at ``r_x``, zero beyond it.
 
     ``E = (σ/r)⁶ − (σ/r_x)⁶ + 6 (σ/r_x)⁶ (r − r_x)/r_x`` for ``r < r_x`` (energy and force
@@ -126,8 +164,11 @@ class CutoffRepulsion(PriorTerm):
     long-ranged background.
     """
 
-    order = 2
     parameter_names = ("sigma", "cutoff")
+    pair_form = "cutoff_power6"
+
+    def pair_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.sigma, self.cutoff
 
     def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
         r = bond_lengths(pos, self.index)
@@ -136,15 +177,18 @@ class CutoffRepulsion(PriorTerm):
         return torch.where(r < self.cutoff, energy, torch.zeros_like(energy))
 
 
-class NativeContacts(PriorTerm):
+class NativeContacts(PairPrior):
     """12–10 wells at native distances: ``E = ε [5 (r0/r)¹² − 6 (r0/r)¹⁰]``.
 
     Minimum ``−ε`` at ``r = r0``; the structure-based (Gō-like) contact term.
     Buffers ``r0`` (Å) and ``epsilon`` (kcal/mol), shape (P,).
     """
 
-    order = 2
     parameter_names = ("r0", "epsilon")
+    pair_form = "lj12_10"
+
+    def pair_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.r0, self.epsilon
 
     def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
         x2 = (self.r0 / bond_lengths(pos, self.index)) ** 2
