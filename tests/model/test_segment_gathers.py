@@ -18,6 +18,9 @@ from workbench.model.potential import prior_segment_sums
 from workbench.model.priors import CutoffRepulsion
 
 pytestmark = pytest.mark.skipif(not triton_available(), reason="needs Triton (or its interpreter)")
+#: Where the kernels can run: the GPU when there is one (Triton launches no kernel on CPU
+#: tensors there), else the CPU under the interpreter.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def priors_and_positions(dtype=torch.float32, replicas=3):
@@ -31,8 +34,8 @@ def priors_and_positions(dtype=torch.float32, replicas=3):
     )
     gen = torch.Generator().manual_seed(4)
     noise = 0.3 * torch.randn((replicas, system.n_beads, 3), generator=gen)
-    pos = (system.native_positions[None] + noise).to(dtype)
-    return {k: v.to(dtype) for k, v in priors.items()}, pos
+    pos = (system.native_positions[None] + noise).to(DEVICE, dtype)
+    return {k: v.to(DEVICE, dtype) for k, v in priors.items()}, pos
 
 
 def forces(prior, pos, segments: bool):
