@@ -34,11 +34,11 @@ _BLOCK = 256
 
 
 @triton.jit
-def _pair_kernel(pos_ptr, i_ptr, j_ptr, a_ptr, b_ptr, partial_ptr, grad_ptr, P, R, n,
+def _pair_kernel(pos_ptr, index_ptr, a_ptr, b_ptr, partial_ptr, grad_ptr, P, R, n,
                  FORM: tl.constexpr, BLOCK: tl.constexpr):
     """One block of pairs of one replica.
 
-    pos_ptr : [R, n, 3]; i_ptr, j_ptr : int32 [P]; a_ptr, b_ptr : [P];
+    pos_ptr : [R, n, 3]; index_ptr : int [P, 2] (pairs ``(i, j)``, row-major); a_ptr, b_ptr : [P];
     partial_ptr : [R, num_blocks] (energy of the block's pairs);
     grad_ptr : [P, R, 3] (``dE/dx_j`` of each pair; ``dE/dx_i`` is its negative).
     P, R, n : pairs, replicas, beads per replica. FORM : code of `PAIR_FORMS`.
@@ -48,8 +48,8 @@ def _pair_kernel(pos_ptr, i_ptr, j_ptr, a_ptr, b_ptr, partial_ptr, grad_ptr, P, 
     r = tl.program_id(1)
     p = block * BLOCK + tl.arange(0, BLOCK)
     mask = p < P
-    i = tl.load(i_ptr + p, mask=mask, other=0).to(tl.int64)
-    j = tl.load(j_ptr + p, mask=mask, other=1).to(tl.int64)
+    i = tl.load(index_ptr + 2 * p, mask=mask, other=0).to(tl.int64)
+    j = tl.load(index_ptr + 2 * p + 1, mask=mask, other=1).to(tl.int64)
     a = tl.load(a_ptr + p, mask=mask, other=1.0)
     b = tl.load(b_ptr + p, mask=mask, other=1.0)
     base = pos_ptr + r.to(tl.int64) * n * 3
@@ -96,10 +96,9 @@ class _PairEnergies(torch.autograd.Function):
         blocks = triton.cdiv(pairs, _BLOCK)
         partial = torch.empty(r_count, blocks, dtype=pos.dtype, device=pos.device)
         grad = torch.empty(pairs, r_count, 3, dtype=pos.dtype, device=pos.device)
-        columns = index.to(torch.int32)
         _pair_kernel[(blocks, r_count)](
-            pos.contiguous(), columns[:, 0].contiguous(), columns[:, 1].contiguous(),
-            a.contiguous(), b.contiguous(), partial, grad, pairs, r_count, n,
+            pos.contiguous(), index.contiguous(), a.contiguous(), b.contiguous(), partial,
+            grad, pairs, r_count, n,
             FORM=PAIR_FORMS[form], BLOCK=_BLOCK,
         )
         ctx.save_for_backward(grad, *layouts)
