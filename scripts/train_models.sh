@@ -50,6 +50,13 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${REPULSION:-}" ] && set -- "$@" --repulsion "$REPULSION"
   # ENERGY_WEIGHT=w: also fit the teacher's energies (less the priors'), weight w Å²/bead
   [ -n "${ENERGY_WEIGHT:-}" ] && set -- "$@" --energy-weight "$ENERGY_WEIGHT"
+  # ENSEMBLE_WEIGHT=w (with SAMPLER=1): the relative-entropy term, the sampler's frames
+  # reweighted to the model being trained against the teacher's own frames
+  [ -n "${ENSEMBLE_WEIGHT:-}" ] && set -- "$@" --ensemble-weight "$ENSEMBLE_WEIGHT"
+  # ENSEMBLE_TEMPERATURES=300: only these frames feed it; TEACHER_START=RUN: the teacher's
+  # replicas start from a run's checkpoint (with SAMPLER_START, both ensembles equilibrated)
+  [ -n "${ENSEMBLE_TEMPERATURES:-}" ] && set -- "$@" --ensemble-temperatures "$ENSEMBLE_TEMPERATURES"
+  [ -n "${TEACHER_START:-}" ] && set -- "$@" --teacher-start "$TEACHER_START"
   timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
     --temperatures 300,330,360 --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 \
     --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" --lr "${LR:-1e-3}" --patience 8 \

@@ -224,6 +224,29 @@ def build_parser() -> argparse.ArgumentParser:
         "priors', centred per batch; 0: forces alone)",
     )
     train.add_argument(
+        "--ensemble-weight", type=float, default=0.0,
+        help="with --sampler: weight of the relative-entropy term, (kcal/mol/Å)² per nat: "
+        "lowers the energy where the teacher's frames go more often than the sampler's and "
+        "raises it where the sampler's go more often (0: off)",
+    )
+    train.add_argument(
+        "--min-sample-fraction", type=float, default=0.5,
+        help="with --ensemble-weight: stop once the reweighted sampler frames' effective "
+        "sample fraction falls below this (that epoch is not kept)",
+    )
+    train.add_argument(
+        "--ensemble-temperatures", default=None, metavar="KELVIN",
+        help="with --ensemble-weight: the temperatures (comma list) whose frames feed the "
+        "term (default: all); give those at which the teacher's and the sampler's runs both "
+        "start from equilibrated structures (--teacher-start, --sampler-start)",
+    )
+    train.add_argument(
+        "--teacher-start", default=None, metavar="RUN",
+        help="with --generate: start the teacher's replicas from the structures of a run's "
+        "checkpoint (say, a long run of the teacher: its equilibrium) instead of the native "
+        "structure",
+    )
+    train.add_argument(
         "--time-limit", type=float, default=None, help="seconds of training (no new batch after)"
     )
     train.add_argument(
@@ -596,12 +619,18 @@ def cmd_train(args) -> int:
     )
     from workbench.training.force_matching import FitSettings
     from workbench.training.pipeline import TrainSettings, train_potential
+    from workbench.training.relative_entropy import SamplerFrames
 
     began = time.monotonic()
     if args.sampler is not None and args.data is not None:
         raise UsageError("--sampler samples new frames: use it with --generate, not --data")
     if args.sampler_start is not None and args.sampler is None:
         raise UsageError("--sampler-start gives the --sampler's starting structures: add --sampler")
+    if args.teacher_start is not None and args.data is not None:
+        raise UsageError("--teacher-start starts new teacher runs: use it with --generate")
+    if args.ensemble_weight > 0 and args.sampler is None:
+        raise UsageError("--ensemble-weight compares the teacher's frames with a model's: add "
+                         "--sampler")
     if args.compact is not None and args.data is not None:
         raise UsageError("--compact samples new frames: use it with --generate, not --data")
     compact = None if args.compact is None else _floats(args.compact)
@@ -617,6 +646,7 @@ def cmd_train(args) -> int:
         None if args.sampler_start is None else checkpoint_positions(args.sampler_start, system)
     )
     origin: dict = {}
+    sampler = None
     if args.data is not None:
         data, metadata = load_teacher_data(args.data)
         teacher = teacher_potential(system, metadata["epsilon"], metadata["dihedral_ratio"])
@@ -635,15 +665,24 @@ def cmd_train(args) -> int:
         data = generate_teacher_data(
             system, teacher, temperatures, args.replicas, args.steps, args.save_every,
             device, args.seed, args.equilibration, progress=not args.quiet,
+            starts=None if args.teacher_start is None
+            else checkpoint_positions(args.teacher_start, system),
         )
+        if args.teacher_start is not None:
+            origin["teacher_start"] = args.teacher_start
         if args.sampler is not None:
+            sampler_potential = load_potential(args.sampler)
             sampled = generate_teacher_data(
                 system, teacher, temperatures, args.sampler_replicas or args.replicas,
                 args.sampler_steps or args.steps, args.sampler_save_every or args.save_every,
                 device, args.seed, args.equilibration, progress=not args.quiet,
-                sampler=load_potential(args.sampler), starts=sampler_starts,
+                sampler=sampler_potential, starts=sampler_starts,
             )
+            mask = torch.zeros(data["temperature"].shape[0] + sampled["temperature"].shape[0],
+                               dtype=torch.bool)
+            mask[data["temperature"].shape[0]:] = True
             data = concatenate_data(data, sampled)
+            sampler = SamplerFrames(sampler_potential.cpu(), mask)
             origin["sampler"] = {"model": args.sampler, "start": args.sampler_start,
                                  "frames": int(sampled["temperature"].shape[0])}
         if compact is not None:
@@ -654,6 +693,10 @@ def cmd_train(args) -> int:
                 seed=args.seed, equilibration=args.equilibration, progress=not args.quiet,
             )
             data = concatenate_data(data, squeezed)
+            if sampler is not None:
+                sampler.mask = torch.cat([
+                    sampler.mask, torch.zeros(squeezed["temperature"].shape[0], dtype=torch.bool)
+                ])
             origin["compaction"] = {
                 "radius_of_gyration_fractions": compact, "strength_kcal_per_A2": SQUEEZE_STRENGTH,
                 "frames": int(squeezed["temperature"].shape[0]),
@@ -675,7 +718,8 @@ def cmd_train(args) -> int:
             epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
             patience=args.patience, seed=args.seed, device=str(device),
             time_limit=time_limit, select_every=args.select_every,
-            energy_weight=args.energy_weight,
+            energy_weight=args.energy_weight, ensemble_weight=args.ensemble_weight,
+            min_sample_fraction=args.min_sample_fraction,
         ),
         validation_fraction=args.val_fraction,
         prior_temperature=args.prior_temperature,
@@ -689,8 +733,10 @@ def cmd_train(args) -> int:
         select_steps=args.select_steps,
         select_replicas=args.select_replicas,
         data_origin=origin,
+        ensemble_temperatures=None if args.ensemble_temperatures is None
+        else _floats(args.ensemble_temperatures),
     )
-    _, card = train_potential(system, teacher, data, settings, out)
+    _, card = train_potential(system, teacher, data, settings, out, sampler)
     training = card["training"]
     rows = [
         ("teacher ε", f"{card['teacher']['epsilon']:g} kcal/mol"),

@@ -7,11 +7,14 @@ squared force error per component, (kcal/mol/Å)², plus, with an ``energy_weigh
 target energies (teacher minus priors), that weight times the mean squared energy error
 per bead after removing its mean over the batch (energies are known up to a constant):
 
-    loss = mean |ΔF|² / 3n·B + w · mean_b (ΔE_b − mean ΔE)² / n
+    loss = mean |ΔF|² / 3n·B + w · mean_b (ΔE_b − mean ΔE)² / n  [+ w_S · ΔS]
 
 Force matching pins the energy only where frames are dense; the energy term ties together
 regions the data reach separately (a folded and an unfolded basin, or a compact state far
-from the teacher's ensemble that a model run fell into).
+from the teacher's ensemble that a model run fell into). With frames of a sampler model's
+own dynamics, the relative-entropy term ``w_S · ΔS``
+(:mod:`workbench.training.relative_entropy`) moves the model's ensemble towards the
+teacher's directly.
 """
 
 from __future__ import annotations
@@ -30,10 +33,15 @@ from workbench.model.potential import Potential
 from workbench.model.priors import PriorTerm
 from workbench.model.schnet import CGSchNet
 from workbench.neighbors import NeighborList
+from workbench.training.relative_entropy import (
+    EnsembleSet,
+    relative_entropy_change,
+    validation_relative_entropy,
+)
 
 LOG_COLUMNS = (
     "epoch", "train_loss", "val_loss", "val_force_rmse", "val_energy_rmse", "learning_rate",
-    "seconds",
+    "seconds", "val_relative_entropy", "ensemble_sample_fraction",
 )
 
 
@@ -69,6 +77,13 @@ class FitSettings:
     energy_weight : float
         Weight ``w`` of the energy term of the loss (module docstring), (Å)²/bead; used
         when target energies are given (0: forces alone).
+    ensemble_weight : float
+        Weight ``w_S`` of the relative-entropy term, (kcal/mol/Å)² per nat; used when
+        ensemble sets are given to :func:`train_force_matching` (0: off).
+    min_sample_fraction : float
+        With the relative-entropy term: training stops, and that epoch's weights are not
+        kept, once the reweighting's effective sample fraction on the validation frames
+        falls below this (the sampler's frames no longer represent the model).
     """
 
     epochs: int = 100
@@ -83,11 +98,17 @@ class FitSettings:
     time_limit: float | None = None
     select_every: int = 0
     energy_weight: float = 0.0
+    ensemble_weight: float = 0.0
+    min_sample_fraction: float = 0.5
 
     def __post_init__(self):
-        if not (self.energy_weight >= 0 and math.isfinite(self.energy_weight)):
+        for name in ("energy_weight", "ensemble_weight"):
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+        if not 0.0 <= self.min_sample_fraction < 1.0:
             raise ValueError(
-                f"energy_weight must be a finite number >= 0, got {self.energy_weight}"
+                f"min_sample_fraction must lie in [0, 1), got {self.min_sample_fraction}"
             )
 
 
@@ -105,6 +126,9 @@ class FitResult:
         Stopped by early stopping (patience).
     stopped_by_time : bool
         Stopped by ``FitSettings.time_limit``.
+    stopped_by_reweighting : bool
+        Stopped because the relative-entropy term's effective sample fraction fell below
+        ``FitSettings.min_sample_fraction``.
     selection : list of dict
         ``{"epoch", "score"}`` of every scored epoch (empty without a selector); the kept
         epoch is then the lowest-scoring one.
@@ -114,6 +138,7 @@ class FitResult:
     best_epoch: int = 0
     stopped_early: bool = False
     stopped_by_time: bool = False
+    stopped_by_reweighting: bool = False
     selection: list[dict] = field(default_factory=list)
 
     @property
@@ -261,6 +286,7 @@ def train_force_matching(
     log_path: str | os.PathLike | None = None,
     progress: bool = True,
     selector: Callable[[], float] | None = None,
+    ensemble: tuple[list[EnsembleSet], list[EnsembleSet]] | None = None,
 ) -> FitResult:
     """Fit ``schnet`` (in place) so that its forces match the targets.
 
@@ -286,6 +312,12 @@ def train_force_matching(
     selector : callable, optional
         ``selector() -> float``: a score of ``schnet``'s current weights, lower is better
         (say, how far the model's folded fraction in a short MD run is from the teacher's).
+    ensemble : tuple of two lists of EnsembleSet, optional
+        Training and validation frames of the relative-entropy term (one set per
+        temperature), used with ``settings.ensemble_weight > 0``: every optimiser step
+        adds the term over ``batch_size`` random frames of each kind of one temperature
+        (the temperatures in turn); the validation loss adds it over all validation
+        frames, and the log gets its ``ΔS`` and effective sample fraction.
 
     Returns
     -------
@@ -300,6 +332,9 @@ def train_force_matching(
     positions, targets = train[0], train[1]
     energies = train[2] if len(train) > 2 else None
     result = FitResult()
+    if settings.ensemble_weight <= 0:
+        ensemble = None
+    step = 0
     best_loss, best_state = math.inf, None
     selecting = selector is not None and settings.select_every > 0
     best_score, selected_state = math.inf, None
@@ -325,6 +360,12 @@ def train_force_matching(
                     create_graph=True,
                 )
                 loss = _loss(force_mse, energy_error, settings.energy_weight, pos.shape[1])
+                if ensemble is not None:
+                    frames = _ensemble_batch(ensemble[0][step % len(ensemble[0])],
+                                             settings.batch_size, generator)
+                    change = relative_entropy_change(potential, frames, settings.device)[0]
+                    loss = loss + settings.ensemble_weight * change
+                step += 1
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
@@ -339,6 +380,13 @@ def train_force_matching(
             val_loss, val_force_rmse, val_energy_rmse = _validation(
                 potential, validation, settings
             )
+            change, fraction = None, None
+            if ensemble is not None:
+                change, fraction = validation_relative_entropy(
+                    potential, ensemble[1], settings.batch_size, settings.device
+                )
+                val_loss += settings.ensemble_weight * change
+                result.stopped_by_reweighting = fraction < settings.min_sample_fraction
             row = {
                 "epoch": epoch,
                 "train_loss": total / seen,
@@ -347,6 +395,8 @@ def train_force_matching(
                 "val_energy_rmse": val_energy_rmse,
                 "learning_rate": optimizer.param_groups[0]["lr"],
                 "seconds": time.perf_counter() - start,
+                "val_relative_entropy": change,
+                "ensemble_sample_fraction": fraction,
             }
             result.history.append(row)
             if writer is not None:
@@ -354,13 +404,20 @@ def train_force_matching(
                 log.flush()
             bar.set_postfix_str(f"train {row['train_loss']:.4g} | val {val_loss:.4g}")
             scheduler.step(val_loss)
-            if val_loss < best_loss * (1.0 - settings.min_improvement):
+            if result.stopped_by_reweighting:
+                pass  # these weights are beyond what the sampler's frames represent
+            elif not math.isfinite(best_loss) or (
+                val_loss < best_loss - settings.min_improvement * abs(best_loss)
+            ):
                 best_loss, result.best_epoch = val_loss, epoch
                 best_state = _state_copy(schnet)
             elif epoch - result.best_epoch >= settings.patience:
                 result.stopped_early = True
-            last = result.stopped_early or result.stopped_by_time or epoch == settings.epochs
-            if selecting and (last or epoch % settings.select_every == 0):
+            last = (result.stopped_early or result.stopped_by_time
+                    or result.stopped_by_reweighting or epoch == settings.epochs)
+            if selecting and not result.stopped_by_reweighting and (
+                last or epoch % settings.select_every == 0
+            ):
                 score = float(selector())
                 result.selection.append({"epoch": epoch, "score": score})
                 if score < best_score:
@@ -371,11 +428,26 @@ def train_force_matching(
         bar.close()
         if log is not None:
             log.close()
+    if best_state is None and result.stopped_by_reweighting:
+        raise RuntimeError(
+            f"the first epoch already moved the model beyond its sampler's frames (effective "
+            f"sample fraction {result.history[0]['ensemble_sample_fraction']:.3f} < "
+            f"{settings.min_sample_fraction}): lower the ensemble weight or the learning rate"
+        )
     if selected_state is not None:
         result.best_epoch, best_state = selected_state
     if best_state is not None:
         schnet.load_state_dict(best_state)
     return result
+
+
+def _ensemble_batch(
+    frames: EnsembleSet, size: int, generator: torch.Generator
+) -> EnsembleSet:
+    """``size`` random frames of each kind of ``frames`` (with replacement)."""
+    teacher = torch.randint(frames.teacher.shape[0], (size,), generator=generator)
+    model = torch.randint(frames.model.shape[0], (size,), generator=generator)
+    return frames.subset(teacher, model)
 
 
 def _state_copy(module: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -33,6 +33,7 @@ from workbench.training.force_matching import (
     train_force_matching,
 )
 from workbench.training.model_card import build_model_card, write_model_card
+from workbench.training.relative_entropy import EnsembleSet, SamplerFrames, ensemble_sets
 from workbench.training.selection import folded_fraction_gap
 from workbench.training.validate import force_rmse, validate_against_teacher
 
@@ -72,6 +73,11 @@ class TrainSettings:
     data_origin : dict
         How frames beyond the teacher's own runs were made (``--sampler``, ``--compact``),
         recorded in the card's ``data`` section.
+    ensemble_temperatures : list of float or None
+        Temperatures (K) whose frames feed the relative-entropy term
+        (``fit.ensemble_weight``); None: every temperature with frames of both kinds. The
+        term compares equilibrium ensembles: give only temperatures at which both the
+        teacher's and the sampler's runs started from equilibrated structures.
     """
 
     schnet: SchNetConfig = field(default_factory=SchNetConfig)
@@ -88,6 +94,7 @@ class TrainSettings:
     select_steps: int = 0
     select_replicas: int = 64
     data_origin: dict = field(default_factory=dict)
+    ensemble_temperatures: list[float] | None = None
 
 
 def train_potential(
@@ -96,6 +103,7 @@ def train_potential(
     data: dict[str, torch.Tensor],
     settings: TrainSettings,
     out: str | Path,
+    sampler: SamplerFrames | None = None,
 ) -> tuple[Potential, dict]:
     """Fit priors and CGSchNet to teacher data and save the potential and its card.
 
@@ -111,6 +119,9 @@ def train_potential(
     settings : TrainSettings
     out : str or Path
         Existing folder.
+    sampler : SamplerFrames, optional
+        The frames of ``data`` a model's dynamics sampled, and that model: needed by the
+        relative-entropy term (``settings.fit.ensemble_weight > 0``).
 
     Returns
     -------
@@ -150,6 +161,11 @@ def train_potential(
     train, val = split_indices(
         data["positions"].shape[0], settings.validation_fraction, settings.fit.seed
     )
+    ensemble = None
+    if settings.fit.ensemble_weight > 0:
+        ensemble = _ensemble_frames(
+            data, prior_energy, sampler, settings.ensemble_temperatures, (train, val), device
+        )
     if start is None:
         state = torch.random.get_rng_state()
         torch.manual_seed(settings.fit.seed)
@@ -181,6 +197,7 @@ def train_potential(
         log_path=out / f"{system.name}.log.csv",
         progress=settings.progress,
         selector=selector,
+        ensemble=ensemble,
     )
     if earlier_log:
         _continue_log(earlier_log, out / f"{system.name}.log.csv")
@@ -200,6 +217,17 @@ def train_potential(
         )
         card["data"].update(settings.data_origin)
         card["training"]["energy_weight"] = settings.fit.energy_weight
+        if ensemble is not None:
+            card["training"]["relative_entropy"] = {
+                "weight": settings.fit.ensemble_weight,
+                "min_sample_fraction": settings.fit.min_sample_fraction,
+                "stopped_by_reweighting": fit.stopped_by_reweighting,
+                "temperatures_K": [s.temperature for s in ensemble[0]],
+                "kept_epoch": {
+                    k: fit.history[fit.best_epoch - 1][k]
+                    for k in ("val_relative_entropy", "ensemble_sample_fraction")
+                },
+            }
         if start is not None:
             card["training"]["continued_from"] = {
                 "model": str(settings.start_from), "epochs_before": len(earlier_log)
@@ -229,6 +257,46 @@ def train_potential(
         card = card_with(validation)
         write_model_card(card, out / f"{system.name}.pt")
     return potential, card
+
+
+def _ensemble_frames(
+    data: dict[str, torch.Tensor],
+    prior_energy: torch.Tensor,
+    sampler: SamplerFrames | None,
+    temperatures: list[float] | None,
+    splits: tuple[torch.Tensor, torch.Tensor],
+    device: str,
+) -> tuple[list[EnsembleSet], list[EnsembleSet]]:
+    """Training and validation sets of the relative-entropy term: the teacher's own frames
+    and the sampler's, per temperature (those given, or all), with ``U_prior − U_θ0`` per
+    frame."""
+    if sampler is None or not sampler.mask.any():
+        raise ValueError("the relative-entropy term needs frames of a sampler model (--sampler)")
+    if sampler.mask.shape != data["temperature"].shape:
+        raise ValueError(
+            f"the sampler's frame mask has shape {tuple(sampler.mask.shape)}, the data "
+            f"{tuple(data['temperature'].shape)}"
+        )
+    teacher_frames, model_frames = ~sampled_mask(data), sampler.mask
+    if temperatures is not None:
+        wanted = torch.zeros_like(teacher_frames)
+        for value in temperatures:
+            wanted |= (data["temperature"] - value).abs() < 1e-3
+        teacher_frames, model_frames = teacher_frames & wanted, model_frames & wanted
+    used = teacher_frames | model_frames
+    offset = torch.zeros_like(prior_energy)
+    offset[used] = prior_energy[used] - potential_labels(
+        sampler.potential, data["positions"][used], device=device
+    )[0]
+    sets = []
+    for index in splits:
+        pick = torch.zeros_like(used)
+        pick[index] = True
+        sets.append(ensemble_sets(
+            data["positions"], data["temperature"], teacher_frames & pick,
+            model_frames & pick, offset,
+        ))
+    return sets[0], sets[1]
 
 
 #: Repulsion prior class of each form of ``fit_priors``.
