@@ -232,7 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--min-sample-fraction", type=float, default=0.5,
         help="with --ensemble-weight: stop once the reweighted sampler frames' effective "
-        "sample fraction falls below this (that epoch is not kept)",
+        "sample fraction falls below this, keeping the weights of the last check above it",
+    )
+    train.add_argument(
+        "--ensemble-check-every", type=int, default=50,
+        help="with --ensemble-weight: optimiser steps between those checks",
     )
     train.add_argument(
         "--ensemble-temperatures", default=None, metavar="KELVIN",
@@ -720,6 +724,7 @@ def cmd_train(args) -> int:
             time_limit=time_limit, select_every=args.select_every,
             energy_weight=args.energy_weight, ensemble_weight=args.ensemble_weight,
             min_sample_fraction=args.min_sample_fraction,
+            ensemble_check_every=args.ensemble_check_every,
         ),
         validation_fraction=args.val_fraction,
         prior_temperature=args.prior_temperature,

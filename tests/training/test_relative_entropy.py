@@ -120,7 +120,8 @@ def test_sets_pair_the_frames_of_each_temperature():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [({"ensemble_weight": -1.0}, "ensemble_weight must be a finite number >= 0"),
-     ({"min_sample_fraction": 1.0}, r"min_sample_fraction must lie in \[0, 1\)")],
+     ({"min_sample_fraction": 1.0}, r"min_sample_fraction must lie in \[0, 1\)"),
+     ({"ensemble_check_every": 0}, "ensemble_check_every must be >= 1")],
 )
 def test_settings_are_checked(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -129,35 +130,39 @@ def test_settings_are_checked(kwargs, match):
 
 def _train(frames: EnsembleSet, min_fraction: float, epochs: int = 3):
     """Train a fresh copy of the sampler on the ensemble term alone (zero force targets,
-    force weight swamped by a large ensemble weight)."""
+    force weight swamped by a large ensemble weight), checking the fraction every step."""
     schnet = small_schnet(0, **TINY)
     positions = torch.cat([frames.teacher, frames.model])
     data = (positions, torch.zeros_like(positions))
     settings = FitSettings(epochs=epochs, batch_size=4, learning_rate=3e-3, ensemble_weight=50.0,
-                           min_sample_fraction=min_fraction, patience=50)
+                           min_sample_fraction=min_fraction, ensemble_check_every=1,
+                           patience=50)
     result = train_force_matching(schnet, tiny_system().bead_types, data, data, settings,
                                   progress=False, ensemble=([frames], [frames]))
     return schnet, result
 
 
-def test_training_lowers_the_relative_entropy_and_stops_when_the_frames_run_out():
+def test_training_lowers_the_relative_entropy_and_stops_where_the_frames_run_out():
     frames = _frames(_schnet_only(0), model_shift=0.6)
     _, free = _train(frames, 0.0)
     changes = [row["val_relative_entropy"] for row in free.history]
     fractions = [row["ensemble_sample_fraction"] for row in free.history]
     assert changes[-1] < changes[0] < 0.0 and not free.stopped_by_reweighting
     assert fractions[0] > fractions[1] > fractions[2]
-    # a threshold between the first two epochs' fractions: epoch 2 stops training and is
-    # not kept, so the weights are epoch 1's
+    # a threshold the second epoch crosses: training stops there, with the weights of the
+    # last step that kept the fraction above it
     threshold = (fractions[0] + fractions[1]) / 2
-    first, _ = _train(frames, threshold, epochs=1)
     schnet, stopped = _train(frames, threshold)
     assert stopped.stopped_by_reweighting and len(stopped.history) == 2
-    assert stopped.best_epoch == 1
+    kept = Potential(tiny_system().bead_types, schnet)
+    change, fraction = validation_relative_entropy(kept, [frames], 4, "cpu")
+    assert threshold <= fraction < fractions[0] and change < changes[0]
+    assert stopped.history[-1]["ensemble_sample_fraction"] == pytest.approx(fraction)
+    # a threshold the first step already crosses: the starting weights are kept
+    schnet, stopped = _train(frames, 0.999999)
+    assert stopped.stopped_by_reweighting and len(stopped.history) == 1
     for key, value in schnet.state_dict().items():
-        torch.testing.assert_close(value, first.state_dict()[key])
-    with pytest.raises(RuntimeError, match="first epoch already moved the model beyond"):
-        _train(frames, (1.0 + fractions[0]) / 2)
+        assert torch.equal(value, small_schnet(0, **TINY).state_dict()[key]), key
 
 
 def test_pipeline_and_cli_record_the_term(tmp_path, capsys):
@@ -200,6 +205,7 @@ def test_pipeline_and_cli_record_the_term(tmp_path, capsys):
                  "--ensemble-temperatures", "330", "--min-sample-fraction", "0",
                  "--val-fraction", "0.5", "--out", str(tmp_path / "d"), *common]) == 0
     assert term["min_sample_fraction"] == 0.0 and not term["stopped_by_reweighting"]
+    assert term["check_every_steps"] == 50
     assert 0.0 < term["kept_epoch"]["ensemble_sample_fraction"] <= 1.0
     with open(tmp_path / "b" / "cln025.log.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))

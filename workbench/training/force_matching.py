@@ -36,6 +36,7 @@ from workbench.neighbors import NeighborList
 from workbench.training.relative_entropy import (
     EnsembleSet,
     relative_entropy_change,
+    smallest_sample_fraction,
     validation_relative_entropy,
 )
 
@@ -81,9 +82,13 @@ class FitSettings:
         Weight ``w_S`` of the relative-entropy term, (kcal/mol/Å)² per nat; used when
         ensemble sets are given to :func:`train_force_matching` (0: off).
     min_sample_fraction : float
-        With the relative-entropy term: training stops, and that epoch's weights are not
-        kept, once the reweighting's effective sample fraction on the validation frames
-        falls below this (the sampler's frames no longer represent the model).
+        With the relative-entropy term: the weights must keep the reweighting's effective
+        sample fraction on the validation frames at or above this (below it, the sampler's
+        frames no longer represent the model). It is checked every ``ensemble_check_every``
+        optimiser steps; the first check below it ends training with the weights of the
+        last check that passed (or those training started from).
+    ensemble_check_every : int
+        Optimiser steps between those checks.
     """
 
     epochs: int = 100
@@ -100,12 +105,17 @@ class FitSettings:
     energy_weight: float = 0.0
     ensemble_weight: float = 0.0
     min_sample_fraction: float = 0.5
+    ensemble_check_every: int = 50
 
     def __post_init__(self):
         for name in ("energy_weight", "ensemble_weight"):
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+        if self.ensemble_check_every < 1:
+            raise ValueError(
+                f"ensemble_check_every must be >= 1, got {self.ensemble_check_every}"
+            )
         if not 0.0 <= self.min_sample_fraction < 1.0:
             raise ValueError(
                 f"min_sample_fraction must lie in [0, 1), got {self.min_sample_fraction}"
@@ -128,7 +138,8 @@ class FitResult:
         Stopped by ``FitSettings.time_limit``.
     stopped_by_reweighting : bool
         Stopped because the relative-entropy term's effective sample fraction fell below
-        ``FitSettings.min_sample_fraction``.
+        ``FitSettings.min_sample_fraction`` (the last epoch's weights are then those of the
+        last check that passed).
     selection : list of dict
         ``{"epoch", "score"}`` of every scored epoch (empty without a selector); the kept
         epoch is then the lowest-scoring one.
@@ -317,7 +328,9 @@ def train_force_matching(
         temperature), used with ``settings.ensemble_weight > 0``: every optimiser step
         adds the term over ``batch_size`` random frames of each kind of one temperature
         (the temperatures in turn); the validation loss adds it over all validation
-        frames, and the log gets its ``ΔS`` and effective sample fraction.
+        frames, and the log gets its ``ΔS`` and effective sample fraction. Every
+        ``settings.ensemble_check_every`` steps the fraction is checked
+        (``settings.min_sample_fraction``).
 
     Returns
     -------
@@ -335,6 +348,7 @@ def train_force_matching(
     if settings.ensemble_weight <= 0:
         ensemble = None
     step = 0
+    within = _state_copy(schnet) if ensemble is not None else None  # last check passed
     best_loss, best_state = math.inf, None
     selecting = selector is not None and settings.select_every > 0
     best_score, selected_state = math.inf, None
@@ -371,6 +385,14 @@ def train_force_matching(
                 optimizer.step()
                 total += float(loss.detach()) * target.numel()
                 seen += target.numel()
+                if ensemble is not None and step % settings.ensemble_check_every == 0:
+                    if smallest_sample_fraction(
+                        potential, ensemble[1], settings.batch_size, settings.device
+                    ) < settings.min_sample_fraction:
+                        schnet.load_state_dict(within)
+                        result.stopped_by_reweighting = True
+                        break
+                    within = _state_copy(schnet)
                 if settings.time_limit is not None and (
                     time.perf_counter() - began > settings.time_limit
                 ):
@@ -386,7 +408,6 @@ def train_force_matching(
                     potential, ensemble[1], settings.batch_size, settings.device
                 )
                 val_loss += settings.ensemble_weight * change
-                result.stopped_by_reweighting = fraction < settings.min_sample_fraction
             row = {
                 "epoch": epoch,
                 "train_loss": total / seen,
@@ -404,9 +425,7 @@ def train_force_matching(
                 log.flush()
             bar.set_postfix_str(f"train {row['train_loss']:.4g} | val {val_loss:.4g}")
             scheduler.step(val_loss)
-            if result.stopped_by_reweighting:
-                pass  # these weights are beyond what the sampler's frames represent
-            elif not math.isfinite(best_loss) or (
+            if not math.isfinite(best_loss) or (
                 val_loss < best_loss - settings.min_improvement * abs(best_loss)
             ):
                 best_loss, result.best_epoch = val_loss, epoch
@@ -415,9 +434,7 @@ def train_force_matching(
                 result.stopped_early = True
             last = (result.stopped_early or result.stopped_by_time
                     or result.stopped_by_reweighting or epoch == settings.epochs)
-            if selecting and not result.stopped_by_reweighting and (
-                last or epoch % settings.select_every == 0
-            ):
+            if selecting and (last or epoch % settings.select_every == 0):
                 score = float(selector())
                 result.selection.append({"epoch": epoch, "score": score})
                 if score < best_score:
@@ -428,12 +445,6 @@ def train_force_matching(
         bar.close()
         if log is not None:
             log.close()
-    if best_state is None and result.stopped_by_reweighting:
-        raise RuntimeError(
-            f"the first epoch already moved the model beyond its sampler's frames (effective "
-            f"sample fraction {result.history[0]['ensemble_sample_fraction']:.3f} < "
-            f"{settings.min_sample_fraction}): lower the ensemble weight or the learning rate"
-        )
     if selected_state is not None:
         result.best_epoch, best_state = selected_state
     if best_state is not None:

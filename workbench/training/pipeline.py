@@ -221,6 +221,7 @@ def train_potential(
             card["training"]["relative_entropy"] = {
                 "weight": settings.fit.ensemble_weight,
                 "min_sample_fraction": settings.fit.min_sample_fraction,
+                "check_every_steps": settings.fit.ensemble_check_every,
                 "stopped_by_reweighting": fit.stopped_by_reweighting,
                 "temperatures_K": [s.temperature for s in ensemble[0]],
                 "kept_epoch": {

@@ -165,19 +165,44 @@ def validation_relative_entropy(
     changes, fractions = [], []
     with torch.no_grad():
         for frames in sets:
-            teacher, model = (
-                torch.cat([
-                    schnet_energies(potential, positions[s : s + batch_size].to(device))
-                    for s in range(0, positions.shape[0], batch_size)
-                ]) + offset.to(device)
-                for positions, offset in (
-                    (frames.teacher, frames.teacher_offset), (frames.model, frames.model_offset)
-                )
+            change, fraction = _change_and_fraction(
+                frames.beta,
+                _energy_changes(potential, frames.teacher, frames.teacher_offset, batch_size,
+                                device),
+                _energy_changes(potential, frames.model, frames.model_offset, batch_size,
+                                device),
             )
-            change, fraction = _change_and_fraction(frames.beta, teacher, model)
             changes.append(float(change))
             fractions.append(float(fraction))
     return sum(changes) / len(changes), min(fractions)
+
+
+def smallest_sample_fraction(
+    potential: Potential, sets: list[EnsembleSet], batch_size: int, device: str | torch.device
+) -> float:
+    """The smallest effective sample fraction over ``sets`` alone (the sampler's frames
+    only, no weight gradients): the cheap check made during training."""
+    with torch.no_grad():
+        return min(
+            float(_fraction(frames.beta, _energy_changes(
+                potential, frames.model, frames.model_offset, batch_size, device
+            )))
+            for frames in sets
+        )
+
+
+def _energy_changes(
+    potential: Potential,
+    positions: torch.Tensor,
+    offset: torch.Tensor,
+    batch_size: int,
+    device: str | torch.device,
+) -> torch.Tensor:
+    """``ΔU`` (M,) at ``positions`` (M, n, 3), evaluated in batches."""
+    return torch.cat([
+        schnet_energies(potential, positions[s : s + batch_size].to(device))
+        for s in range(0, positions.shape[0], batch_size)
+    ]) + offset.to(device)
 
 
 def _change_and_fraction(
@@ -186,8 +211,14 @@ def _change_and_fraction(
     """``ΔS`` and the effective sample fraction from ``ΔU`` at the teacher's frames (A,)
     and at the sampler's (B,), kcal/mol."""
     log_w = -beta * model
-    log_count = math.log(model.shape[0])
-    change = beta * teacher.mean() + torch.logsumexp(log_w, 0) - log_count
-    log_w = log_w.detach()
-    fraction = torch.exp(2 * torch.logsumexp(log_w, 0) - torch.logsumexp(2 * log_w, 0) - log_count)
-    return change, fraction
+    change = beta * teacher.mean() + torch.logsumexp(log_w, 0) - math.log(model.shape[0])
+    return change, _fraction(beta, model.detach())
+
+
+def _fraction(beta: float, model: torch.Tensor) -> torch.Tensor:
+    """Effective sample fraction ``(Σw)² / (B Σw²)`` of ``w = exp(−β ΔU)`` from ``ΔU`` at
+    the sampler's frames (B,)."""
+    log_w = -beta * model
+    return torch.exp(
+        2 * torch.logsumexp(log_w, 0) - torch.logsumexp(2 * log_w, 0) - math.log(model.shape[0])
+    )
