@@ -20,24 +20,6 @@ bench --proteins 1enh --replicas 1024,4096,16384 --configs tables+graph --steps 
 timeout 120 python -m workbench.cli run --protein 1enh --replicas 512 --ladder 300:450:8 \
   --exchange-every 100 --steps 2000 --kernels tables+graph --device cuda --quiet \
   --no-trajectory --out "$RES/tempering" 2>&1 | tail -n 25 | tee "$RES/tempering.txt"
-timeout 200 python - > "$RES/tables_vs_exact.txt" 2>&1 <<'PY'
-import json
-from workbench.model.io import load_potential
-from workbench.model.options import KernelOptions
-from workbench.system import build_system
-from workbench.training.validate import compare_force_paths
-
-paths = {
-    "tables": KernelOptions(tabulated_filter=True, cuda_graph=True),
-    "exact": KernelOptions.all_on(cuda_graph=True),
-}
-steps = 10000
-result = compare_force_paths(
-    build_system("cln025"), load_potential("workbench/models/data/cln025.pt"), paths,
-    300.0, 64, steps, 20, "cuda", 0,
-)
-result.update(protein="cln025", temperature=300.0, replicas=64, steps=steps)
-print(json.dumps(result, indent=2))
-PY
+timeout 200 python scripts/tables_vs_exact.py --steps 10000 > "$RES/tables_vs_exact.txt" 2>&1
 tail -n 20 "$RES/tables_vs_exact.txt"
 tar -C "$RES" -cf "$OUT/extras.tar" .
