@@ -643,12 +643,14 @@ def cmd_train(args) -> int:
     device, notice = resolve_device(args.device)
     if notice:
         print(f"NOTE: {notice}")
-    out = ensure_writable_folder(args.out)
     system = build_system(args.protein)
     temperatures = _floats(args.temperatures)
-    sampler_starts = (
-        None if args.sampler_start is None else checkpoint_positions(args.sampler_start, system)
+    # starting structures are read before the output folder is made (a bad path leaves none)
+    sampler_starts, teacher_starts = (
+        None if run is None else checkpoint_positions(run, system)
+        for run in (args.sampler_start, args.teacher_start)
     )
+    out = ensure_writable_folder(args.out)
     origin: dict = {}
     sampler = None
     if args.data is not None:
@@ -669,8 +671,7 @@ def cmd_train(args) -> int:
         data = generate_teacher_data(
             system, teacher, temperatures, args.replicas, args.steps, args.save_every,
             device, args.seed, args.equilibration, progress=not args.quiet,
-            starts=None if args.teacher_start is None
-            else checkpoint_positions(args.teacher_start, system),
+            starts=teacher_starts,
         )
         if args.teacher_start is not None:
             origin["teacher_start"] = args.teacher_start

@@ -222,3 +222,7 @@ def test_pipeline_and_cli_record_the_term(tmp_path, capsys):
     assert main(["train", "--protein", "cln025", "--data", str(tmp_path / "data.pt"),
                  "--teacher-start", str(tmp_path / "run"), "--out", str(tmp_path / "e")]) == 2
     assert "--teacher-start starts new teacher runs" in capsys.readouterr().err
+    # a start that is not a run is refused before the output folder is made
+    assert main(["train", "--protein", "cln025", "--generate", "--teacher-start",
+                 str(tmp_path / "none"), "--out", str(tmp_path / "f")]) == 2
+    assert "no checkpoint at" in capsys.readouterr().err and not (tmp_path / "f").exists()
