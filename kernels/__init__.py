@@ -35,6 +35,7 @@ from kernels.csr import (
     valid_edge_mask,
 )
 from kernels.fused_update import linear, linear_reference, tanh_linear, tanh_linear_reference
+from kernels.pair_search import PairGraph, pair_search_csr, pair_search_csr_reference
 from kernels.pair_terms import PAIR_FORMS, pair_energies, pair_energies_reference
 from kernels.quantize import PackedLinear, channel_scales, pack_linear
 from kernels.radial_basis import RadialSpec, radial_basis, radial_basis_reference
@@ -58,6 +59,7 @@ __all__ = [
     "build_csr", "build_csr_sorted_pairs", "radial_basis", "segment_sum",
     "edge_grad_to_positions", "cfconv",
     "tabulated_cfconv", "linear", "tanh_linear", "pair_energies", "PAIR_FORMS",
+    "PairGraph", "pair_search_csr",
 ]
 
 
@@ -82,6 +84,7 @@ OPS: dict[str, Op] = {
         Op("linear", linear, linear_reference),
         Op("tanh_linear", tanh_linear, tanh_linear_reference),
         Op("pair_energies", pair_energies, pair_energies_reference),
+        Op("pair_search_csr", pair_search_csr, pair_search_csr_reference),
     )
 }
 

@@ -17,6 +17,7 @@ from workbench.model import fused_schnet
 from workbench.model.options import KernelOptions
 
 GRAPH = KernelOptions(cuda_graph=True)
+SEARCH = KernelOptions(cuda_graph=True, fused_pair_search=True)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,34 @@ def test_static_step_reproduces_the_eager_trajectory(potential):
     assert_same_state(eager, captured)
     assert steps.captures == 1
     assert captured.graph.valid is not None and captured.graph.num_edges == 2 * steps.slots
+
+
+@pytest.mark.parametrize("tables", [False, True], ids=["reference", "tables"])
+def test_searched_graph_steps_reproduce_the_eager_trajectory(potential, tables):
+    options = KernelOptions(**{**SEARCH.to_dict(), "tabulated_filter": tables})
+    eager, captured = make_sim(potential, options), make_sim(potential, options)
+    assert eager.searches_pairs()
+    eager_steps(eager, 4)
+    assert eager.graph.csr is not None  # the eager steps searched, too
+    steps = CapturedSteps(captured)
+    steps.advance(4)
+    assert_same_state(eager, captured)
+    # the same physics as the Verlet list (only the padding slots differ)
+    verlet = make_sim(potential, KernelOptions(**{**options.to_dict(), "fused_pair_search": False}))
+    eager_steps(verlet, 4)
+    torch.testing.assert_close(verlet.positions, captured.positions, rtol=1e-5, atol=1e-5)
+
+
+def test_searched_graph_overflow_redoes_the_chunk(potential):
+    eager, captured = make_sim(potential, SEARCH), make_sim(potential, SEARCH)
+    eager._search_slots = 20  # the eager step grows its capacity, too
+    eager_steps(eager, 3)
+    assert eager._search_slots > 20
+    steps = CapturedSteps(captured)
+    steps.slots = 20
+    steps.advance(3)
+    assert steps.slots > 20 and steps.captures == 2
+    assert_same_state(eager, captured)
 
 
 def test_prior_only_potential_needs_no_neighbour_list():

@@ -9,8 +9,10 @@ What makes the step capturable:
 
 * the neighbour list is rebuilt at every step with static shapes
   (:meth:`~workbench.neighbors.NeighborList.static_graph`: dense distance blocks
-  and ``nonzero_static`` into a fixed number of slots per replica), so there is
-  no rebuild decision on the host and no skin;
+  and ``nonzero_static`` into a fixed number of slots per replica; or, with the
+  ``fused_pair_search`` switch, :meth:`~workbench.neighbors.NeighborList.searched_graph`,
+  Triton passes that also build the CSR layouts), so there is no rebuild decision
+  on the host and no skin;
 * the run's random generator is registered with the graph, so each replay draws
   the numbers an eager step would have drawn (same Philox seed and offsets);
 * temperatures, the step counter and the overflow counter live in device tensors
@@ -106,7 +108,9 @@ class CapturedSteps:
         sim = self.sim
         graph = None
         if sim.neighbor_list is not None:
-            graph, needed = sim.neighbor_list.static_graph(pos, self.slots)
+            search = sim.neighbor_list.searched_graph if sim.searches_pairs() else \
+                sim.neighbor_list.static_graph
+            graph, needed = search(pos, self.slots)
             torch.maximum(self._needed, needed, out=self._needed)
         self._graph = graph
         return sim.potential.energy_and_forces(pos, graph, sim.options)

@@ -14,6 +14,7 @@ on the device every step without host synchronisation.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,7 +22,12 @@ from pathlib import Path
 import torch
 
 from workbench.analysis import fraction_native_contacts, rmsd
-from workbench.md.captured_steps import CapturedSteps, DynamicState, captured_steps_problem
+from workbench.md.captured_steps import (
+    HEADROOM,
+    CapturedSteps,
+    DynamicState,
+    captured_steps_problem,
+)
 from workbench.md.integrators import Integrator, maxwell_boltzmann
 from workbench.model.fused_schnet import warn_fallback_once
 from workbench.model.io import atomic_save
@@ -133,6 +139,7 @@ class Simulation:
         self.neighbor_list = self._make_neighbor_list()
         self.graph: Graph | None = None
         self._captured: CapturedSteps | None = None
+        self._search_slots = 0  # edge slots per replica of eager pair searches
 
         pos = self._initial_positions(positions)
         temperature = getattr(integrator, "temperature", torch.tensor([300.0]))
@@ -176,9 +183,32 @@ class Simulation:
         return positions.contiguous().clone()
 
     # -- force evaluation ---------------------------------------------------------
+    def searches_pairs(self) -> bool:
+        """Whether the SchNet graph comes from the Triton pair search (the
+        ``fused_pair_search`` switch, where Triton runs on this device)."""
+        from kernels import triton_available
+        from kernels._triton import INTERPRET
+
+        return (self.options.fused_pair_search and self.neighbor_list is not None
+                and triton_available() and (self.device.type == "cuda" or INTERPRET))
+
+    def _searched_graph(self, pos: torch.Tensor) -> Graph:
+        """An eager step's searched graph; its capacity grows (one host check per step)."""
+        nl = self.neighbor_list
+        if not self._search_slots:
+            self._search_slots = math.ceil(HEADROOM * nl.slots_needed(pos)) + 1
+        graph, needed = nl.searched_graph(pos, self._search_slots)
+        needed = int(needed)
+        if needed > self._search_slots:
+            self._search_slots = math.ceil(HEADROOM * needed) + 1
+            graph, _ = nl.searched_graph(pos, self._search_slots)
+        return graph
+
     def _graph_for(self, pos: torch.Tensor) -> Graph | None:
         if self.neighbor_list is None:
             return None
+        if self.searches_pairs():
+            return self._searched_graph(pos)
         # Paths that materialise edge tensors get the exact edge list (as CGSchNet users run
         # it); the fused per-edge kernels get the static candidate arrays and drop edges
         # beyond the cutoff on the device, without a host synchronisation.

@@ -167,10 +167,13 @@ def real_edge_graph(schnet, pos: torch.Tensor, graph: Graph):
 
     Returns ``(src, dst, csr)`` with int64 ``[E]`` arrays and both CSR layouts; no host
     synchronisation. A neighbour list's graph (``graph.sorted_pairs``) gets its layouts
-    from a prefix sum and binary searches instead of atomic counting and ranking.
+    from a prefix sum and binary searches instead of atomic counting and ranking; a
+    searched graph (``graph.csr`` at this model's cutoff) is used as it is.
     """
     from kernels import build_csr, build_csr_sorted_pairs
 
+    if graph.csr is not None and graph.cutoff == schnet.cutoff:
+        return graph.src, graph.dst, graph.csr
     n = graph.num_nodes
     src, dst = graph.src, graph.dst
     valid = (src < n) & (dst < n)

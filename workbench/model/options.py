@@ -37,6 +37,11 @@ class KernelOptions:
     cuda_graph : bool
         Capture a whole MD step (neighbour list rebuilt with static shapes, forces,
         integrator) as a CUDA graph and replay it (CUDA devices only).
+    fused_pair_search : bool
+        Find the SchNet graph afresh at every step with Triton passes over each replica's
+        bead pairs that write the edges already sorted, with both CSR layouts
+        (`kernels.pair_search_csr`), instead of a Verlet list or dense distance blocks
+        followed by a cutoff filter and a CSR build.
     """
 
     fused_radial_basis: bool = False
@@ -46,6 +51,7 @@ class KernelOptions:
     mlp_precision: str = "fp32"
     tabulated_filter: bool = False
     cuda_graph: bool = False
+    fused_pair_search: bool = False
 
     def __post_init__(self):
         if self.mlp_precision not in PRECISIONS:
@@ -63,7 +69,7 @@ class KernelOptions:
         cls, mlp_precision: str = "fp32", tabulated_filter: bool = False, cuda_graph: bool = False
     ) -> KernelOptions:
         """Every fused technique of the flash engine on (tables and graphs optional)."""
-        return cls(True, True, True, True, mlp_precision, tabulated_filter, cuda_graph)
+        return cls(True, True, True, True, mlp_precision, tabulated_filter, cuda_graph, True)
 
     @property
     def is_baseline(self) -> bool:

@@ -21,6 +21,8 @@ For a captured CUDA-graph step, :meth:`NeighborList.static_graph` builds the pai
 within the cutoff afresh at every call into static arrays (a fixed number of slots
 per replica) and returns, as a device tensor, how many slots it needed, so the
 caller can detect an overflow after the fact without a host synchronisation.
+:meth:`NeighborList.searched_graph` does the same with the Triton pair search
+(`kernels.pair_search_csr`), which also builds both CSR layouts.
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ class Graph:
         The valid edges are sorted by ``(dst, src)`` and ``j → i`` is one exactly when
         ``i → j`` is (every graph a :class:`NeighborList` returns); CSR layouts can then
         be built without atomics (``kernels.build_csr_sorted_pairs``).
+    csr : kernels.GraphCSR or None
+        Both CSR layouts of the valid edges, when they are exactly the pairs with
+        ``d < cutoff`` as the message-passing kernels measure ``d`` (from
+        :meth:`NeighborList.searched_graph`); the force evaluation then builds none.
+    cutoff : float or None
+        The radius of ``csr``'s edges (Å).
     """
 
     src: torch.Tensor
@@ -80,6 +88,8 @@ class Graph:
     valid: torch.Tensor | None = None
     version: int = 0
     sorted_pairs: bool = False
+    csr: object | None = None
+    cutoff: float | None = None
 
     @property
     def num_edges(self) -> int:
@@ -140,6 +150,7 @@ class NeighborList:
             allowed[exclusions[:, 0], exclusions[:, 1]] = False
             allowed[exclusions[:, 1], exclusions[:, 0]] = False
         self._allowed = allowed
+        self._allowed_bytes: torch.Tensor | None = None  # on the device, for the pair search
         self.reference_positions: torch.Tensor | None = None
         self.candidates: Graph | None = None
         self.builds = 0
@@ -212,6 +223,44 @@ class NeighborList:
         src, dst = torch.cat(srcs), torch.cat(dsts)
         graph = Graph(src, dst, num_nodes, src < num_nodes, -1, sorted_pairs=True)
         return graph, torch.stack(needed).amax()
+
+    def searched_graph(
+        self, pos: torch.Tensor, slots_per_replica: int
+    ) -> tuple[Graph, torch.Tensor]:
+        """Edges within the cutoff found afresh by the Triton pair search, with both CSRs.
+
+        Like :meth:`static_graph` (static shapes, no host synchronisation, rebuilt at every
+        call), but the valid edges are exactly those with ``d < cutoff`` as the kernels
+        measure ``d``, compacted over all replicas in ``(dst, src)`` order, and
+        ``graph.csr`` holds both CSR layouts (`kernels.pair_search_csr`). Needs Triton on
+        ``pos``'s device (a CUDA GPU, or ``TRITON_INTERPRET=1`` on a CPU).
+
+        Parameters
+        ----------
+        pos : torch.Tensor, shape (R, n, 3), float32
+        slots_per_replica : int
+            Edge slots per replica; the graph has ``R * slots_per_replica`` slots.
+
+        Returns
+        -------
+        graph : Graph
+            With ``valid``, ``csr`` and ``cutoff`` set.
+        needed : torch.Tensor, shape (), int64
+            Slots per replica this call needed, ``ceil(edges / R)`` (device tensor); more
+            than ``slots_per_replica`` means edges were cut off and the step must be redone.
+        """
+        from kernels.pair_search import pair_search_csr
+
+        r_count, n, _ = pos.shape
+        if self._allowed_bytes is None or self._allowed_bytes.device != pos.device:
+            self._allowed_bytes = self._allowed.to(device=pos.device, dtype=torch.uint8)
+        found = pair_search_csr(pos.detach(), self._allowed_bytes, self.cutoff,
+                                r_count * slots_per_replica)
+        num_nodes = r_count * n
+        graph = Graph(found.src, found.dst, num_nodes, found.src < num_nodes, -1,
+                      sorted_pairs=True, csr=found.csr, cutoff=self.cutoff)
+        needed = torch.div(found.needed + r_count - 1, r_count, rounding_mode="floor")
+        return graph, needed
 
     def slots_needed(self, pos: torch.Tensor, margin: float = FIXED_MARGIN) -> int:
         """Largest per-replica edge count within ``cutoff + margin`` now (host value)."""

@@ -1,0 +1,91 @@
+"""Pair search straight into both CSR layouts: the same edges, order and layouts as the dense
+reference; in-bounds indices when the capacity is too small; non-finite replicas."""
+
+import pytest
+import torch
+from helpers import random_cloud
+
+from kernels import build_csr_reference, tabulated_cfconv
+from kernels.pair_search import pair_search_csr, pair_search_csr_reference
+from kernels.tabulated import tabulate_filter
+
+
+def _allowed(n, excluded=()):
+    allowed = ~torch.eye(n, dtype=torch.bool)
+    for i, j in excluded:
+        allowed[i, j] = allowed[j, i] = False
+    return allowed
+
+
+def _same(a, b):
+    return all(torch.equal(x.long(), y.long()) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("replicas,n,cutoff", [(3, 21, 5.0), (1, 260, 4.0), (1, 2, 20.0)],
+                         ids=["small", "two-tiles", "one-pair"])
+def test_matches_the_dense_reference(device, replicas, n, cutoff):
+    pos = random_cloud(replicas, n, box=10.0 if n < 100 else 16.0, seed=n,
+                       dtype=torch.float32).to(device)
+    allowed = _allowed(n, [(0, 1), (1, 2), (0, n - 1)] if n > 2 else []).to(device)
+    capacity = replicas * n * n
+    got = pair_search_csr(pos, allowed, cutoff, capacity)
+    ref = pair_search_csr_reference(pos, allowed, cutoff, capacity)
+    assert int(got.needed) == int(ref.needed) > 0
+    assert torch.equal(got.src, ref.src) and torch.equal(got.dst, ref.dst)
+    assert _same(got.csr, ref.csr)
+    assert got.csr.dst_ptr.dtype == torch.int32 and got.csr.src_perm.dtype == torch.int32
+    # the layouts are those of the edge list itself
+    assert _same(got.csr, build_csr_reference(got.src, got.dst, replicas * n))
+    real = got.src < replicas * n
+    assert not (got.src[real] // n != got.dst[real] // n).any()  # never across replicas
+    if n > 2:
+        assert not ((got.src % n == 0) & (got.dst % n == 1) & real).any()  # excluded pair
+
+
+def test_a_small_capacity_cuts_segments_but_keeps_indices_in_bounds(device):
+    pos = random_cloud(2, 30, box=8.0, seed=4, dtype=torch.float32).to(device)
+    full = pair_search_csr(pos, _allowed(30).to(device), 5.0, 2 * 900)
+    total = int(full.needed)
+    cut = pair_search_csr(pos, _allowed(30).to(device), 5.0, total // 2)
+    assert int(cut.needed) == total  # tells the caller how many it needs
+    capacity = total // 2
+    assert int(cut.csr.dst_ptr[-1]) == capacity and int(cut.csr.dst_ptr.max()) <= capacity
+    for perm in (cut.csr.dst_perm, cut.csr.src_perm):
+        assert int(perm.min()) >= 0 and int(perm.max()) < capacity
+    assert torch.equal(cut.src, full.src[:capacity]) and torch.equal(cut.dst, full.dst[:capacity])
+
+
+def test_a_replica_with_non_finite_positions_has_no_edges(device):
+    pos = random_cloud(3, 16, box=8.0, seed=2, dtype=torch.float32).to(device)
+    pos[1, 4, 0] = float("nan")
+    pos[2] = float("inf")
+    got = pair_search_csr(pos, _allowed(16).to(device), 6.0, 3 * 256)
+    real = got.src < 48
+    assert not ((got.src[real] // 16 == 2) | (got.src[real] == 20) | (got.dst[real] == 20)).any()
+    clean = pos.clone()
+    clean[1, 4] = 100.0 + torch.arange(3.0, device=device)  # far from everything: no edges
+    clean[2] = 100.0 * torch.arange(16.0, device=device)[:, None]
+    assert torch.equal(got.src, pair_search_csr(clean, _allowed(16).to(device), 6.0, 768).src)
+
+
+def test_tabulated_messages_over_the_searched_graph_match_the_reference_layouts(device):
+    pos = random_cloud(2, 24, box=9.0, seed=8, dtype=torch.float32).to(device)
+    found = pair_search_csr(pos, _allowed(24).to(device), 6.0, 2 * 24 * 24)
+    flat = pos.reshape(-1, 3)
+    xs = torch.randn(48, 16, generator=torch.Generator().manual_seed(1)).to(device)
+    table = tabulate_filter(
+        lambda d: torch.cos(d[:, None] * torch.arange(1.0, 17.0, dtype=d.dtype) / 6.0)
+        * (6.0 - d[:, None]).clamp(min=0) ** 2, 601, 6.0, device=device)
+    ours = tabulated_cfconv(flat, xs, found.src, found.dst, found.csr, table)
+    reference = build_csr_reference(found.src, found.dst, 48)
+    assert torch.equal(ours, tabulated_cfconv(flat, xs, found.src, found.dst, reference, table))
+
+
+def test_bad_shapes_are_refused():
+    pos = torch.zeros(2, 5, 3)
+    with pytest.raises(ValueError, match="float32"):
+        pair_search_csr(pos.double(), _allowed(5), 3.0, 10)
+    with pytest.raises(ValueError, match=r"\[5, 5\]"):
+        pair_search_csr(pos, _allowed(4), 3.0, 10)
+    with pytest.raises(ValueError, match="capacity"):
+        pair_search_csr(pos, _allowed(5), 3.0, 0)
