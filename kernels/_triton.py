@@ -51,7 +51,7 @@ except ImportError:  # pragma: no cover - exercised only on machines without Tri
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 __all__ = ["HAS_TRITON", "INTERPRET", "triton", "tl", "triton_available", "pick_configs",
-           "torch_to_tl_dtype", "check_no_grad", "next_pow2", "tanh_f32", "mma"]
+           "torch_to_tl_dtype", "check_no_grad", "next_pow2", "sqrt_rounded", "tanh_f32", "mma"]
 
 
 def triton_available() -> bool:
@@ -106,6 +106,14 @@ def check_no_grad(op: str, **tensors) -> None:
 
 
 INTERPRET_BF16_EMULATION = tl.constexpr(INTERPRET) if HAS_TRITON else INTERPRET
+
+
+@triton.jit
+def sqrt_rounded(x):
+    """Correctly rounded square root in the dtype of ``x`` (float32 or float64), as torch's."""
+    if x.dtype == tl.float64:
+        return tl.sqrt(x)
+    return tl.sqrt_rn(x)
 
 
 @triton.jit

@@ -8,17 +8,7 @@ from kernels_testlib import rel_err
 
 from kernels import PAIR_FORMS, pair_energies
 from kernels.pair_terms import pair_energies_reference
-
-
-def bead_layouts(index: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
-    """``(ptr_i, perm_i, ptr_j, perm_j)``: pairs grouped by the bead of each column."""
-    out = []
-    for column in (0, 1):
-        beads = index[:, column]
-        perm = torch.argsort(beads, stable=True)
-        ptr = torch.searchsorted(beads[perm], torch.arange(n + 1, device=index.device))
-        out += [ptr.to(torch.int32), perm.to(torch.int32)]
-    return tuple(out)
+from kernels.term_rows import entries_by_bead
 
 
 def pair_problem(form: str, dtype, device, replicas=3, n=23, seed=0):
@@ -42,9 +32,9 @@ def pair_problem(form: str, dtype, device, replicas=3, n=23, seed=0):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_pair_energies_and_gradients_match_the_reference(form, dtype, device):
     pos, a, b, index = pair_problem(form, dtype, device)
-    layouts = bead_layouts(index, pos.shape[1])
+    layout = entries_by_bead(index, pos.shape[1])
     x = pos.clone().requires_grad_(True)
-    energy = pair_energies(x, index, a, b, form, layouts)
+    energy = pair_energies(x, index, a, b, form, layout)
     weights = torch.tensor([1.0, -2.0, 0.5], dtype=dtype, device=device)
     (grad,) = torch.autograd.grad((energy * weights).sum(), x)
     y = pos.clone().requires_grad_(True)
@@ -55,7 +45,7 @@ def test_pair_energies_and_gradients_match_the_reference(form, dtype, device):
     assert rel_err(energy, ref) < tol
     assert rel_err(grad, grad_ref) < (1e-5 if dtype == torch.float32 else 1e-6)  # FP32 sums
     # same bits every run (fixed summation order, no atomics)
-    again = pair_energies(x, index, a, b, form, layouts)
+    again = pair_energies(x, index, a, b, form, layout)
     assert torch.equal(energy, again)
     assert torch.equal(grad, torch.autograd.grad((again * weights).sum(), x)[0])
 
@@ -63,9 +53,9 @@ def test_pair_energies_and_gradients_match_the_reference(form, dtype, device):
 def test_cutoff_form_is_zero_beyond_its_radius(device):
     pos, a, b, index = pair_problem("cutoff_power6", torch.float64, device)
     far = torch.full_like(b, 0.5) * a.min() / a.max()  # every r_x below every distance
-    layouts = bead_layouts(index, pos.shape[1])
+    layout = entries_by_bead(index, pos.shape[1])
     x = pos.clone().requires_grad_(True)
-    energy = pair_energies(x, index, far * a, far * a * 1.01, "cutoff_power6", layouts)
+    energy = pair_energies(x, index, far * a, far * a * 1.01, "cutoff_power6", layout)
     (grad,) = torch.autograd.grad(energy.sum(), x)
     assert torch.equal(energy, torch.zeros_like(energy))
     assert torch.equal(grad, torch.zeros_like(grad))
@@ -75,18 +65,18 @@ def test_no_pairs_and_bad_input(device):
     pos = torch.zeros(2, 4, 3, device=device)
     none = torch.zeros(0, 2, dtype=torch.long, device=device)
     empty = torch.zeros(0, device=device)
-    layouts = bead_layouts(none, 4)
-    assert torch.equal(pair_energies(pos, none, empty, empty, "power6", layouts),
+    layout = entries_by_bead(none, 4)
+    assert torch.equal(pair_energies(pos, none, empty, empty, "power6", layout),
                        torch.zeros(2, device=device))
     with pytest.raises(ValueError, match="unknown pair form 'lj'"):
-        pair_energies(pos, none, empty, empty, "lj", layouts)
+        pair_energies(pos, none, empty, empty, "lj", layout)
     with pytest.raises(ValueError, match=r"pos must be float32 or float64 \[R, n, 3\]"):
-        pair_energies(pos.half(), none, empty, empty, "power6", layouts)
+        pair_energies(pos.half(), none, empty, empty, "power6", layout)
 
 
 def test_second_derivatives_are_refused(device):
     pos, a, b, index = pair_problem("power6", torch.float64, device)
     x = pos.clone().requires_grad_(True)
-    energy = pair_energies(x, index, a, b, "power6", bead_layouts(index, pos.shape[1]))
-    with pytest.raises(NotImplementedError, match="second derivatives through the fused pair"):
+    energy = pair_energies(x, index, a, b, "power6", entries_by_bead(index, pos.shape[1]))
+    with pytest.raises(NotImplementedError, match="second derivatives through the fused prior"):
         torch.autograd.grad(energy.sum(), x, create_graph=True)

@@ -73,9 +73,12 @@ def test_tabulated_messages_over_the_searched_graph_match_the_reference_layouts(
     found = pair_search_csr(pos, _allowed(24).to(device), 6.0, 2 * 24 * 24)
     flat = pos.reshape(-1, 3)
     xs = torch.randn(48, 16, generator=torch.Generator().manual_seed(1)).to(device)
-    table = tabulate_filter(
-        lambda d: torch.cos(d[:, None] * torch.arange(1.0, 17.0, dtype=d.dtype) / 6.0)
-        * (6.0 - d[:, None]).clamp(min=0) ** 2, 601, 6.0, device=device)
+
+    def filter_fn(d):
+        waves = torch.arange(1.0, 17.0, dtype=d.dtype, device=d.device) / 6.0
+        return torch.cos(d[:, None] * waves) * (6.0 - d[:, None]).clamp(min=0) ** 2
+
+    table = tabulate_filter(filter_fn, 601, 6.0, device=device)
     ours = tabulated_cfconv(flat, xs, found.src, found.dst, found.csr, table)
     reference = build_csr_reference(found.src, found.dst, 48)
     assert torch.equal(ours, tabulated_cfconv(flat, xs, found.src, found.dst, reference, table))

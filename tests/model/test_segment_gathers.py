@@ -1,7 +1,8 @@
-"""Bead gathers whose gradients are summed by the Triton segment sum, and pair priors run
-as one fused kernel (under the interpreter on a CPU): same forces as PyTorch's sorted
-accumulation, bitwise reproducible, exact against finite differences; the bead layouts are
-cached per index tensor; the switch is on only for fused paths on CUDA tensors."""
+"""Bead gathers whose gradients are summed by the Triton segment sum, and bonds, angles,
+dihedrals and pair priors run as one fused kernel each (under the interpreter on a CPU):
+same forces as PyTorch's sorted accumulation, bitwise reproducible, exact against finite
+differences; the bead layouts are cached per index tensor; the switch is on only for fused
+paths on CUDA tensors."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_segment_summed_forces_match_finite_differences():
 
 def test_second_derivatives_still_flow_with_create_graph():
     priors, pos = priors_and_positions(torch.float64, replicas=1)
-    prior = priors["bonds"]
+    prior = priors["theta"]  # no kernel of its own: segment-summed gathers
     pos = pos.requires_grad_(True)
     with segment_gathers(True):
         (grad,) = torch.autograd.grad(prior(pos).sum(), pos, create_graph=True)
@@ -85,6 +86,8 @@ def test_bead_layout_groups_terms_by_bead_and_is_cached():
     assert ptr.tolist() == [0, 1, 2, 4, 4] and perm.tolist() == [1, 3, 0, 2]
     assert ptr.dtype == perm.dtype == torch.int32
     assert bead_layout(index, 0, 4)[0] is ptr  # built once
+    every = bead_layout(index, None, 4)  # all entries, id = term * 2 + column
+    assert every[0].tolist() == [0, 2, 5, 8, 8] and every[1].tolist() == [1, 2, 3, 5, 6, 0, 4, 7]
     index[0, 0] = 3  # an in-place change gives a new layout
     assert bead_layout(index, 0, 4)[0].tolist() == [0, 1, 2, 3, 4]
 

@@ -11,8 +11,9 @@ the reference path's SchNet scatter. Inside :func:`segment_gathers` the sum runs
 through ``kernels.segment_sum`` over a bead-grouped layout of each index column,
 built once per index tensor: no sort, no atomics, bitwise repeatable on a GPU. The
 fused force paths, whose runs must repeat bitwise, switch that on for CUDA tensors;
-pair priors then also run as one fused kernel each (``kernels.pair_energies``, see
-:class:`~workbench.model.priors.PairPrior`).
+bonds, angles, dihedrals and pair priors then run as one fused kernel each
+(``kernels.pair_energies``, ``kernels.bonded_terms``; see
+:meth:`~workbench.model.priors.PriorTerm.fused_energies`).
 """
 
 from __future__ import annotations
@@ -42,23 +43,22 @@ def segment_gathers_on() -> bool:
     return _SEGMENT_GATHERS.get()
 
 
-def bead_layout(index: torch.Tensor, column: int, n_beads: int) -> tuple[torch.Tensor, ...]:
-    """Terms grouped by the bead in one column of ``index``: ``(ptr, perm)``.
+def bead_layout(index: torch.Tensor, column: int | None, n_beads: int) -> tuple[torch.Tensor, ...]:
+    """Entries of one column of ``index`` (or of all, ``column=None``) grouped by bead.
 
-    ``perm`` (int32, shape (P,)) lists term ids in increasing order within each bead's
-    segment ``perm[ptr[b]:ptr[b + 1]]`` (``ptr`` int32, shape (n_beads + 1,)). Built with
-    device operations that need no host synchronisation, and cached on ``index`` itself
-    (keyed by column, bead count and the tensor's version), so it is made once, before any
-    graph capture, and dies with the index.
+    Returns ``(ptr, perm)`` (`kernels.term_rows.entries_by_bead`): ``perm`` (int32) lists
+    entry ids (term ids for one column, ``p * order + c`` for all) in increasing order
+    within each bead's segment ``perm[ptr[b]:ptr[b + 1]]`` (``ptr`` int32, shape
+    (n_beads + 1,)). Built with device operations that need no host synchronisation, and
+    cached on ``index`` itself (keyed by column, bead count and the tensor's version), so
+    it is made once, before any graph capture, and dies with the index.
     """
+    from kernels.term_rows import entries_by_bead
+
     key = (column, n_beads, index._version)
     cache = index.__dict__.setdefault("_bead_layouts", {})
     if key not in cache:
-        beads = index[:, column]
-        perm = torch.argsort(beads, stable=True)
-        bounds = torch.arange(n_beads + 1, device=index.device, dtype=beads.dtype)
-        ptr = torch.searchsorted(beads[perm], bounds)
-        cache[key] = (ptr.to(torch.int32), perm.to(torch.int32))
+        cache[key] = entries_by_bead(index if column is None else index[:, column], n_beads)
     return cache[key]
 
 

@@ -66,24 +66,27 @@ class PriorTerm(nn.Module):
         """Energy of every term, shape (R, P)."""
         raise NotImplementedError
 
+    def fused_energies(self, pos: torch.Tensor, layout) -> torch.Tensor | None:
+        """Energy per replica from this term's Triton kernel, or None where it has none.
+
+        Used inside :func:`~workbench.model.geometry.segment_gathers` (fused paths on CUDA):
+        one kernel writes the energies and every bead's gradient, and the backward sums
+        them per bead over ``layout`` (``bead_layout(index, None, n)``) without atomics.
+        """
+        return None
+
     def forward(self, pos: torch.Tensor) -> torch.Tensor:
         """Total energy per replica, shape (R,)."""
         if self.num_terms == 0:
             return pos.new_zeros(pos.shape[0])
+        if segment_gathers_on():
+            fused = self.fused_energies(pos, bead_layout(self.index, None, pos.shape[1]))
+            if fused is not None:
+                return fused
         return self.term_energies(pos).sum(-1)
 
     def extra_repr(self) -> str:
         return f"terms={self.num_terms}"
-
-
-class HarmonicBonds(PriorTerm):
-    """``E = k (r − x0)²`` with ``k`` in kcal/mol/Å², ``x0`` in Å."""
-
-    order = 2
-    parameter_names = ("x0", "k")
-
-    def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
-        return self.k * (bond_lengths(pos, self.index) - self.x0) ** 2
 
 
 class HarmonicAngles(PriorTerm):
@@ -94,6 +97,12 @@ class HarmonicAngles(PriorTerm):
 
     def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
         return self.k * (angle_cosines(pos, self.index) - self.x0) ** 2
+
+    def fused_energies(self, pos: torch.Tensor, layout) -> torch.Tensor:
+        from kernels.bonded_terms import angle_energies
+
+        return angle_energies(pos, self.index, self.x0.to(pos.dtype), self.k.to(pos.dtype),
+                              layout)
 
 
 class FourierDihedrals(PriorTerm):
@@ -111,15 +120,19 @@ class FourierDihedrals(PriorTerm):
         nphi = phi[..., None] * n
         return self.v0 + (self.k1s * torch.sin(nphi) + self.k2s * torch.cos(nphi)).sum(-1)
 
+    def fused_energies(self, pos: torch.Tensor, layout) -> torch.Tensor:
+        from kernels.bonded_terms import dihedral_energies
+
+        k1s, k2s, v0 = (t.to(pos.dtype) for t in (self.k1s, self.k2s, self.v0))
+        return dihedral_energies(pos, self.index, k1s, k2s, v0, layout)
+
 
 class PairPrior(PriorTerm):
     """A pair term that the fused paths evaluate in one kernel (``kernels.pair_energies``).
 
     Subclasses name their form (``pair_form``, a key of ``kernels.PAIR_FORMS``) and give
     its two per-pair parameters (:meth:`pair_parameters`); :meth:`term_energies` is the
-    reference. Inside :func:`~workbench.model.geometry.segment_gathers` (fused paths on
-    CUDA) the energy and its gradient come from the kernel, whose backward sums the pair
-    gradients per bead without atomics.
+    reference.
     """
 
     order = 2
@@ -129,16 +142,24 @@ class PairPrior(PriorTerm):
         """The kernel's ``a`` and ``b`` per pair, each shape (P,)."""
         raise NotImplementedError
 
-    def forward(self, pos: torch.Tensor) -> torch.Tensor:
-        """Total energy per replica, shape (R,)."""
-        if self.num_terms == 0 or not segment_gathers_on():
-            return super().forward(pos)
+    def fused_energies(self, pos: torch.Tensor, layout) -> torch.Tensor:
         from kernels import pair_energies
 
-        n = pos.shape[1]
-        layouts = (*bead_layout(self.index, 0, n), *bead_layout(self.index, 1, n))
         a, b = (t.to(pos.dtype) for t in self.pair_parameters())
-        return pair_energies(pos, self.index, a, b, self.pair_form, layouts)
+        return pair_energies(pos, self.index, a, b, self.pair_form, layout)
+
+
+class HarmonicBonds(PairPrior):
+    """``E = k (r − x0)²`` with ``k`` in kcal/mol/Å², ``x0`` in Å."""
+
+    parameter_names = ("x0", "k")
+    pair_form = "harmonic"
+
+    def pair_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x0, self.k
+
+    def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
+        return self.k * (bond_lengths(pos, self.index) - self.x0) ** 2
 
 
 class Repulsion(PairPrior):
