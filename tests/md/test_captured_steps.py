@@ -56,9 +56,8 @@ def test_static_step_reproduces_the_eager_trajectory(potential):
     assert captured.graph.valid is not None and captured.graph.num_edges == 2 * steps.slots
 
 
-@pytest.mark.parametrize("tables", [False, True], ids=["reference", "tables"])
-def test_searched_graph_steps_reproduce_the_eager_trajectory(potential, tables):
-    options = KernelOptions(**{**SEARCH.to_dict(), "tabulated_filter": tables})
+def test_searched_graph_steps_reproduce_the_eager_trajectory(potential):
+    options = SEARCH
     eager, captured = make_sim(potential, options), make_sim(potential, options)
     assert eager.searches_pairs()
     eager_steps(eager, 4)

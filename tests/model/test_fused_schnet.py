@@ -60,6 +60,17 @@ def test_fp32_techniques_match_reference(name, basis):
     assert _rel(f, f_ref) < bound
 
 
+@pytest.mark.parametrize("name", ["all", "tabulated"])
+def test_searched_graph_gives_the_forces_of_the_verlet_list_bitwise(name):
+    potential, pos, _, candidates = _setup()
+    nl = NeighborList(pos.shape[1], potential.cutoff)
+    searched, _ = nl.searched_graph(pos, slots_per_replica=pos.shape[1] ** 2)
+    assert searched.csr is not None and searched.cutoff == potential.cutoff
+    e, f = potential.energy_and_forces(pos, searched, FP32_OPTIONS[name])
+    e_verlet, f_verlet = potential.energy_and_forces(pos, candidates, FP32_OPTIONS[name])
+    assert torch.equal(e, e_verlet) and torch.equal(f, f_verlet)  # same edges, same order
+
+
 # fp16 keeps 11 significant bits and stays far below 1 %; bf16 keeps 8, and its rounding of
 # the filter activations alone gives about 1 % on random weights (channel scales fix range,
 # not resolution), so it is held to 1.5 % and fp16 is the recommended 16-bit format.
