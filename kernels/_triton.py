@@ -109,9 +109,9 @@ INTERPRET_BF16_EMULATION = tl.constexpr(INTERPRET) if HAS_TRITON else INTERPRET
 
 
 @triton.jit
-def sqrt_rounded(x):
-    """Correctly rounded square root in the dtype of ``x`` (float32 or float64), as torch's."""
-    if x.dtype == tl.float64:
+def sqrt_rounded(x, F64: tl.constexpr):
+    """Correctly rounded square root, as torch's: ``x`` float64 (``F64``) or float32."""
+    if F64:
         return tl.sqrt(x)
     return tl.sqrt_rn(x)
 

@@ -3,7 +3,7 @@
 Written with tensor operations, a harmonic angle term costs about thirty kernels per step
 (gathers, differences, norms, a dot product, their backward) and a Fourier dihedral term
 about fifty (three cross products and an ``atan2``, and their backward). Here one program
-handles a block of terms of one replica and writes the block's energy and the gradient of
+handles a tile of terms × replicas and writes its energy per replica and the gradient of
 every bead of every term; `kernels.term_rows` sums the rows onto the beads (one segment
 sum, no atomics, bitwise repeatable).
 
@@ -33,56 +33,42 @@ from __future__ import annotations
 import torch
 
 from kernels._triton import sqrt_rounded, tl, triton
-from kernels.term_rows import TERM_BLOCK, term_energies
+from kernels.term_rows import (
+    store_term_row,
+    store_tile_energy,
+    term_bead,
+    term_energies,
+    term_tile,
+)
 
 __all__ = ["angle_energies", "angle_energies_reference", "dihedral_energies",
            "dihedral_energies_reference"]
 
 
 @triton.jit
-def _bead(base, index_ptr, p, column: tl.constexpr, order: tl.constexpr, mask):
-    """Coordinates of bead ``index[p, column]`` of the replica at ``base`` ([BLOCK] each)."""
-    b = tl.load(index_ptr + order * p + column, mask=mask, other=0).to(tl.int64) * 3
-    return (tl.load(base + b, mask=mask, other=0.0), tl.load(base + b + 1, mask=mask, other=0.0),
-            tl.load(base + b + 2, mask=mask, other=0.0))
-
-
-@triton.jit
-def _store_row(grad_ptr, p, column: tl.constexpr, order: tl.constexpr, R, r, gx, gy, gz, mask):
-    """Row ``(p, column)`` of ``grad [P, order, R, 3]`` for replica ``r``."""
-    row = grad_ptr + ((p.to(tl.int64) * order + column) * R + r) * 3
-    tl.store(row, gx, mask=mask)
-    tl.store(row + 1, gy, mask=mask)
-    tl.store(row + 2, gz, mask=mask)
-
-
-@triton.jit
 def _angle_kernel(pos_ptr, index_ptr, x0_ptr, k_ptr, partial_ptr, grad_ptr, P, R, n,
-                  BLOCK: tl.constexpr):
-    """One block of angle terms of one replica.
+                  BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr, F64: tl.constexpr):
+    """One tile of angle terms × replicas (`kernels.term_rows`).
 
     pos_ptr : [R, n, 3]; index_ptr : int [P, 3] (``(i, apex j, l)``, row-major);
-    x0_ptr, k_ptr : [P] (``cos θ0``, ``k``); partial_ptr : [R, num_blocks] (the block's
-    energy); grad_ptr : [P, 3, R, 3] (``dE/dx`` of each bead of each term); P, R, n : terms,
-    replicas, beads per replica; BLOCK : terms per program. One float dtype throughout.
+    x0_ptr, k_ptr : [P] (``cos θ0``, ``k``); partial_ptr : [R, p-blocks] (the tile's energy
+    per replica); grad_ptr : [P, 3, R, 3] (``dE/dx`` of each bead of each term); P, R, n :
+    terms, replicas, beads per replica; BLOCK_P, BLOCK_R : tile shape; F64 : float64
+    positions (tests), else float32. One float dtype throughout.
     """
-    block = tl.program_id(0)
-    r = tl.program_id(1)
-    p = block * BLOCK + tl.arange(0, BLOCK)
-    mask = p < P
-    base = pos_ptr + r.to(tl.int64) * n * 3
-    ix, iy, iz = _bead(base, index_ptr, p, 0, 3, mask)
-    jx, jy, jz = _bead(base, index_ptr, p, 1, 3, mask)
-    lx, ly, lz = _bead(base, index_ptr, p, 2, 3, mask)
+    p, r, pmask, mask = term_tile(P, R, BLOCK_P, BLOCK_R)
+    ix, iy, iz = term_bead(pos_ptr, index_ptr, p, r, n, pmask, mask, 0, 3)
+    jx, jy, jz = term_bead(pos_ptr, index_ptr, p, r, n, pmask, mask, 1, 3)
+    lx, ly, lz = term_bead(pos_ptr, index_ptr, p, r, n, pmask, mask, 2, 3)
     ax, ay, az = ix - jx, iy - jy, iz - jz
     bx, by, bz = lx - jx, ly - jy, lz - jz
     aa = tl.where(mask, ax * ax + ay * ay + az * az, 1.0)
     bb = tl.where(mask, bx * bx + by * by + bz * bz, 1.0)
-    inv = 1.0 / (sqrt_rounded(aa) * sqrt_rounded(bb))
+    inv = 1.0 / (sqrt_rounded(aa, F64) * sqrt_rounded(bb, F64))
     cos = (ax * bx + ay * by + az * bz) * inv
-    x0 = tl.load(x0_ptr + p, mask=mask, other=0.0)
-    k = tl.load(k_ptr + p, mask=mask, other=0.0)
-    energy = tl.where(mask, k * (cos - x0) * (cos - x0), 0.0)
+    x0 = tl.load(x0_ptr + p, mask=pmask, other=0.0)[:, None]
+    k = tl.load(k_ptr + p, mask=pmask, other=0.0)[:, None]
+    energy = k * (cos - x0) * (cos - x0)
     de_dc = tl.where(mask, 2.0 * k * (cos - x0), 0.0)
     ca = cos / aa
     cb = cos / bb
@@ -92,30 +78,28 @@ def _angle_kernel(pos_ptr, index_ptr, x0_ptr, k_ptr, partial_ptr, grad_ptr, P, R
     glx = de_dc * (ax * inv - cb * bx)
     gly = de_dc * (ay * inv - cb * by)
     glz = de_dc * (az * inv - cb * bz)
-    _store_row(grad_ptr, p, 0, 3, R, r, gix, giy, giz, mask)
-    _store_row(grad_ptr, p, 1, 3, R, r, -gix - glx, -giy - gly, -giz - glz, mask)
-    _store_row(grad_ptr, p, 2, 3, R, r, glx, gly, glz, mask)
-    tl.store(partial_ptr + r * tl.num_programs(0) + block, tl.sum(energy, axis=0))
+    store_term_row(grad_ptr, p, r, R, gix, giy, giz, mask, 0, 3)
+    store_term_row(grad_ptr, p, r, R, -gix - glx, -giy - gly, -giz - glz, mask, 1, 3)
+    store_term_row(grad_ptr, p, r, R, glx, gly, glz, mask, 2, 3)
+    store_tile_energy(partial_ptr, energy, r, R, mask)
 
 
 @triton.jit
 def _dihedral_kernel(pos_ptr, index_ptr, k1_ptr, k2_ptr, v0_ptr, partial_ptr, grad_ptr, P, R,
-                     n, D: tl.constexpr, BLOCK: tl.constexpr):
-    """One block of Fourier dihedral terms of one replica.
+                     n, D: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr,
+                     F64: tl.constexpr):
+    """One tile of Fourier dihedral terms × replicas.
 
     pos_ptr : [R, n, 3]; index_ptr : int [P, 4]; k1_ptr, k2_ptr : [P, D] (sine and cosine
-    amplitudes of multiplicities 1..D); v0_ptr : [P]; partial_ptr : [R, num_blocks];
-    grad_ptr : [P, 4, R, 3]; P, R, n, BLOCK : as in `_angle_kernel`; D : multiplicities.
+    amplitudes of multiplicities 1..D); v0_ptr : [P]; partial_ptr : [R, p-blocks];
+    grad_ptr : [P, 4, R, 3]; P, R, n, BLOCK_P, BLOCK_R, F64 : as in `_angle_kernel`;
+    D : multiplicities.
     """
-    block = tl.program_id(0)
-    r = tl.program_id(1)
-    p = block * BLOCK + tl.arange(0, BLOCK)
-    mask = p < P
-    base = pos_ptr + r.to(tl.int64) * n * 3
-    x0x, x0y, x0z = _bead(base, index_ptr, p, 0, 4, mask)
-    x1x, x1y, x1z = _bead(base, index_ptr, p, 1, 4, mask)
-    x2x, x2y, x2z = _bead(base, index_ptr, p, 2, 4, mask)
-    x3x, x3y, x3z = _bead(base, index_ptr, p, 3, 4, mask)
+    p, r, pmask, mask = term_tile(P, R, BLOCK_P, BLOCK_R)
+    x0x, x0y, x0z = term_bead(pos_ptr, index_ptr, p, r, n, pmask, mask, 0, 4)
+    x1x, x1y, x1z = term_bead(pos_ptr, index_ptr, p, r, n, pmask, mask, 1, 4)
+    x2x, x2y, x2z = term_bead(pos_ptr, index_ptr, p, r, n, pmask, mask, 2, 4)
+    x3x, x3y, x3z = term_bead(pos_ptr, index_ptr, p, r, n, pmask, mask, 3, 4)
     # masked lanes: a right-angled, non-degenerate dihedral
     b1x = tl.where(mask, x1x - x0x, 1.0)
     b1y = x1y - x0y
@@ -133,23 +117,22 @@ def _dihedral_kernel(pos_ptr, index_ptr, k1_ptr, k2_ptr, v0_ptr, partial_ptr, gr
     n2y = b2z * b3x - b2x * b3z
     n2z = b2x * b3y - b2y * b3x
     b2b2 = b2x * b2x + b2y * b2y + b2z * b2z
-    len2 = sqrt_rounded(b2b2)
+    len2 = sqrt_rounded(b2b2, F64)
     x = n1x * n2x + n1y * n2y + n1z * n2z
     y = len2 * (b1x * n2x + b1y * n2y + b1z * n2z)
-    rho = sqrt_rounded(x * x + y * y)
+    rho = sqrt_rounded(x * x + y * y, F64)
     c1 = x / rho
     s1 = y / rho
     cm = c1
     sm = s1
-    energy = tl.load(v0_ptr + p, mask=mask, other=0.0)
-    de_dphi = tl.zeros_like(energy)
+    energy = tl.zeros_like(c1) + tl.load(v0_ptr + p, mask=pmask, other=0.0)[:, None]
+    de_dphi = tl.zeros_like(c1)
     for m in tl.static_range(D):
-        k1 = tl.load(k1_ptr + p * D + m, mask=mask, other=0.0)
-        k2 = tl.load(k2_ptr + p * D + m, mask=mask, other=0.0)
+        k1 = tl.load(k1_ptr + p * D + m, mask=pmask, other=0.0)[:, None]
+        k2 = tl.load(k2_ptr + p * D + m, mask=pmask, other=0.0)[:, None]
         energy += k1 * sm + k2 * cm
         de_dphi += (m + 1) * (k1 * cm - k2 * sm)
         cm, sm = cm * c1 - sm * s1, sm * c1 + cm * s1
-    energy = tl.where(mask, energy, 0.0)
     de_dphi = tl.where(mask, de_dphi, 0.0)
     n1n1 = n1x * n1x + n1y * n1y + n1z * n1z
     n2n2 = n2x * n2x + n2y * n2y + n2z * n2z
@@ -163,13 +146,13 @@ def _dihedral_kernel(pos_ptr, index_ptr, k1_ptr, k2_ptr, v0_ptr, partial_ptr, gr
     g1b = f3 * v
     g2a = f0 * u
     g2b = -f3 * (1.0 + v)
-    _store_row(grad_ptr, p, 0, 4, R, r, f0 * n1x, f0 * n1y, f0 * n1z, mask)
-    _store_row(grad_ptr, p, 1, 4, R, r, g1a * n1x + g1b * n2x, g1a * n1y + g1b * n2y,
-               g1a * n1z + g1b * n2z, mask)
-    _store_row(grad_ptr, p, 2, 4, R, r, g2a * n1x + g2b * n2x, g2a * n1y + g2b * n2y,
-               g2a * n1z + g2b * n2z, mask)
-    _store_row(grad_ptr, p, 3, 4, R, r, f3 * n2x, f3 * n2y, f3 * n2z, mask)
-    tl.store(partial_ptr + r * tl.num_programs(0) + block, tl.sum(energy, axis=0))
+    store_term_row(grad_ptr, p, r, R, f0 * n1x, f0 * n1y, f0 * n1z, mask, 0, 4)
+    store_term_row(grad_ptr, p, r, R, g1a * n1x + g1b * n2x, g1a * n1y + g1b * n2y,
+                   g1a * n1z + g1b * n2z, mask, 1, 4)
+    store_term_row(grad_ptr, p, r, R, g2a * n1x + g2b * n2x, g2a * n1y + g2b * n2y,
+                   g2a * n1z + g2b * n2z, mask, 2, 4)
+    store_term_row(grad_ptr, p, r, R, f3 * n2x, f3 * n2y, f3 * n2z, mask, 3, 4)
+    store_tile_energy(partial_ptr, energy, r, R, mask)
 
 
 def _check(pos, index, order, name):
@@ -205,9 +188,9 @@ def angle_energies(pos, index, x0, k, layout):
         return pos.new_zeros(pos.shape[0])
     r_count, n, _ = pos.shape
 
-    def launch(x, partial, grad, grid):
+    def launch(x, partial, grad, grid, meta):
         _angle_kernel[grid](x, index.contiguous(), x0.contiguous(), k.contiguous(), partial,
-                            grad, index.shape[0], r_count, n, BLOCK=TERM_BLOCK)
+                            grad, index.shape[0], r_count, n, **meta)
 
     return term_energies(pos, launch, 3, index.shape[0], layout)
 
@@ -239,10 +222,10 @@ def dihedral_energies(pos, index, k1s, k2s, v0, layout):
         return pos.new_zeros(pos.shape[0])
     r_count, n, _ = pos.shape
 
-    def launch(x, partial, grad, grid):
+    def launch(x, partial, grad, grid, meta):
         _dihedral_kernel[grid](x, index.contiguous(), k1s.contiguous(), k2s.contiguous(),
                                v0.contiguous(), partial, grad, index.shape[0], r_count, n,
-                               D=k1s.shape[1], BLOCK=TERM_BLOCK)
+                               D=k1s.shape[1], **meta)
 
     return term_energies(pos, launch, 4, index.shape[0], layout)
 

@@ -4,11 +4,11 @@ The pair priors of a coarse-grained protein (repulsion between non-bonded beads,
 contact wells) run over fixed lists of bead pairs, tens of thousands per molecule (1ENH:
 33,005 repulsive pairs). Evaluated with tensor operations they cost a gather, a
 difference, a norm, a power and a sum forward and as many kernels again backward, each
-over ``R·P`` pairs. Here one program handles a block of pairs of one replica: it reads
-both beads, computes the pair energy and ``dE/dx_j`` and writes the gradient rows of both
-beads once, with the replica's energy summed per block (then over blocks, in a fixed
-order). The backward sums the rows onto the beads with one `segment_sum`
-(`kernels.term_rows`): no atomics, bitwise repeatable.
+over ``R·P`` pairs. Here one program handles a tile of pairs × replicas: it reads both
+beads, computes the pair energy and ``dE/dx_j`` and writes the gradient rows of both beads
+once, with each replica's energy summed per tile (then over tiles, in a fixed order). The
+backward sums the rows onto the beads with one `segment_sum` (`kernels.term_rows`): no
+atomics, bitwise repeatable.
 
 Forms (``E`` in kcal/mol, ``d`` the pair distance in Å, per-pair parameters ``a``, ``b``):
 
@@ -24,7 +24,13 @@ from __future__ import annotations
 import torch
 
 from kernels._triton import sqrt_rounded, tl, triton
-from kernels.term_rows import TERM_BLOCK, term_energies
+from kernels.term_rows import (
+    store_term_row,
+    store_tile_energy,
+    term_bead,
+    term_energies,
+    term_tile,
+)
 
 __all__ = ["PAIR_FORMS", "pair_energies", "pair_energies_reference"]
 
@@ -34,31 +40,25 @@ PAIR_FORMS = {"power6": 0, "cutoff_power6": 1, "lj12_10": 2, "harmonic": 3}
 
 @triton.jit
 def _pair_kernel(pos_ptr, index_ptr, a_ptr, b_ptr, partial_ptr, grad_ptr, P, R, n,
-                 FORM: tl.constexpr, BLOCK: tl.constexpr):
-    """One block of pairs of one replica.
+                 FORM: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr,
+                 F64: tl.constexpr):
+    """One tile of pairs × replicas (`kernels.term_rows`).
 
     pos_ptr : [R, n, 3]; index_ptr : int [P, 2] (pairs ``(i, j)``, row-major); a_ptr, b_ptr : [P];
-    partial_ptr : [R, num_blocks] (energy of the block's pairs);
+    partial_ptr : [R, p-blocks] (energy of the tile's pairs per replica);
     grad_ptr : [P, 2, R, 3] (``dE/dx_i`` and ``dE/dx_j = -dE/dx_i`` of each pair).
     P, R, n : pairs, replicas, beads per replica. FORM : code of `PAIR_FORMS`.
-    BLOCK : pairs per program. All float arguments share one dtype (float32 in MD).
+    BLOCK_P, BLOCK_R : tile shape. F64 : float64 positions (tests), else float32.
     """
-    block = tl.program_id(0)
-    r = tl.program_id(1)
-    p = block * BLOCK + tl.arange(0, BLOCK)
-    mask = p < P
-    i = tl.load(index_ptr + 2 * p, mask=mask, other=0).to(tl.int64)
-    j = tl.load(index_ptr + 2 * p + 1, mask=mask, other=1).to(tl.int64)
-    a = tl.load(a_ptr + p, mask=mask, other=1.0)
-    b = tl.load(b_ptr + p, mask=mask, other=1.0)
-    base = pos_ptr + r.to(tl.int64) * n * 3
-    dx = tl.load(base + j * 3 + 0, mask=mask, other=1.0) - tl.load(base + i * 3 + 0, mask=mask,
-                                                                     other=0.0)
-    dy = tl.load(base + j * 3 + 1, mask=mask, other=0.0) - tl.load(base + i * 3 + 1, mask=mask,
-                                                                     other=0.0)
-    dz = tl.load(base + j * 3 + 2, mask=mask, other=0.0) - tl.load(base + i * 3 + 2, mask=mask,
-                                                                     other=0.0)
-    d = sqrt_rounded(dx * dx + dy * dy + dz * dz)
+    p, r, pmask, mask = term_tile(P, R, BLOCK_P, BLOCK_R)
+    xi, yi, zi = term_bead(pos_ptr, index_ptr, p, r, n, pmask, mask, 0, 2)
+    xj, yj, zj = term_bead(pos_ptr, index_ptr, p, r, n, pmask, mask, 1, 2)
+    a = tl.load(a_ptr + p, mask=pmask, other=1.0)[:, None]
+    b = tl.load(b_ptr + p, mask=pmask, other=1.0)[:, None]
+    dx = tl.where(mask, xj - xi, 1.0)  # masked lanes: a unit distance
+    dy = yj - yi
+    dz = zj - zi
+    d = sqrt_rounded(dx * dx + dy * dy + dz * dz, F64)
     if FORM == 3:
         energy = b * (d - a) * (d - a)
         de_dd = 2.0 * b * (d - a)
@@ -78,17 +78,10 @@ def _pair_kernel(pos_ptr, index_ptr, a_ptr, b_ptr, partial_ptr, grad_ptr, P, R, 
             inside = d < b
             energy = tl.where(inside, x6 - edge6 + 6.0 * edge6 * (d - b) / b, 0.0)
             de_dd = tl.where(inside, de_dd + 6.0 * edge6 / b, 0.0)
-    energy = tl.where(mask, energy, 0.0)
     coef = tl.where(mask, de_dd / d, 0.0)
-    row_i = grad_ptr + (p.to(tl.int64) * 2 * R + r) * 3
-    row_j = row_i + R * 3
-    tl.store(row_i + 0, -coef * dx, mask=mask)
-    tl.store(row_i + 1, -coef * dy, mask=mask)
-    tl.store(row_i + 2, -coef * dz, mask=mask)
-    tl.store(row_j + 0, coef * dx, mask=mask)
-    tl.store(row_j + 1, coef * dy, mask=mask)
-    tl.store(row_j + 2, coef * dz, mask=mask)
-    tl.store(partial_ptr + r * tl.num_programs(0) + block, tl.sum(energy, axis=0))
+    store_term_row(grad_ptr, p, r, R, -coef * dx, -coef * dy, -coef * dz, mask, 0, 2)
+    store_term_row(grad_ptr, p, r, R, coef * dx, coef * dy, coef * dz, mask, 1, 2)
+    store_tile_energy(partial_ptr, energy, r, R, mask)
 
 
 def pair_energies(pos, index, a, b, form: str, layout):
@@ -123,9 +116,9 @@ def pair_energies(pos, index, a, b, form: str, layout):
         return pos.new_zeros(pos.shape[0])
     r_count, n, _ = pos.shape
 
-    def launch(x, partial, grad, grid):
+    def launch(x, partial, grad, grid, meta):
         _pair_kernel[grid](x, index.contiguous(), a.contiguous(), b.contiguous(), partial, grad,
-                           index.shape[0], r_count, n, FORM=PAIR_FORMS[form], BLOCK=TERM_BLOCK)
+                           index.shape[0], r_count, n, FORM=PAIR_FORMS[form], **meta)
 
     return term_energies(pos, launch, 2, index.shape[0], layout)
 

@@ -3,12 +3,14 @@ segment sum puts the rows on the beads.
 
 A prior term ``p`` of order ``k`` (a pair, an angle, a dihedral) touches the beads
 ``index[p, 0..k-1]`` of every replica. Its kernel (`kernels.pair_terms`,
-`kernels.bonded_terms`) evaluates a block of terms of one replica per program and writes
+`kernels.bonded_terms`) evaluates a tile of ``BLOCK_P`` terms × ``BLOCK_R`` replicas per
+program (`term_tile`) and writes
 
-* the block's energy into ``partial[r, block]`` (summed over blocks afterwards, in a fixed
-  order), and
+* the energy of its terms for each of its replicas into ``partial[r, p-block]`` (summed
+  over the blocks afterwards, in a fixed order), and
 * ``dE_p/dx`` of each of the term's beads into a row of ``grad [P, k, R, 3]``: entry
-  ``(p, c)`` is row ``p k + c`` of ``grad`` viewed as ``[P k, R 3]``.
+  ``(p, c)`` is row ``p k + c`` of ``grad`` viewed as ``[P k, R 3]``. Replicas run along the
+  fast axis of a tile, so a term's rows are written in contiguous runs (`store_term_row`).
 
 The backward sums those rows onto the beads with `segment_sum` over one layout of all
 entries of ``index`` grouped by bead (`entries_by_bead`): no atomics, bitwise repeatable,
@@ -19,13 +21,60 @@ from __future__ import annotations
 
 import torch
 
-from kernels._triton import triton
+from kernels._triton import next_pow2, tl, triton
 from kernels.segment_reduce import segment_sum
 
-__all__ = ["TERM_BLOCK", "entries_by_bead", "term_energies"]
+__all__ = ["entries_by_bead", "term_energies", "term_tile", "term_bead", "store_term_row",
+           "store_tile_energy"]
 
-#: Terms per program of the term kernels.
-TERM_BLOCK = 256
+#: Term-replica pairs per program of the term kernels.
+TILE = 256
+
+
+@triton.jit
+def term_tile(P, R, BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr):
+    """This program's terms ``p`` [BLOCK_P], replicas ``r`` [BLOCK_R], and masks: ``pmask``
+    [BLOCK_P] and ``mask`` [BLOCK_P, BLOCK_R]."""
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
+    pmask = p < P
+    return p, r, pmask, pmask[:, None] & (r < R)[None, :]
+
+
+@triton.jit
+def term_bead(pos_ptr, index_ptr, p, r, n, pmask, mask, column: tl.constexpr,
+              order: tl.constexpr):
+    """Coordinates of bead ``index[p, column]`` in replicas ``r`` ([BLOCK_P, BLOCK_R] each;
+    0 where masked). ``pos_ptr``: [R, n, 3]; ``index_ptr``: int [P, order]."""
+    bead = tl.load(index_ptr + order * p + column, mask=pmask, other=0).to(tl.int64)
+    off = r.to(tl.int64)[None, :] * n * 3 + bead[:, None] * 3
+    return (tl.load(pos_ptr + off, mask=mask, other=0.0),
+            tl.load(pos_ptr + off + 1, mask=mask, other=0.0),
+            tl.load(pos_ptr + off + 2, mask=mask, other=0.0))
+
+
+@triton.jit
+def store_term_row(grad_ptr, p, r, R, gx, gy, gz, mask, column: tl.constexpr,
+                   order: tl.constexpr):
+    """``dE/dx`` of bead ``column`` of terms ``p`` in replicas ``r`` into ``grad [P, order,
+    R, 3]`` (each [BLOCK_P, BLOCK_R])."""
+    off = ((p.to(tl.int64)[:, None] * order + column) * R + r[None, :]) * 3
+    tl.store(grad_ptr + off, gx, mask=mask)
+    tl.store(grad_ptr + off + 1, gy, mask=mask)
+    tl.store(grad_ptr + off + 2, gz, mask=mask)
+
+
+@triton.jit
+def store_tile_energy(partial_ptr, energy, r, R, mask):
+    """The tile's energy per replica (masked lanes count 0) into ``partial [R, p-blocks]``."""
+    total = tl.sum(tl.where(mask, energy, 0.0), axis=0)
+    tl.store(partial_ptr + r * tl.num_programs(0) + tl.program_id(0), total, mask=r < R)
+
+
+def tile_shape(replicas: int) -> tuple[int, int]:
+    """``(BLOCK_P, BLOCK_R)``: up to 32 replicas along the fast axis, 256 lanes in all."""
+    block_r = min(32, next_pow2(replicas, minimum=1))
+    return TILE // block_r, block_r
 
 
 def entries_by_bead(index: torch.Tensor, n_beads: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,10 +104,12 @@ class _TermEnergies(torch.autograd.Function):
     @staticmethod
     def forward(ctx, pos, launch, order, num_terms, ptr, perm):
         r_count = pos.shape[0]
-        blocks = triton.cdiv(num_terms, TERM_BLOCK)
+        block_p, block_r = tile_shape(r_count)
+        blocks = triton.cdiv(num_terms, block_p)
         partial = torch.empty(r_count, blocks, dtype=pos.dtype, device=pos.device)
         grad = torch.empty(num_terms, order, r_count, 3, dtype=pos.dtype, device=pos.device)
-        launch(pos.contiguous(), partial, grad, (blocks, r_count))
+        launch(pos.contiguous(), partial, grad, (blocks, triton.cdiv(r_count, block_r)),
+               dict(BLOCK_P=block_p, BLOCK_R=block_r, F64=pos.dtype == torch.float64))
         ctx.save_for_backward(grad, ptr, perm)
         ctx.shape = pos.shape
         return partial.sum(1)
@@ -84,8 +135,9 @@ def term_energies(pos, launch, order: int, num_terms: int, layout) -> torch.Tens
     ----------
     pos : Tensor, float32 or float64 [R, n, 3]
     launch : callable
-        ``launch(pos, partial, grad, grid)`` runs the term kernel on ``grid = (blocks, R)``,
-        filling ``partial [R, blocks]`` and ``grad [P, order, R, 3]`` (module docstring).
+        ``launch(pos, partial, grad, grid, meta)`` runs the term kernel on ``grid`` with the
+        constexpr arguments ``meta`` (``BLOCK_P``, ``BLOCK_R``, ``F64``), filling ``partial
+        [R, p-blocks]`` and ``grad [P, order, R, 3]`` (module docstring).
     order : int
         Beads per term, ``k``.
     num_terms : int

@@ -30,8 +30,10 @@ from workbench.units import FS_PER_PS
 #: Configurations offered for A and B.
 PRESETS: dict[str, Callable[[], KernelOptions]] = {
     "baseline (PyTorch)": KernelOptions.baseline,
-    # the fastest path measured (BENCHMARKS.md): 6.2x the baseline on 1ENH x 64, H200
-    "fastest: tables + CUDA graph": lambda: KernelOptions(tabulated_filter=True, cuda_graph=True),
+    # the fastest path measured (BENCHMARKS.md)
+    "fastest: tables + CUDA graph": lambda: KernelOptions(
+        tabulated_filter=True, cuda_graph=True, fused_pair_search=True
+    ),
     "all fused + tables + CUDA graph": lambda: KernelOptions.all_on(
         tabulated_filter=True, cuda_graph=True
     ),
