@@ -32,7 +32,7 @@ PRESETS: dict[str, Callable[[], KernelOptions]] = {
     "baseline (PyTorch)": KernelOptions.baseline,
     # the fastest path measured (BENCHMARKS.md)
     "fastest: tables + CUDA graph": lambda: KernelOptions(
-        tabulated_filter=True, cuda_graph=True, fused_pair_search=True
+        tabulated_filter=True, cuda_graph=True, fused_pair_search=True, fused_integrator=True
     ),
     "all fused + tables + CUDA graph": lambda: KernelOptions.all_on(
         tabulated_filter=True, cuda_graph=True

@@ -37,9 +37,9 @@ KERNEL_PRESETS = {
     "all+graph": lambda: KernelOptions.all_on(cuda_graph=True),
     "all+tables+graph": lambda: KernelOptions.all_on(tabulated_filter=True, cuda_graph=True),
     # the fastest path: tabulated filters (CSR-owned reductions inside) over the graph of the
-    # Triton pair search, in captured steps, with cuBLAS for the small node-level layers
+    # Triton pair search, fused Langevin steps, all captured; cuBLAS for the node layers
     "tables+graph": lambda: KernelOptions(tabulated_filter=True, cuda_graph=True,
-                                          fused_pair_search=True),
+                                          fused_pair_search=True, fused_integrator=True),
 }
 FOLDED_Q = 0.8
 

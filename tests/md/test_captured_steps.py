@@ -71,6 +71,31 @@ def test_searched_graph_steps_reproduce_the_eager_trajectory(potential):
     torch.testing.assert_close(verlet.positions, captured.positions, rtol=1e-5, atol=1e-5)
 
 
+def test_fused_langevin_steps_reproduce_the_eager_trajectory(potential):
+    options = KernelOptions(cuda_graph=True, fused_integrator=True)
+    eager, captured = make_sim(potential, options), make_sim(potential, options)
+    assert eager.fuses_steps()
+    eager_steps(eager, 4)
+    CapturedSteps(captured).advance(4)
+    assert_same_state(eager, captured)
+    # the same dynamics as the tensor-operation integrator (same noise, FP32 rounding apart)
+    plain = make_sim(potential, GRAPH)
+    eager_steps(plain, 4)
+    torch.testing.assert_close(plain.positions, captured.positions, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(plain.velocities, captured.velocities, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_langevin_steps_freeze_a_replica_as_the_plain_step_does(potential):
+    fused = make_sim(potential, KernelOptions(fused_integrator=True), replicas=3)
+    plain = make_sim(potential, KernelOptions(), replicas=3)
+    for sim in (fused, plain):
+        sim.velocities[1] *= 1e5  # replica 1 flies apart within a step
+        sim.step_count = 40
+        eager_steps(sim, 2)
+    assert fused.frozen_report() == plain.frozen_report() == [(1, 41)]
+    assert torch.equal(fused.positions[1], plain.positions[1])
+
+
 def test_searched_graph_overflow_redoes_the_chunk(potential):
     eager, captured = make_sim(potential, SEARCH), make_sim(potential, SEARCH)
     eager._search_slots = 20  # the eager step grows its capacity, too

@@ -139,10 +139,15 @@ class LangevinIntegrator(Integrator):
         kt = self.thermal_energy(replicas, device, dtype)
         return torch.sqrt(kt[:, None, None] * inv_mass[None])
 
+    def ou_coefficients(self) -> tuple[float, float]:
+        """``(c1, c2) = (exp(−γ Δt), √(1 − c1²))`` of the Ornstein–Uhlenbeck update
+        ``v ← c1 v + c2 √(k_B T / m) ξ``."""
+        c1 = math.exp(-self.friction * self.timestep)
+        return c1, math.sqrt(1.0 - c1 * c1)
+
     def step(self, pos, vel, forces, inv_mass, force_fn, generator):
         h = self.timestep
-        c1 = math.exp(-self.friction * h)
-        c2 = math.sqrt(1.0 - c1 * c1)
+        c1, c2 = self.ou_coefficients()
         sigma = self.thermal_velocity_scale(inv_mass, pos.shape[0], pos.device, pos.dtype)
         vel = vel.clone()
         self.kick(vel, forces, inv_mass, 0.5 * h)

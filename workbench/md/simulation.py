@@ -28,7 +28,7 @@ from workbench.md.captured_steps import (
     DynamicState,
     captured_steps_problem,
 )
-from workbench.md.integrators import Integrator, maxwell_boltzmann
+from workbench.md.integrators import Integrator, LangevinIntegrator, maxwell_boltzmann
 from workbench.model.fused_schnet import warn_fallback_once
 from workbench.model.io import atomic_save
 from workbench.model.options import KernelOptions
@@ -183,14 +183,23 @@ class Simulation:
         return positions.contiguous().clone()
 
     # -- force evaluation ---------------------------------------------------------
-    def searches_pairs(self) -> bool:
-        """Whether the SchNet graph comes from the Triton pair search (the
-        ``fused_pair_search`` switch, where Triton runs on this device)."""
+    def _triton_here(self) -> bool:
         from kernels import triton_available
         from kernels._triton import INTERPRET
 
+        return triton_available() and (self.device.type == "cuda" or INTERPRET)
+
+    def fuses_steps(self) -> bool:
+        """Whether Langevin steps run as the two Triton kernels of ``kernels.langevin`` (the
+        ``fused_integrator`` switch, a Langevin integrator, Triton on this device)."""
+        return (self.options.fused_integrator and isinstance(self.integrator, LangevinIntegrator)
+                and self._triton_here())
+
+    def searches_pairs(self) -> bool:
+        """Whether the SchNet graph comes from the Triton pair search (the
+        ``fused_pair_search`` switch, where Triton runs on this device)."""
         return (self.options.fused_pair_search and self.neighbor_list is not None
-                and triton_available() and (self.device.type == "cuda" or INTERPRET))
+                and self._triton_here())
 
     def _searched_graph(self, pos: torch.Tensor) -> Graph:
         """An eager step's searched graph; its capacity grows (one host check per step)."""
@@ -261,6 +270,8 @@ class Simulation:
         DynamicState
             Frozen replicas keep their old values. No host synchronisation.
         """
+        if self.fuses_steps():
+            return self._integrate_fused(state, next_step, evaluate)
         energy = []
 
         def force_fn(pos):
@@ -283,6 +294,23 @@ class Simulation:
             frozen,
             torch.where(bad, next_step, state.frozen_step),
         )
+
+    def _integrate_fused(self, state: DynamicState, next_step, evaluate) -> DynamicState:
+        """:meth:`integrate` through ``kernels.langevin`` (same BAOAB step, same checks)."""
+        from kernels.langevin import langevin_drift, langevin_finish
+
+        it = self.integrator
+        pos, vel = state.positions, state.velocities
+        kt = it.thermal_energy(pos.shape[0], pos.device, pos.dtype)
+        noise = torch.randn(vel.shape, generator=self.generator, device=vel.device,
+                            dtype=vel.dtype)
+        pos, vel = langevin_drift(pos, vel, state.forces, self.inv_mass, kt, noise,
+                                  it.timestep, *it.ou_coefficients())
+        energy, forces = evaluate(pos)
+        limits = self.limits
+        return DynamicState(*langevin_finish(
+            state, pos, vel, forces, energy, self.inv_mass, it.timestep, limits.max_force,
+            limits.max_extent, next_step))
 
     def _uses_cuda_graph(self) -> bool:
         if not self.options.cuda_graph:

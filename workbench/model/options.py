@@ -42,6 +42,11 @@ class KernelOptions:
         bead pairs that write the edges already sorted, with both CSR layouts
         (`kernels.pair_search_csr`), instead of a Verlet list or dense distance blocks
         followed by a cutoff filter and a CSR build.
+    fused_integrator : bool
+        Langevin (BAOAB) steps in two Triton kernels: the kicks, drifts and friction-noise
+        update in one, the last kick with the per-replica blow-up check and the freezing of
+        failed replicas in the other (`kernels.langevin`), instead of some fifty tensor
+        operations.
     """
 
     fused_radial_basis: bool = False
@@ -52,6 +57,7 @@ class KernelOptions:
     tabulated_filter: bool = False
     cuda_graph: bool = False
     fused_pair_search: bool = False
+    fused_integrator: bool = False
 
     def __post_init__(self):
         if self.mlp_precision not in PRECISIONS:
@@ -69,7 +75,7 @@ class KernelOptions:
         cls, mlp_precision: str = "fp32", tabulated_filter: bool = False, cuda_graph: bool = False
     ) -> KernelOptions:
         """Every fused technique of the flash engine on (tables and graphs optional)."""
-        return cls(True, True, True, True, mlp_precision, tabulated_filter, cuda_graph, True)
+        return cls(True, True, True, True, mlp_precision, tabulated_filter, cuda_graph, True, True)
 
     @property
     def is_baseline(self) -> bool:
