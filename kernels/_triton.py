@@ -111,9 +111,11 @@ INTERPRET_BF16_EMULATION = tl.constexpr(INTERPRET) if HAS_TRITON else INTERPRET
 @triton.jit
 def sqrt_rounded(x, F64: tl.constexpr):
     """Correctly rounded square root, as torch's: ``x`` float64 (``F64``) or float32."""
-    if F64:
-        return tl.sqrt(x)
-    return tl.sqrt_rn(x)
+    if F64:  # an if/else, not an early return: code after a return is still compiled
+        y = tl.sqrt(x)
+    else:
+        y = tl.sqrt_rn(x)
+    return y
 
 
 @triton.jit
