@@ -111,7 +111,7 @@ INTERPRET_BF16_EMULATION = tl.constexpr(INTERPRET) if HAS_TRITON else INTERPRET
 @triton.jit
 def sqrt_rounded(x, F64: tl.constexpr):
     """Correctly rounded square root, as torch's: ``x`` float64 (``F64``) or float32."""
-    if F64:  # an if/else, not an early return: code after a return is still compiled
+    if F64:  # noqa: SIM108 - a constexpr if/else (code after an early return is compiled)
         y = tl.sqrt(x)
     else:
         y = tl.sqrt_rn(x)
