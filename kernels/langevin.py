@@ -72,42 +72,45 @@ def _finish_kernel(pos_old_ptr, vel_old_ptr, force_old_ptr, energy_old_ptr, froz
     r = tl.program_id(0).to(tl.int64)
     base = r * n * 3
     c = tl.arange(0, 4)[None, :]
+    # Each pass has its own names: Triton carries a name that a loop assigns and an earlier
+    # loop also assigned into that loop, which reused names would confuse.
     failures = 0  # non-finite coordinates and force components
     strongest = 0.0
     centre = tl.zeros([4], dtype=tl.float32)
     for b0 in range(0, n, BLOCK_N):
-        beads = b0 + tl.arange(0, BLOCK_N)[:, None]
-        m = (beads < n) & (c < 3)
-        off = base + beads * 3 + c
-        x = tl.load(pos_ptr + off, mask=m, other=0.0)
-        f = tl.abs(tl.load(force_ptr + off, mask=m, other=0.0))
-        finite = (tl.abs(x) <= 3.4028234e38) & (f <= 3.4028234e38)  # False for NaN and inf
+        beads1 = b0 + tl.arange(0, BLOCK_N)[:, None]
+        m1 = (beads1 < n) & (c < 3)
+        x1 = tl.load(pos_ptr + base + beads1 * 3 + c, mask=m1, other=0.0)
+        f1 = tl.abs(tl.load(force_ptr + base + beads1 * 3 + c, mask=m1, other=0.0))
+        finite = (tl.abs(x1) <= 3.4028234e38) & (f1 <= 3.4028234e38)  # False for NaN, inf
         failures += tl.sum(tl.sum(tl.where(finite, 0, 1), axis=1), axis=0)
-        strongest = tl.maximum(strongest, tl.max(tl.max(f, axis=1), axis=0))
-        centre += tl.sum(x, axis=0)
+        strongest = tl.maximum(strongest, tl.max(tl.max(f1, axis=1), axis=0))
+        centre += tl.sum(x1, axis=0)
     centre = centre / n
     widest = 0.0
     for b0 in range(0, n, BLOCK_N):
-        beads = b0 + tl.arange(0, BLOCK_N)[:, None]
-        m = (beads < n) & (c < 3)
-        x = tl.load(pos_ptr + base + beads * 3 + c, mask=m, other=0.0)
-        dx = tl.where(m, x - centre[None, :], 0.0)
-        widest = tl.maximum(widest, tl.max(tl.sqrt(tl.sum(dx * dx, axis=1)), axis=0))
+        beads2 = b0 + tl.arange(0, BLOCK_N)[:, None]
+        m2 = (beads2 < n) & (c < 3)
+        x2 = tl.load(pos_ptr + base + beads2 * 3 + c, mask=m2, other=0.0)
+        d2 = tl.where(m2, x2 - centre[None, :], 0.0)
+        widest = tl.maximum(widest, tl.max(tl.sqrt(tl.sum(d2 * d2, axis=1)), axis=0))
     frozen_before = tl.load(frozen_old_ptr + r) != 0
     bad = ((failures > 0) | (strongest > max_force) | (widest > max_extent)) & (~frozen_before)
     keep = frozen_before | bad
     for b0 in range(0, n, BLOCK_N):
-        beads = b0 + tl.arange(0, BLOCK_N)[:, None]
-        m = (beads < n) & (c < 3)
-        off = base + beads * 3 + c
-        inv_m = tl.load(inv_mass_ptr + beads, mask=beads < n, other=0.0)
-        f = tl.load(force_ptr + off, mask=m, other=0.0)
-        v = tl.load(vel_ptr + off, mask=m, other=0.0) + half_h * (f * inv_m)
-        x = tl.load(pos_ptr + off, mask=m, other=0.0)
-        tl.store(pos_out_ptr + off, tl.where(keep, tl.load(pos_old_ptr + off, mask=m), x), mask=m)
-        tl.store(vel_out_ptr + off, tl.where(keep, tl.load(vel_old_ptr + off, mask=m), v), mask=m)
-        tl.store(force_out_ptr + off, tl.where(keep, tl.load(force_old_ptr + off, mask=m), f),
-                 mask=m)
+        beads3 = b0 + tl.arange(0, BLOCK_N)[:, None]
+        m3 = (beads3 < n) & (c < 3)
+        off3 = base + beads3 * 3 + c
+        inv_m3 = tl.load(inv_mass_ptr + beads3, mask=beads3 < n, other=0.0)
+        f3 = tl.load(force_ptr + off3, mask=m3, other=0.0)
+        v3 = tl.load(vel_ptr + off3, mask=m3, other=0.0) + half_h * (f3 * inv_m3)
+        x3 = tl.load(pos_ptr + off3, mask=m3, other=0.0)
+        tl.store(pos_out_ptr + off3, tl.where(keep, tl.load(pos_old_ptr + off3, mask=m3), x3),
+                 mask=m3)
+        tl.store(vel_out_ptr + off3, tl.where(keep, tl.load(vel_old_ptr + off3, mask=m3), v3),
+                 mask=m3)
+        tl.store(force_out_ptr + off3,
+                 tl.where(keep, tl.load(force_old_ptr + off3, mask=m3), f3), mask=m3)
     tl.store(energy_out_ptr + r,
              tl.where(keep, tl.load(energy_old_ptr + r), tl.load(energy_ptr + r)))
     tl.store(frozen_out_ptr + r, keep.to(tl.uint8))

@@ -5,10 +5,10 @@ contact wells) run over fixed lists of bead pairs, tens of thousands per molecul
 33,005 repulsive pairs). Evaluated with tensor operations they cost a gather, a
 difference, a norm, a power and a sum forward and as many kernels again backward, each
 over ``R·P`` pairs. Here one program handles a tile of pairs × replicas: it reads both
-beads, computes the pair energy and ``dE/dx_j`` and writes the gradient rows of both beads
-once, with each replica's energy summed per tile (then over tiles, in a fixed order). The
-backward sums the rows onto the beads with one `segment_sum` (`kernels.term_rows`): no
-atomics, bitwise repeatable.
+beads, computes the pair energy and ``dE/dx_j`` and writes that gradient row once, with
+each replica's energy summed per tile (then over tiles, in a fixed order). The backward
+adds the row to bead ``j`` and subtracts it from bead ``i`` with one signed segment sum
+(`kernels.term_rows`): no atomics, bitwise repeatable.
 
 Forms (``E`` in kcal/mol, ``d`` the pair distance in Å, per-pair parameters ``a``, ``b``):
 
@@ -46,7 +46,7 @@ def _pair_kernel(pos_ptr, index_ptr, a_ptr, b_ptr, partial_ptr, grad_ptr, P, R, 
 
     pos_ptr : [R, n, 3]; index_ptr : int [P, 2] (pairs ``(i, j)``, row-major); a_ptr, b_ptr : [P];
     partial_ptr : [R, p-blocks] (energy of the tile's pairs per replica);
-    grad_ptr : [P, 2, R, 3] (``dE/dx_i`` and ``dE/dx_j = -dE/dx_i`` of each pair).
+    grad_ptr : [P, 1, R, 3] (``dE/dx_j`` of each pair; ``dE/dx_i`` is its negative).
     P, R, n : pairs, replicas, beads per replica. FORM : code of `PAIR_FORMS`.
     BLOCK_P, BLOCK_R : tile shape. F64 : float64 positions (tests), else float32.
     """
@@ -79,8 +79,7 @@ def _pair_kernel(pos_ptr, index_ptr, a_ptr, b_ptr, partial_ptr, grad_ptr, P, R, 
             energy = tl.where(inside, x6 - edge6 + 6.0 * edge6 * (d - b) / b, 0.0)
             de_dd = tl.where(inside, de_dd + 6.0 * edge6 / b, 0.0)
     coef = tl.where(mask, de_dd / d, 0.0)
-    store_term_row(grad_ptr, p, r, R, -coef * dx, -coef * dy, -coef * dz, mask, 0, 2)
-    store_term_row(grad_ptr, p, r, R, coef * dx, coef * dy, coef * dz, mask, 1, 2)
+    store_term_row(grad_ptr, p, r, R, coef * dx, coef * dy, coef * dz, mask, 0, 1)
     store_tile_energy(partial_ptr, energy, r, R, mask)
 
 
@@ -98,7 +97,7 @@ def pair_energies(pos, index, a, b, form: str, layout):
     form : str
         A key of `PAIR_FORMS`.
     layout : tuple of two Tensors, int32
-        `kernels.term_rows.entries_by_bead` of ``index`` (``ptr`` [n + 1], ``perm`` [2 P]).
+        `kernels.term_rows.pair_rows_by_bead` of ``index`` (``ptr`` [n + 1], ``perm`` [2 P]).
 
     Returns
     -------
@@ -120,7 +119,7 @@ def pair_energies(pos, index, a, b, form: str, layout):
         _pair_kernel[grid](x, index.contiguous(), a.contiguous(), b.contiguous(), partial, grad,
                            index.shape[0], r_count, n, FORM=PAIR_FORMS[form], **meta)
 
-    return term_energies(pos, launch, 2, index.shape[0], layout)
+    return term_energies(pos, launch, 1, index.shape[0], layout)
 
 
 def pair_energies_reference(pos, index, a, b, form: str, layout=None):

@@ -25,6 +25,8 @@ from kernels.csr import GraphCSR, edge_segment_ids, valid_edge_mask
 __all__ = [
     "segment_sum",
     "segment_sum_reference",
+    "signed_segment_sum",
+    "signed_segment_sum_reference",
     "edge_grad_to_positions",
     "edge_grad_to_positions_reference",
 ]
@@ -32,7 +34,7 @@ __all__ = [
 
 @triton.jit
 def _segment_sum_kernel(m_ptr, ptr_ptr, perm_ptr, out_ptr, F,
-                        BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr):
+                        BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, SIGNED: tl.constexpr):
     node = tl.program_id(0)
     f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     fmask = f < F
@@ -43,9 +45,14 @@ def _segment_sum_kernel(m_ptr, ptr_ptr, perm_ptr, out_ptr, F,
         p = p0 + tl.arange(0, BLOCK_E)
         pmask = p < end
         e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
+        if SIGNED:  # entry -1 - e: subtract row e
+            negative = e < 0
+            e = tl.where(negative, -1 - e, e)
         tile = tl.load(m_ptr + e[:, None] * F + f[None, :],
-                       mask=pmask[:, None] & fmask[None, :], other=0.0)
-        acc += tl.sum(tile.to(tl.float32), axis=0)
+                       mask=pmask[:, None] & fmask[None, :], other=0.0).to(tl.float32)
+        if SIGNED:
+            tile = tl.where(negative[:, None], -tile, tile)
+        acc += tl.sum(tile, axis=0)
     tl.store(out_ptr + node.to(tl.int64) * F + f, acc.to(out_ptr.dtype.element_ty), mask=fmask)
 
 
@@ -67,13 +74,14 @@ def _segment_gather_kernel(grad_ptr, ptr_ptr, perm_ptr, out_ptr, F,
                  mask=pmask[:, None] & fmask[None, :])
 
 
-def _segment_launch(kernel, src, ptr, perm, out):
+def _segment_launch(kernel, src, ptr, perm, out, **constexprs):
     num_nodes = ptr.numel() - 1
     F = src.shape[1]
     block_f = min(128, next_pow2(F))
     if num_nodes:
         grid = (num_nodes, triton.cdiv(F, block_f))
-        kernel[grid](src, ptr, perm, out, F, BLOCK_E=32, BLOCK_F=block_f, num_warps=4)
+        kernel[grid](src, ptr, perm, out, F, BLOCK_E=32, BLOCK_F=block_f, num_warps=4,
+                     **constexprs)
     return out
 
 
@@ -83,7 +91,8 @@ class _SegmentSum(torch.autograd.Function):
         ctx.save_for_backward(ptr, perm)
         ctx.num_edges = m.shape[0]
         out = torch.empty(ptr.numel() - 1, m.shape[1], dtype=m.dtype, device=m.device)
-        return _segment_launch(_segment_sum_kernel, m.contiguous(), ptr, perm, out)
+        return _segment_launch(_segment_sum_kernel, m.contiguous(), ptr, perm, out,
+                               SIGNED=False)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -114,6 +123,36 @@ def segment_sum(m, ptr, perm):
         is the gather ``grad_out[segment of e]``, zero for padding edges).
     """
     return _SegmentSum.apply(m, ptr, perm)
+
+
+def signed_segment_sum(m, ptr, perm):
+    """`segment_sum` whose entries may subtract a row: entry ``v >= 0`` adds ``m[v]``, entry
+    ``v < 0`` subtracts ``m[-1 - v]`` (Triton, deterministic; not differentiable).
+
+    Parameters
+    ----------
+    m : Tensor, float [E, F]
+    ptr : Tensor, int32 [N + 1]
+    perm : Tensor, int32 [K]
+        Signed row ids grouped by segment (a row may appear in several segments).
+
+    Returns
+    -------
+    Tensor, [N, F] in ``m.dtype`` (summed in FP32, in ``perm`` order).
+    """
+    out = torch.empty(ptr.numel() - 1, m.shape[1], dtype=m.dtype, device=m.device)
+    return _segment_launch(_segment_sum_kernel, m.contiguous(), ptr, perm, out, SIGNED=True)
+
+
+def signed_segment_sum_reference(m, ptr, perm):
+    """PyTorch reference of `signed_segment_sum`."""
+    seg = edge_segment_ids(ptr, torch.arange(perm.numel(), device=perm.device,
+                                             dtype=torch.int32))
+    v = perm.long()
+    rows = torch.where((v < 0)[:, None], -m[torch.where(v < 0, -1 - v, v)],
+                       m[torch.where(v < 0, -1 - v, v)])
+    out = torch.zeros(ptr.numel(), m.shape[1], dtype=m.dtype, device=m.device)
+    return out.index_add(0, seg, rows)[:-1]
 
 
 def segment_sum_reference(m, ptr, perm):

@@ -8,13 +8,17 @@ program (`term_tile`) and writes
 
 * the energy of its terms for each of its replicas into ``partial[r, p-block]`` (summed
   over the blocks afterwards, in a fixed order), and
-* ``dE_p/dx`` of each of the term's beads into a row of ``grad [P, k, R, 3]``: entry
-  ``(p, c)`` is row ``p k + c`` of ``grad`` viewed as ``[P k, R 3]``. Replicas run along the
-  fast axis of a tile, so a term's rows are written in contiguous runs (`store_term_row`).
+* gradient rows ``grad [P, rows, R, 3]``: for angles and dihedrals ``dE_p/dx`` of each of
+  the term's ``k`` beads (``rows = k``; entry ``(p, c)`` is row ``p k + c`` of ``grad`` viewed
+  as ``[P k, R 3]``); for pairs only ``dE_p/dx_j`` (``rows = 1``), since ``dE_p/dx_i`` is its
+  negative: half the memory of the largest tensor of a step with many replicas. Replicas
+  run along the fast axis of a tile, so rows are written in contiguous runs
+  (`store_term_row`).
 
-The backward sums those rows onto the beads with `segment_sum` over one layout of all
-entries of ``index`` grouped by bead (`entries_by_bead`): no atomics, bitwise repeatable,
-one launch however many columns the term has.
+The backward sums those rows onto the beads with one `signed_segment_sum` over a layout
+of the entries of ``index`` grouped by bead (`entries_by_bead`, or `pair_rows_by_bead`
+whose entries for column 0 subtract the pair's row): no atomics, bitwise repeatable, one
+launch however many columns the term has.
 """
 
 from __future__ import annotations
@@ -22,10 +26,10 @@ from __future__ import annotations
 import torch
 
 from kernels._triton import next_pow2, tl, triton
-from kernels.segment_reduce import segment_sum
+from kernels.segment_reduce import signed_segment_sum
 
-__all__ = ["entries_by_bead", "term_energies", "term_tile", "term_bead", "store_term_row",
-           "store_tile_energy"]
+__all__ = ["entries_by_bead", "pair_rows_by_bead", "term_energies", "term_tile", "term_bead",
+           "store_term_row", "store_tile_energy"]
 
 #: Term-replica pairs per program of the term kernels.
 TILE = 256
@@ -100,14 +104,26 @@ def entries_by_bead(index: torch.Tensor, n_beads: int) -> tuple[torch.Tensor, to
     return ptr.to(torch.int32), perm.to(torch.int32)
 
 
+def pair_rows_by_bead(index: torch.Tensor, n_beads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`entries_by_bead` of a pair list ``[P, 2]`` for one gradient row per pair.
+
+    Row ``p`` holds ``dE_p/dx_j`` (``j = index[p, 1]``); bead ``j`` adds it, bead
+    ``i = index[p, 0]`` subtracts it: ``perm`` entry ``p`` or ``-1 - p`` (int32), in the
+    order of `entries_by_bead`.
+    """
+    ptr, perm = entries_by_bead(index, n_beads)
+    pair = perm // 2
+    return ptr, torch.where(perm % 2 == 1, pair, -1 - pair).to(torch.int32)
+
+
 class _TermEnergies(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, pos, launch, order, num_terms, ptr, perm):
+    def forward(ctx, pos, launch, rows, num_terms, ptr, perm):
         r_count = pos.shape[0]
         block_p, block_r = tile_shape(r_count)
         blocks = triton.cdiv(num_terms, block_p)
         partial = torch.empty(r_count, blocks, dtype=pos.dtype, device=pos.device)
-        grad = torch.empty(num_terms, order, r_count, 3, dtype=pos.dtype, device=pos.device)
+        grad = torch.empty(num_terms, rows, r_count, 3, dtype=pos.dtype, device=pos.device)
         launch(pos.contiguous(), partial, grad, (blocks, triton.cdiv(r_count, block_r)),
                dict(BLOCK_P=block_p, BLOCK_R=block_r, F64=pos.dtype == torch.float64))
         ctx.save_for_backward(grad, ptr, perm)
@@ -123,12 +139,12 @@ class _TermEnergies(torch.autograd.Function):
             )
         grad, ptr, perm = ctx.saved_tensors
         r_count, n, _ = ctx.shape
-        per_bead = segment_sum(grad.reshape(-1, r_count * 3), ptr, perm)
+        per_bead = signed_segment_sum(grad.reshape(-1, r_count * 3), ptr, perm)
         per_bead = per_bead.reshape(n, r_count, 3) * grad_energy[None, :, None]
         return per_bead.transpose(0, 1), None, None, None, None, None
 
 
-def term_energies(pos, launch, order: int, num_terms: int, layout) -> torch.Tensor:
+def term_energies(pos, launch, rows: int, num_terms: int, layout) -> torch.Tensor:
     """Energy per replica from a term kernel (differentiable w.r.t. ``pos`` once).
 
     Parameters
@@ -137,16 +153,17 @@ def term_energies(pos, launch, order: int, num_terms: int, layout) -> torch.Tens
     launch : callable
         ``launch(pos, partial, grad, grid, meta)`` runs the term kernel on ``grid`` with the
         constexpr arguments ``meta`` (``BLOCK_P``, ``BLOCK_R``, ``F64``), filling ``partial
-        [R, p-blocks]`` and ``grad [P, order, R, 3]`` (module docstring).
-    order : int
-        Beads per term, ``k``.
+        [R, p-blocks]`` and ``grad [P, rows, R, 3]`` (module docstring).
+    rows : int
+        Gradient rows per term.
     num_terms : int
         ``P`` (> 0).
     layout : tuple of two Tensors, int32
-        `entries_by_bead` of the term list.
+        `entries_by_bead` of the term list (``rows = k``), or `pair_rows_by_bead` of a pair
+        list (``rows = 1``).
 
     Returns
     -------
     Tensor, dtype of ``pos`` [R]
     """
-    return _TermEnergies.apply(pos, launch, order, num_terms, *layout)
+    return _TermEnergies.apply(pos, launch, rows, num_terms, *layout)

@@ -8,7 +8,7 @@ from kernels_testlib import rel_err
 
 from kernels import PAIR_FORMS, pair_energies
 from kernels.pair_terms import pair_energies_reference
-from kernels.term_rows import entries_by_bead
+from kernels.term_rows import pair_rows_by_bead
 
 
 def pair_problem(form: str, dtype, device, replicas=3, n=23, seed=0):
@@ -32,7 +32,7 @@ def pair_problem(form: str, dtype, device, replicas=3, n=23, seed=0):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_pair_energies_and_gradients_match_the_reference(form, dtype, device):
     pos, a, b, index = pair_problem(form, dtype, device)
-    layout = entries_by_bead(index, pos.shape[1])
+    layout = pair_rows_by_bead(index, pos.shape[1])
     x = pos.clone().requires_grad_(True)
     energy = pair_energies(x, index, a, b, form, layout)
     weights = torch.tensor([1.0, -2.0, 0.5], dtype=dtype, device=device)
@@ -53,7 +53,7 @@ def test_pair_energies_and_gradients_match_the_reference(form, dtype, device):
 def test_cutoff_form_is_zero_beyond_its_radius(device):
     pos, a, b, index = pair_problem("cutoff_power6", torch.float64, device)
     far = torch.full_like(b, 0.5) * a.min() / a.max()  # every r_x below every distance
-    layout = entries_by_bead(index, pos.shape[1])
+    layout = pair_rows_by_bead(index, pos.shape[1])
     x = pos.clone().requires_grad_(True)
     energy = pair_energies(x, index, far * a, far * a * 1.01, "cutoff_power6", layout)
     (grad,) = torch.autograd.grad(energy.sum(), x)
@@ -65,7 +65,7 @@ def test_no_pairs_and_bad_input(device):
     pos = torch.zeros(2, 4, 3, device=device)
     none = torch.zeros(0, 2, dtype=torch.long, device=device)
     empty = torch.zeros(0, device=device)
-    layout = entries_by_bead(none, 4)
+    layout = pair_rows_by_bead(none, 4)
     assert torch.equal(pair_energies(pos, none, empty, empty, "power6", layout),
                        torch.zeros(2, device=device))
     with pytest.raises(ValueError, match="unknown pair form 'lj'"):
@@ -77,6 +77,6 @@ def test_no_pairs_and_bad_input(device):
 def test_second_derivatives_are_refused(device):
     pos, a, b, index = pair_problem("power6", torch.float64, device)
     x = pos.clone().requires_grad_(True)
-    energy = pair_energies(x, index, a, b, "power6", entries_by_bead(index, pos.shape[1]))
+    energy = pair_energies(x, index, a, b, "power6", pair_rows_by_bead(index, pos.shape[1]))
     with pytest.raises(NotImplementedError, match="second derivatives through the fused prior"):
         torch.autograd.grad(energy.sum(), x, create_graph=True)

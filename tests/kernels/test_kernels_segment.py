@@ -7,7 +7,12 @@ from kernels import (
     edge_grad_to_positions,
     segment_sum,
 )
-from kernels.segment_reduce import edge_grad_to_positions_reference, segment_sum_reference
+from kernels.segment_reduce import (
+    edge_grad_to_positions_reference,
+    segment_sum_reference,
+    signed_segment_sum,
+    signed_segment_sum_reference,
+)
 
 
 def test_segment_sum_forward_backward(device):
@@ -23,6 +28,18 @@ def test_segment_sum_forward_backward(device):
     assert torch.equal(gk, gr)  # a gather is exact; padding edges get zero
     assert (gk[~torch.isin(torch.arange(m.shape[0], device=device),
                            csr.dst_perm[: int(csr.dst_ptr[-1])].long())] == 0).all()
+
+
+def test_signed_segment_sum_adds_and_subtracts_rows(device):
+    m = torch.randn(5, 6, generator=torch.Generator().manual_seed(2)).to(device)
+    ptr = torch.tensor([0, 2, 2, 5, 6], dtype=torch.int32, device=device)
+    perm = torch.tensor([0, -1, 3, -5, 4, -3, 2], dtype=torch.int32, device=device)
+    out = signed_segment_sum(m, ptr, perm)
+    expected = torch.stack([m[0] - m[0], torch.zeros(6, device=device), m[3] - m[4] + m[4],
+                            -m[2]])
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+    assert torch.equal(out, signed_segment_sum(m, ptr, perm))
+    torch.testing.assert_close(signed_segment_sum_reference(m, ptr, perm), expected)
 
 
 def test_edge_grad_to_positions(device):

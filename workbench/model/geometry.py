@@ -43,22 +43,29 @@ def segment_gathers_on() -> bool:
     return _SEGMENT_GATHERS.get()
 
 
-def bead_layout(index: torch.Tensor, column: int | None, n_beads: int) -> tuple[torch.Tensor, ...]:
+def bead_layout(
+    index: torch.Tensor, column: int | str | None, n_beads: int
+) -> tuple[torch.Tensor, ...]:
     """Entries of one column of ``index`` (or of all, ``column=None``) grouped by bead.
 
     Returns ``(ptr, perm)`` (`kernels.term_rows.entries_by_bead`): ``perm`` (int32) lists
     entry ids (term ids for one column, ``p * order + c`` for all) in increasing order
     within each bead's segment ``perm[ptr[b]:ptr[b + 1]]`` (``ptr`` int32, shape
-    (n_beads + 1,)). Built with device operations that need no host synchronisation, and
-    cached on ``index`` itself (keyed by column, bead count and the tensor's version), so
-    it is made once, before any graph capture, and dies with the index.
+    (n_beads + 1,)). ``column="pairs"``: the signed layout of a pair list with one gradient
+    row per pair (`kernels.term_rows.pair_rows_by_bead`). Built with device operations that
+    need no host synchronisation, and cached on ``index`` itself (keyed by column, bead
+    count and the tensor's version), so it is made once, before any graph capture, and
+    dies with the index.
     """
-    from kernels.term_rows import entries_by_bead
+    from kernels.term_rows import entries_by_bead, pair_rows_by_bead
 
     key = (column, n_beads, index._version)
     cache = index.__dict__.setdefault("_bead_layouts", {})
     if key not in cache:
-        cache[key] = entries_by_bead(index if column is None else index[:, column], n_beads)
+        if column == "pairs":
+            cache[key] = pair_rows_by_bead(index, n_beads)
+        else:
+            cache[key] = entries_by_bead(index if column is None else index[:, column], n_beads)
     return cache[key]
 
 

@@ -36,6 +36,8 @@ class PriorTerm(nn.Module):
 
     order: int = 2
     parameter_names: tuple[str, ...] = ()
+    #: The ``column`` of `bead_layout` that :meth:`fused_energies` takes.
+    fused_layout: str | None = None
 
     def __init__(self, index: torch.Tensor, **parameters: torch.Tensor):
         super().__init__()
@@ -71,7 +73,8 @@ class PriorTerm(nn.Module):
 
         Used inside :func:`~workbench.model.geometry.segment_gathers` (fused paths on CUDA):
         one kernel writes the energies and every bead's gradient, and the backward sums
-        them per bead over ``layout`` (``bead_layout(index, None, n)``) without atomics.
+        them per bead over ``layout`` (``bead_layout(index, fused_layout, n)``) without
+        atomics.
         """
         return None
 
@@ -80,7 +83,8 @@ class PriorTerm(nn.Module):
         if self.num_terms == 0:
             return pos.new_zeros(pos.shape[0])
         if segment_gathers_on():
-            fused = self.fused_energies(pos, bead_layout(self.index, None, pos.shape[1]))
+            layout = bead_layout(self.index, self.fused_layout, pos.shape[1])
+            fused = self.fused_energies(pos, layout)
             if fused is not None:
                 return fused
         return self.term_energies(pos).sum(-1)
@@ -137,6 +141,7 @@ class PairPrior(PriorTerm):
 
     order = 2
     pair_form: str = ""
+    fused_layout = "pairs"
 
     def pair_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The kernel's ``a`` and ``b`` per pair, each shape (P,)."""
