@@ -134,7 +134,10 @@ def langevin_drift(pos, vel, forces, inv_mass, kt, noise, timestep: float, c1: f
     c1, c2 : float
         ``exp(-γ Δt)`` and ``sqrt(1 - c1²)``.
     """
-    pos_out, vel_out = torch.empty_like(pos), torch.empty_like(vel)
+    # contiguous outputs: empty_like would copy a permuted input's strides (forces summed by
+    # autograd can come out transposed), and the kernels write row-major [R, n, 3]
+    pos_out = torch.empty(pos.shape, dtype=pos.dtype, device=pos.device)
+    vel_out = torch.empty(vel.shape, dtype=vel.dtype, device=vel.device)
     total = pos.numel()
     if total:
         _drift_kernel[(triton.cdiv(total, _BLOCK),)](
@@ -175,9 +178,8 @@ def langevin_finish(old, pos, vel, forces, energy, inv_mass, timestep: float,
         frozen now or before keeps its old positions, velocities, forces and energy.
     """
     r_count, n, _ = pos.shape
-    outs = (torch.empty_like(pos), torch.empty_like(vel), torch.empty_like(forces),
-            torch.empty_like(energy), torch.empty(r_count, dtype=torch.uint8, device=pos.device),
-            torch.empty_like(old[5]))
+    outs = tuple(torch.empty(t.shape, dtype=t.dtype, device=pos.device)  # contiguous (above)
+                 for t in (pos, vel, forces, energy, old[4].view(torch.uint8), old[5]))
     if not torch.is_tensor(next_step):
         next_step = torch.tensor(next_step)
     next_step = next_step.to(device=pos.device, dtype=torch.int64).reshape(1)

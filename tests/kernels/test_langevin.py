@@ -57,3 +57,9 @@ def test_finish_freezes_exactly_the_failing_replicas(device, n):
         assert a.dtype == b.dtype
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
     assert torch.equal(got[0][1:5], pos[1:5]) and torch.equal(got[2][1:5], forces[1:5])
+    # forces summed by autograd can come out transposed in memory: same values out
+    transposed = new_forces.transpose(0, 1).contiguous().transpose(0, 1)
+    assert not transposed.is_contiguous()
+    again = langevin_finish(old, new_pos, new_vel, transposed, *args[4:])
+    for a, b in zip(again, got, strict=True):
+        assert torch.equal(a, b)
