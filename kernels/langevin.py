@@ -148,7 +148,7 @@ def langevin_drift(pos, vel, forces, inv_mass, kt, noise, timestep: float, c1: f
 
 
 def langevin_finish(old, pos, vel, forces, energy, inv_mass, timestep: float,
-                    max_force: float, max_extent: float, next_step):
+                    max_force: float, max_extent: float, next_step, in_place: bool = False):
     """Last half kick and per-replica blow-up check (Triton); returns the new state.
 
     Parameters
@@ -170,6 +170,10 @@ def langevin_finish(old, pos, vel, forces, energy, inv_mass, timestep: float,
         centroid (Å).
     next_step : int or Tensor (int64, one element)
         Number of the step being taken, recorded for replicas that fail now.
+    in_place : bool
+        Write the new state over ``old`` (contiguous tensors) and return those: each
+        replica's program reads an old value just before it overwrites it. Saves the copies
+        of a captured step that keeps its state in fixed buffers.
 
     Returns
     -------
@@ -178,19 +182,24 @@ def langevin_finish(old, pos, vel, forces, energy, inv_mass, timestep: float,
         frozen now or before keeps its old positions, velocities, forces and energy.
     """
     r_count, n, _ = pos.shape
-    outs = tuple(torch.empty(t.shape, dtype=t.dtype, device=pos.device)  # contiguous (above)
-                 for t in (pos, vel, forces, energy, old[4].view(torch.uint8), old[5]))
+    if in_place:
+        if not all(t.is_contiguous() for t in old):
+            raise ValueError("langevin_finish(in_place=True) needs a contiguous old state")
+        outs = (*old[:4], old[4].view(torch.uint8), old[5])
+    else:
+        outs = tuple(torch.empty(t.shape, dtype=t.dtype, device=pos.device)  # see above
+                     for t in (pos, vel, forces, energy, old[4].view(torch.uint8), old[5]))
     if not torch.is_tensor(next_step):
         next_step = torch.tensor(next_step)
     next_step = next_step.to(device=pos.device, dtype=torch.int64).reshape(1)
     if r_count:
-        old = [t.contiguous() for t in old]
+        old = tuple(t.contiguous() for t in old)
         _finish_kernel[(r_count,)](
             *old[:4], old[4].view(torch.uint8), old[5], pos.contiguous(), vel.contiguous(),
             forces.contiguous(), energy.contiguous(), inv_mass.contiguous(), next_step, *outs,
             n, 0.5 * timestep, float(max_force), float(max_extent),
             BLOCK_N=min(next_pow2(n), 128), num_warps=4)
-    return (*outs[:4], outs[4].view(torch.bool), outs[5])
+    return (*outs[:4], old[4] if in_place else outs[4].view(torch.bool), outs[5])
 
 
 def langevin_drift_reference(pos, vel, forces, inv_mass, kt, noise, timestep: float,
@@ -205,7 +214,8 @@ def langevin_drift_reference(pos, vel, forces, inv_mass, kt, noise, timestep: fl
 
 
 def langevin_finish_reference(old, pos, vel, forces, energy, inv_mass, timestep: float,
-                              max_force: float, max_extent: float, next_step):
+                              max_force: float, max_extent: float, next_step,
+                              in_place: bool = False):
     """PyTorch reference of `langevin_finish` (same signature)."""
     pos_old, vel_old, force_old, energy_old, frozen_old, step_old = old
     vel = vel + 0.5 * timestep * (forces * inv_mass.reshape(1, -1, 1))
@@ -216,6 +226,11 @@ def langevin_finish_reference(old, pos, vel, forces, energy, inv_mass, timestep:
     keep = frozen_old | bad
     k3 = keep[:, None, None]
     step = torch.as_tensor(next_step, device=pos.device, dtype=torch.int64)
-    return (torch.where(k3, pos_old, pos), torch.where(k3, vel_old, vel),
-            torch.where(k3, force_old, forces), torch.where(keep, energy_old, energy), keep,
-            torch.where(bad, step, step_old))
+    new = (torch.where(k3, pos_old, pos), torch.where(k3, vel_old, vel),
+           torch.where(k3, force_old, forces), torch.where(keep, energy_old, energy), keep,
+           torch.where(bad, step, step_old))
+    if not in_place:
+        return new
+    for target, value in zip(old, new, strict=True):
+        target.copy_(value)
+    return tuple(old)

@@ -343,7 +343,8 @@ class _TabulatedCFConv(torch.autograd.Function):
     def backward(ctx, grad_u):
         pos, xs, src, dst, *csr = ctx.saved_tensors
         csr = GraphCSR(*csr)
-        grad_xs = torch.zeros_like(xs)
+        grad_xs = torch.empty_like(xs)  # the kernel writes rows < N; zero the rest
+        grad_xs[csr.num_nodes:].zero_()
         g = torch.empty(src.numel(), dtype=torch.float32, device=xs.device)
         _launch(_tab_bwd_kernel, ctx.configs[1], csr.num_nodes,
                 dict(pos_ptr=pos, xs_ptr=xs, gu_ptr=grad_u.contiguous().float(), dst_ptr=dst,

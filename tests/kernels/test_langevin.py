@@ -63,3 +63,8 @@ def test_finish_freezes_exactly_the_failing_replicas(device, n):
     again = langevin_finish(old, new_pos, new_vel, transposed, *args[4:])
     for a, b in zip(again, got, strict=True):
         assert torch.equal(a, b)
+    # in place: the same values, written over the old state
+    buffers = tuple(t.clone() for t in old)
+    written = langevin_finish(buffers, *args[1:], in_place=True)
+    for a, b, buffer in zip(written, got, buffers, strict=True):
+        assert a is buffer and torch.equal(a, b)

@@ -116,9 +116,10 @@ class CapturedSteps:
         return sim.potential.energy_and_forces(pos, graph, sim.options)
 
     def _body(self) -> None:
-        new = self.sim.integrate(self._buffers, self._next_step, self._evaluate)
+        new = self.sim.integrate(self._buffers, self._next_step, self._evaluate, in_place=True)
         for buffer, value in zip(self._buffers, new, strict=True):
-            buffer.copy_(value)
+            if value is not buffer:  # the fused Langevin kernels wrote it in place
+                buffer.copy_(value)
         self._next_step.add_(1)
 
     def _load(self) -> None:

@@ -254,7 +254,9 @@ class Simulation:
         (self.positions, self.velocities, self.forces, self.energy,
          self.frozen, self.frozen_step) = state
 
-    def integrate(self, state: DynamicState, next_step, evaluate) -> DynamicState:
+    def integrate(
+        self, state: DynamicState, next_step, evaluate, in_place: bool = False
+    ) -> DynamicState:
         """One integrator step of ``state`` with per-replica blow-up freezing.
 
         Parameters
@@ -264,6 +266,9 @@ class Simulation:
             Number of the step being taken (recorded for replicas frozen by it).
         evaluate : callable
             ``evaluate(pos) -> (energy (R,), forces (R, n, 3))``.
+        in_place : bool
+            Allow the new state to be written over ``state`` (the fused Langevin kernels do;
+            a captured step, whose state lives in fixed buffers, then copies nothing).
 
         Returns
         -------
@@ -271,7 +276,7 @@ class Simulation:
             Frozen replicas keep their old values. No host synchronisation.
         """
         if self.fuses_steps():
-            return self._integrate_fused(state, next_step, evaluate)
+            return self._integrate_fused(state, next_step, evaluate, in_place)
         energy = []
 
         def force_fn(pos):
@@ -295,7 +300,9 @@ class Simulation:
             torch.where(bad, next_step, state.frozen_step),
         )
 
-    def _integrate_fused(self, state: DynamicState, next_step, evaluate) -> DynamicState:
+    def _integrate_fused(
+        self, state: DynamicState, next_step, evaluate, in_place: bool
+    ) -> DynamicState:
         """:meth:`integrate` through ``kernels.langevin`` (same BAOAB step, same checks)."""
         from kernels.langevin import langevin_drift, langevin_finish
 
@@ -310,7 +317,7 @@ class Simulation:
         limits = self.limits
         return DynamicState(*langevin_finish(
             state, pos, vel, forces, energy, self.inv_mass, it.timestep, limits.max_force,
-            limits.max_extent, next_step))
+            limits.max_extent, next_step, in_place))
 
     def _uses_cuda_graph(self) -> bool:
         if not self.options.cuda_graph:
