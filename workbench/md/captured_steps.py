@@ -140,7 +140,11 @@ class CapturedSteps:
 
     def _capture(self) -> None:
         sim = self.sim
-        self._buffers = DynamicState(*(t.clone() for t in sim.state))
+        # row-major buffers whatever the state's strides (forces summed by autograd can come
+        # out transposed), so that the fused Langevin kernels can write them in place
+        self._buffers = DynamicState(
+            *(t.clone(memory_format=torch.contiguous_format) for t in sim.state)
+        )
         self._key = self._capture_key()
         self.captures += 1
         if sim.device.type != "cuda":
