@@ -26,6 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kernels._triton import triton_available
+from kernels.bonded_terms import (
+    angle_energies,
+    angle_energies_reference,
+    dihedral_energies,
+    dihedral_energies_reference,
+)
 from kernels.cfconv import FilterParams, cfconv, cfconv_reference, pack_filter
 from kernels.csr import (
     GraphCSR,
@@ -35,6 +41,12 @@ from kernels.csr import (
     valid_edge_mask,
 )
 from kernels.fused_update import linear, linear_reference, tanh_linear, tanh_linear_reference
+from kernels.langevin import (
+    langevin_drift,
+    langevin_drift_reference,
+    langevin_finish,
+    langevin_finish_reference,
+)
 from kernels.pair_search import PairGraph, pair_search_csr, pair_search_csr_reference
 from kernels.pair_terms import PAIR_FORMS, pair_energies, pair_energies_reference
 from kernels.quantize import PackedLinear, channel_scales, pack_linear
@@ -44,6 +56,8 @@ from kernels.segment_reduce import (
     edge_grad_to_positions_reference,
     segment_sum,
     segment_sum_reference,
+    signed_segment_sum,
+    signed_segment_sum_reference,
 )
 from kernels.tabulated import (
     FilterTable,
@@ -59,7 +73,8 @@ __all__ = [
     "build_csr", "build_csr_sorted_pairs", "radial_basis", "segment_sum",
     "edge_grad_to_positions", "cfconv",
     "tabulated_cfconv", "linear", "tanh_linear", "pair_energies", "PAIR_FORMS",
-    "PairGraph", "pair_search_csr",
+    "PairGraph", "pair_search_csr", "angle_energies", "dihedral_energies", "langevin_drift",
+    "langevin_finish", "signed_segment_sum",
 ]
 
 
@@ -85,6 +100,11 @@ OPS: dict[str, Op] = {
         Op("tanh_linear", tanh_linear, tanh_linear_reference),
         Op("pair_energies", pair_energies, pair_energies_reference),
         Op("pair_search_csr", pair_search_csr, pair_search_csr_reference),
+        Op("signed_segment_sum", signed_segment_sum, signed_segment_sum_reference),
+        Op("angle_energies", angle_energies, angle_energies_reference),
+        Op("dihedral_energies", dihedral_energies, dihedral_energies_reference),
+        Op("langevin_drift", langevin_drift, langevin_drift_reference),
+        Op("langevin_finish", langevin_finish, langevin_finish_reference),
     )
 }
 
