@@ -34,6 +34,8 @@ import torch
 
 from kernels._triton import sqrt_rounded, tl, triton
 from kernels.term_rows import (
+    TermSpec,
+    check_positions,
     store_term_row,
     store_tile_energy,
     term_bead,
@@ -41,20 +43,22 @@ from kernels.term_rows import (
     term_tile,
 )
 
-__all__ = ["angle_energies", "angle_energies_reference", "dihedral_energies",
-           "dihedral_energies_reference"]
+__all__ = ["angle_term", "dihedral_term", "angle_energies", "angle_energies_reference",
+           "dihedral_energies", "dihedral_energies_reference"]
 
 
 @triton.jit
-def _angle_kernel(pos_ptr, index_ptr, x0_ptr, k_ptr, partial_ptr, grad_ptr, P, R, n,
+def _angle_kernel(pos_ptr, index_ptr, x0_ptr, k_ptr, partial_ptr, partial_stride, grad_ptr, P, R,
+                  n,
                   BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr, F64: tl.constexpr):
     """One tile of angle terms × replicas (`kernels.term_rows`).
 
     pos_ptr : [R, n, 3]; index_ptr : int [P, 3] (``(i, apex j, l)``, row-major);
-    x0_ptr, k_ptr : [P] (``cos θ0``, ``k``); partial_ptr : [R, p-blocks] (the tile's energy
-    per replica); grad_ptr : [P, 3, R, 3] (``dE/dx`` of each bead of each term); P, R, n :
-    terms, replicas, beads per replica; BLOCK_P, BLOCK_R : tile shape; F64 : float64
-    positions (tests), else float32. One float dtype throughout.
+    x0_ptr, k_ptr : [P] (``cos θ0``, ``k``); partial_ptr, partial_stride : [R, p-blocks] and
+    its row stride (the tile's energy per replica); grad_ptr : [P, 3, R, 3] (``dE/dx`` of
+    each bead of each term); P, R, n : terms, replicas, beads per replica; BLOCK_P,
+    BLOCK_R : tile shape; F64 : float64 positions (tests), else float32. One float dtype
+    throughout.
     """
     p, r, pmask, mask = term_tile(P, R, BLOCK_P, BLOCK_R)
     ix, iy, iz = term_bead(pos_ptr, index_ptr, p, r, n, pmask, mask, 0, 3)
@@ -81,17 +85,18 @@ def _angle_kernel(pos_ptr, index_ptr, x0_ptr, k_ptr, partial_ptr, grad_ptr, P, R
     store_term_row(grad_ptr, p, r, R, gix, giy, giz, mask, 0, 3)
     store_term_row(grad_ptr, p, r, R, -gix - glx, -giy - gly, -giz - glz, mask, 1, 3)
     store_term_row(grad_ptr, p, r, R, glx, gly, glz, mask, 2, 3)
-    store_tile_energy(partial_ptr, energy, r, R, mask)
+    store_tile_energy(partial_ptr, partial_stride, energy, r, R, mask)
 
 
 @triton.jit
-def _dihedral_kernel(pos_ptr, index_ptr, k1_ptr, k2_ptr, v0_ptr, partial_ptr, grad_ptr, P, R,
-                     n, D: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr,
-                     F64: tl.constexpr):
+def _dihedral_kernel(pos_ptr, index_ptr, k1_ptr, k2_ptr, v0_ptr, partial_ptr, partial_stride,
+                     grad_ptr, P, R, n, D: tl.constexpr, BLOCK_P: tl.constexpr,
+                     BLOCK_R: tl.constexpr, F64: tl.constexpr):
     """One tile of Fourier dihedral terms × replicas.
 
     pos_ptr : [R, n, 3]; index_ptr : int [P, 4]; k1_ptr, k2_ptr : [P, D] (sine and cosine
-    amplitudes of multiplicities 1..D); v0_ptr : [P]; partial_ptr : [R, p-blocks];
+    amplitudes of multiplicities 1..D); v0_ptr : [P]; partial_ptr, partial_stride : as in
+    `_angle_kernel`;
     grad_ptr : [P, 4, R, 3]; P, R, n, BLOCK_P, BLOCK_R, F64 : as in `_angle_kernel`;
     D : multiplicities.
     """
@@ -152,16 +157,48 @@ def _dihedral_kernel(pos_ptr, index_ptr, k1_ptr, k2_ptr, v0_ptr, partial_ptr, gr
     store_term_row(grad_ptr, p, r, R, g2a * n1x + g2b * n2x, g2a * n1y + g2b * n2y,
                    g2a * n1z + g2b * n2z, mask, 2, 4)
     store_term_row(grad_ptr, p, r, R, f3 * n2x, f3 * n2y, f3 * n2z, mask, 3, 4)
-    store_tile_energy(partial_ptr, energy, r, R, mask)
+    store_tile_energy(partial_ptr, partial_stride, energy, r, R, mask)
 
 
-def _check(pos, index, order, name):
-    if pos.dtype not in (torch.float32, torch.float64) or pos.ndim != 3 or pos.shape[2] != 3:
-        raise ValueError(
-            f"{name}: pos must be float32 or float64 [R, n, 3], got {pos.dtype} "
-            f"{tuple(pos.shape)}")
+def _check_index(index, order, name):
     if index.ndim != 2 or index.shape[1] != order:
         raise ValueError(f"{name}: index must be [P, {order}], got {tuple(index.shape)}")
+
+
+def angle_term(index, x0, k) -> TermSpec:
+    """An angle list for `kernels.term_rows.term_energies` (parameters as in
+    `angle_energies`)."""
+    _check_index(index, 3, "angle_energies")
+    index, x0, k = index.contiguous(), x0.contiguous(), k.contiguous()
+
+    def launch(x, partial, stride, grad, grid, meta):
+        _angle_kernel[grid](x, index, x0, k, partial, stride, grad, index.shape[0], x.shape[0],
+                            x.shape[1], **meta)
+
+    return TermSpec(launch, index, 3)
+
+
+def dihedral_term(index, k1s, k2s, v0) -> TermSpec:
+    """A dihedral list for `kernels.term_rows.term_energies` (parameters as in
+    `dihedral_energies`)."""
+    _check_index(index, 4, "dihedral_energies")
+    if k1s.shape != k2s.shape or k1s.shape[0] != index.shape[0] or k1s.ndim != 2:
+        raise ValueError(f"dihedral_energies: k1s and k2s must both be [P, D] with P = "
+                         f"{index.shape[0]}; got {tuple(k1s.shape)} and {tuple(k2s.shape)}")
+    index, k1s, k2s, v0 = (t.contiguous() for t in (index, k1s, k2s, v0))
+
+    def launch(x, partial, stride, grad, grid, meta):
+        _dihedral_kernel[grid](x, index, k1s, k2s, v0, partial, stride, grad, index.shape[0],
+                               x.shape[0], x.shape[1], D=k1s.shape[1], **meta)
+
+    return TermSpec(launch, index, 4)
+
+
+def _energies(pos, spec, layout, name):
+    check_positions(pos, name)
+    if spec.index.shape[0] == 0:
+        return pos.new_zeros(pos.shape[0])
+    return term_energies(pos, [spec], layout)
 
 
 def angle_energies(pos, index, x0, k, layout):
@@ -181,18 +218,9 @@ def angle_energies(pos, index, x0, k, layout):
     Returns
     -------
     Tensor, dtype of ``pos`` [R]
-        ``Σ_p k_p (cos θ_p − x0_p)²`` per replica (summed per block, then over blocks).
+        ``Σ_p k_p (cos θ_p − x0_p)²`` per replica (summed per tile, then over tiles).
     """
-    _check(pos, index, 3, "angle_energies")
-    if index.shape[0] == 0:
-        return pos.new_zeros(pos.shape[0])
-    r_count, n, _ = pos.shape
-
-    def launch(x, partial, grad, grid, meta):
-        _angle_kernel[grid](x, index.contiguous(), x0.contiguous(), k.contiguous(), partial,
-                            grad, index.shape[0], r_count, n, **meta)
-
-    return term_energies(pos, launch, 3, index.shape[0], layout)
+    return _energies(pos, angle_term(index, x0, k), layout, "angle_energies")
 
 
 def dihedral_energies(pos, index, k1s, k2s, v0, layout):
@@ -214,20 +242,7 @@ def dihedral_energies(pos, index, k1s, k2s, v0, layout):
     -------
     Tensor, dtype of ``pos`` [R]
     """
-    _check(pos, index, 4, "dihedral_energies")
-    if k1s.shape != k2s.shape or k1s.shape[0] != index.shape[0] or k1s.ndim != 2:
-        raise ValueError(f"dihedral_energies: k1s and k2s must both be [P, D] with P = "
-                         f"{index.shape[0]}; got {tuple(k1s.shape)} and {tuple(k2s.shape)}")
-    if index.shape[0] == 0:
-        return pos.new_zeros(pos.shape[0])
-    r_count, n, _ = pos.shape
-
-    def launch(x, partial, grad, grid, meta):
-        _dihedral_kernel[grid](x, index.contiguous(), k1s.contiguous(), k2s.contiguous(),
-                               v0.contiguous(), partial, grad, index.shape[0], r_count, n,
-                               D=k1s.shape[1], **meta)
-
-    return term_energies(pos, launch, 4, index.shape[0], layout)
+    return _energies(pos, dihedral_term(index, k1s, k2s, v0), layout, "dihedral_energies")
 
 
 def angle_energies_reference(pos, index, x0, k, layout=None):

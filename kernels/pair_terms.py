@@ -25,6 +25,8 @@ import torch
 
 from kernels._triton import sqrt_rounded, tl, triton
 from kernels.term_rows import (
+    TermSpec,
+    check_positions,
     store_term_row,
     store_tile_energy,
     term_bead,
@@ -32,20 +34,21 @@ from kernels.term_rows import (
     term_tile,
 )
 
-__all__ = ["PAIR_FORMS", "pair_energies", "pair_energies_reference"]
+__all__ = ["PAIR_FORMS", "pair_term", "pair_energies", "pair_energies_reference"]
 
 #: Names of the forms and their code in the kernel.
 PAIR_FORMS = {"power6": 0, "cutoff_power6": 1, "lj12_10": 2, "harmonic": 3}
 
 
 @triton.jit
-def _pair_kernel(pos_ptr, index_ptr, a_ptr, b_ptr, partial_ptr, grad_ptr, P, R, n,
+def _pair_kernel(pos_ptr, index_ptr, a_ptr, b_ptr, partial_ptr, partial_stride, grad_ptr, P, R, n,
                  FORM: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr,
                  F64: tl.constexpr):
     """One tile of pairs × replicas (`kernels.term_rows`).
 
     pos_ptr : [R, n, 3]; index_ptr : int [P, 2] (pairs ``(i, j)``, row-major); a_ptr, b_ptr : [P];
-    partial_ptr : [R, p-blocks] (energy of the tile's pairs per replica);
+    partial_ptr, partial_stride : [R, p-blocks] and its row stride (energy of the tile's
+    pairs per replica);
     grad_ptr : [P, 1, R, 3] (``dE/dx_j`` of each pair; ``dE/dx_i`` is its negative).
     P, R, n : pairs, replicas, beads per replica. FORM : code of `PAIR_FORMS`.
     BLOCK_P, BLOCK_R : tile shape. F64 : float64 positions (tests), else float32.
@@ -80,7 +83,23 @@ def _pair_kernel(pos_ptr, index_ptr, a_ptr, b_ptr, partial_ptr, grad_ptr, P, R, 
             de_dd = tl.where(inside, de_dd + 6.0 * edge6 / b, 0.0)
     coef = tl.where(mask, de_dd / d, 0.0)
     store_term_row(grad_ptr, p, r, R, coef * dx, coef * dy, coef * dz, mask, 0, 1)
-    store_tile_energy(partial_ptr, energy, r, R, mask)
+    store_tile_energy(partial_ptr, partial_stride, energy, r, R, mask)
+
+
+def pair_term(index, a, b, form: str) -> TermSpec:
+    """A pair list for `kernels.term_rows.term_energies` (one gradient row per pair).
+
+    Parameters as in `pair_energies`.
+    """
+    if form not in PAIR_FORMS:
+        raise ValueError(f"unknown pair form {form!r}; one of {sorted(PAIR_FORMS)}")
+    index, a, b = index.contiguous(), a.contiguous(), b.contiguous()
+
+    def launch(x, partial, stride, grad, grid, meta):
+        _pair_kernel[grid](x, index, a, b, partial, stride, grad, index.shape[0], x.shape[0],
+                           x.shape[1], FORM=PAIR_FORMS[form], **meta)
+
+    return TermSpec(launch, index, 1)
 
 
 def pair_energies(pos, index, a, b, form: str, layout):
@@ -102,24 +121,14 @@ def pair_energies(pos, index, a, b, form: str, layout):
     Returns
     -------
     Tensor, dtype of ``pos`` [R]
-        Sum of the pair energies of each replica, kcal/mol (summed per block of pairs,
-        then over the blocks, in a fixed order).
+        Sum of the pair energies of each replica, kcal/mol (summed per tile of pairs,
+        then over the tiles, in a fixed order).
     """
-    if form not in PAIR_FORMS:
-        raise ValueError(f"unknown pair form {form!r}; one of {sorted(PAIR_FORMS)}")
-    if pos.dtype not in (torch.float32, torch.float64) or pos.ndim != 3 or pos.shape[2] != 3:
-        raise ValueError(
-            f"pos must be float32 or float64 [R, n, 3], got {pos.dtype} {tuple(pos.shape)}"
-        )
+    spec = pair_term(index, a, b, form)
+    check_positions(pos, "pair_energies")
     if index.shape[0] == 0:
         return pos.new_zeros(pos.shape[0])
-    r_count, n, _ = pos.shape
-
-    def launch(x, partial, grad, grid, meta):
-        _pair_kernel[grid](x, index.contiguous(), a.contiguous(), b.contiguous(), partial, grad,
-                           index.shape[0], r_count, n, FORM=PAIR_FORMS[form], **meta)
-
-    return term_energies(pos, launch, 1, index.shape[0], layout)
+    return term_energies(pos, [spec], layout)
 
 
 def pair_energies_reference(pos, index, a, b, form: str, layout=None):

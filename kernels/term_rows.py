@@ -19,17 +19,26 @@ The backward sums those rows onto the beads with one `signed_segment_sum` over a
 of the entries of ``index`` grouped by bead (`entries_by_bead`, or `pair_rows_by_bead`
 whose entries for column 0 subtract the pair's row): no atomics, bitwise repeatable, one
 launch however many columns the term has.
+
+Several term lists (`TermSpec`: bonds, angles, dihedrals, repulsion, contacts) can run as
+one differentiable op (`term_energies` with a `term_layout`): each kernel writes into its
+slice of one row buffer and one partial-energy buffer, and one segment sum and one
+reduction serve them all. A step then pays one backward launch for all priors instead of
+a segment sum, a scaling, a transpose and an accumulation per prior.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 
 from kernels._triton import next_pow2, tl, triton
 from kernels.segment_reduce import signed_segment_sum
 
-__all__ = ["entries_by_bead", "pair_rows_by_bead", "term_energies", "term_tile", "term_bead",
-           "store_term_row", "store_tile_energy"]
+__all__ = ["TermSpec", "check_positions", "entries_by_bead", "pair_rows_by_bead", "term_layout",
+           "term_energies", "term_tile", "term_bead", "store_term_row", "store_tile_energy"]
 
 #: Term-replica pairs per program of the term kernels.
 TILE = 256
@@ -69,16 +78,54 @@ def store_term_row(grad_ptr, p, r, R, gx, gy, gz, mask, column: tl.constexpr,
 
 
 @triton.jit
-def store_tile_energy(partial_ptr, energy, r, R, mask):
-    """The tile's energy per replica (masked lanes count 0) into ``partial [R, p-blocks]``."""
+def store_tile_energy(partial_ptr, partial_stride, energy, r, R, mask):
+    """The tile's energy per replica (masked lanes count 0) into column ``program_id(0)`` of
+    ``partial`` (row stride ``partial_stride``: several term lists share one buffer)."""
     total = tl.sum(tl.where(mask, energy, 0.0), axis=0)
-    tl.store(partial_ptr + r * tl.num_programs(0) + tl.program_id(0), total, mask=r < R)
+    tl.store(partial_ptr + r * partial_stride + tl.program_id(0), total, mask=r < R)
 
 
 def tile_shape(replicas: int) -> tuple[int, int]:
     """``(BLOCK_P, BLOCK_R)``: up to 32 replicas along the fast axis, 256 lanes in all."""
     block_r = min(32, next_pow2(replicas, minimum=1))
     return TILE // block_r, block_r
+
+
+class TermSpec(NamedTuple):
+    """One term list ready for its kernel (`kernels.pair_terms.pair_term`,
+    `kernels.bonded_terms.angle_term`, `kernels.bonded_terms.dihedral_term`).
+
+    Attributes
+    ----------
+    launch : callable
+        ``launch(pos, partial, partial_stride, grad, grid, meta)`` runs the kernel on
+        ``grid`` with the constexpr arguments ``meta`` (``BLOCK_P``, ``BLOCK_R``, ``F64``),
+        filling ``partial`` (``[R, p-blocks]`` with row stride ``partial_stride``) and
+        ``grad`` (``[P, rows, R, 3]``).
+    index : Tensor, int [P, k]
+        Beads of each term.
+    rows : int
+        Gradient rows per term: ``k``, or 1 for a pair (``dE/dx_j``; bead ``i`` gets minus).
+    """
+
+    launch: Callable
+    index: torch.Tensor
+    rows: int
+
+
+def check_positions(pos, op: str) -> None:
+    """Refuse positions that no term kernel takes (float32 or float64 ``[R, n, 3]``)."""
+    if pos.dtype not in (torch.float32, torch.float64) or pos.ndim != 3 or pos.shape[2] != 3:
+        raise ValueError(
+            f"{op}: pos must be float32 or float64 [R, n, 3], got {pos.dtype} {tuple(pos.shape)}"
+        )
+
+
+def _grouped(beads, values, n_beads):
+    order = torch.argsort(beads, stable=True)
+    bounds = torch.arange(n_beads + 1, device=beads.device, dtype=beads.dtype)
+    ptr = torch.searchsorted(beads[order], bounds)
+    return ptr.to(torch.int32), values[order].to(torch.int32)
 
 
 def entries_by_bead(index: torch.Tensor, n_beads: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,10 +145,7 @@ def entries_by_bead(index: torch.Tensor, n_beads: int) -> tuple[torch.Tensor, to
         Device operations only (no host synchronisation).
     """
     beads = index.reshape(-1)
-    perm = torch.argsort(beads, stable=True)
-    bounds = torch.arange(n_beads + 1, device=index.device, dtype=beads.dtype)
-    ptr = torch.searchsorted(beads[perm], bounds)
-    return ptr.to(torch.int32), perm.to(torch.int32)
+    return _grouped(beads, torch.arange(beads.numel(), device=beads.device), n_beads)
 
 
 def pair_rows_by_bead(index: torch.Tensor, n_beads: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,21 +155,58 @@ def pair_rows_by_bead(index: torch.Tensor, n_beads: int) -> tuple[torch.Tensor, 
     ``i = index[p, 0]`` subtracts it: ``perm`` entry ``p`` or ``-1 - p`` (int32), in the
     order of `entries_by_bead`.
     """
-    ptr, perm = entries_by_bead(index, n_beads)
-    pair = perm // 2
-    return ptr, torch.where(perm % 2 == 1, pair, -1 - pair).to(torch.int32)
+    return term_layout([TermSpec(None, index, 1)], n_beads)
+
+
+def term_layout(specs, n_beads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradient rows of several term lists grouped by bead, for one segment sum.
+
+    The rows of ``specs[t]`` follow those of the lists before it in one buffer; within a
+    bead, entries keep the order of the lists, then of the entries. One list with ``rows =
+    k`` gives `entries_by_bead`, a pair list with ``rows = 1`` `pair_rows_by_bead`.
+
+    Returns
+    -------
+    ptr : Tensor, int32 [n_beads + 1]
+    perm : Tensor, int32
+        Signed row ids (``-1 - row`` subtracts the row).
+    """
+    beads, values, offset = [], [], 0
+    for spec in specs:
+        terms, order = spec.index.shape
+        entry = torch.arange(terms * order, device=spec.index.device)
+        if spec.rows == order:
+            value = entry + offset
+        elif spec.rows == 1 and order == 2:
+            row = entry // 2 + offset
+            value = torch.where(entry % 2 == 1, row, -1 - row)
+        else:
+            raise ValueError(f"a term list of order {order} has {order} gradient rows per term "
+                             f"(or 1 for pairs), not {spec.rows}")
+        beads.append(spec.index.reshape(-1))
+        values.append(value)
+        offset += terms * spec.rows
+    return _grouped(torch.cat(beads), torch.cat(values), n_beads)
 
 
 class _TermEnergies(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, pos, launch, rows, num_terms, ptr, perm):
+    def forward(ctx, pos, specs, ptr, perm):
         r_count = pos.shape[0]
         block_p, block_r = tile_shape(r_count)
-        blocks = triton.cdiv(num_terms, block_p)
-        partial = torch.empty(r_count, blocks, dtype=pos.dtype, device=pos.device)
-        grad = torch.empty(num_terms, rows, r_count, 3, dtype=pos.dtype, device=pos.device)
-        launch(pos.contiguous(), partial, grad, (blocks, triton.cdiv(r_count, block_r)),
-               dict(BLOCK_P=block_p, BLOCK_R=block_r, F64=pos.dtype == torch.float64))
+        blocks = [triton.cdiv(spec.index.shape[0], block_p) for spec in specs]
+        partial = torch.empty(r_count, sum(blocks), dtype=pos.dtype, device=pos.device)
+        rows = [spec.index.shape[0] * spec.rows for spec in specs]
+        grad = torch.empty(sum(rows), r_count, 3, dtype=pos.dtype, device=pos.device)
+        meta = dict(BLOCK_P=block_p, BLOCK_R=block_r, F64=pos.dtype == torch.float64)
+        x = pos.contiguous()
+        column = row = 0
+        for spec, count, height in zip(specs, blocks, rows, strict=True):
+            if count:
+                spec.launch(x, partial[:, column:], partial.shape[1], grad[row:row + height],
+                            (count, triton.cdiv(r_count, block_r)), meta)
+            column += count
+            row += height
         ctx.save_for_backward(grad, ptr, perm)
         ctx.shape = pos.shape
         return partial.sum(1)
@@ -141,29 +222,24 @@ class _TermEnergies(torch.autograd.Function):
         r_count, n, _ = ctx.shape
         per_bead = signed_segment_sum(grad.reshape(-1, r_count * 3), ptr, perm)
         per_bead = per_bead.reshape(n, r_count, 3) * grad_energy[None, :, None]
-        return per_bead.transpose(0, 1), None, None, None, None, None
+        return per_bead.transpose(0, 1), None, None, None
 
 
-def term_energies(pos, launch, rows: int, num_terms: int, layout) -> torch.Tensor:
-    """Energy per replica from a term kernel (differentiable w.r.t. ``pos`` once).
+def term_energies(pos, specs, layout) -> torch.Tensor:
+    """Summed energy per replica of term lists, each by its kernel (differentiable w.r.t.
+    ``pos`` once).
 
     Parameters
     ----------
     pos : Tensor, float32 or float64 [R, n, 3]
-    launch : callable
-        ``launch(pos, partial, grad, grid, meta)`` runs the term kernel on ``grid`` with the
-        constexpr arguments ``meta`` (``BLOCK_P``, ``BLOCK_R``, ``F64``), filling ``partial
-        [R, p-blocks]`` and ``grad [P, rows, R, 3]`` (module docstring).
-    rows : int
-        Gradient rows per term.
-    num_terms : int
-        ``P`` (> 0).
+    specs : sequence of TermSpec
+        The term lists (any may be empty).
     layout : tuple of two Tensors, int32
-        `entries_by_bead` of the term list (``rows = k``), or `pair_rows_by_bead` of a pair
-        list (``rows = 1``).
+        `term_layout` of ``specs`` (build it once, outside a captured step).
 
     Returns
     -------
     Tensor, dtype of ``pos`` [R]
+        Summed per kernel tile, then over the tiles of all lists, in a fixed order.
     """
-    return _TermEnergies.apply(pos, launch, rows, num_terms, *layout)
+    return _TermEnergies.apply(pos, tuple(specs), *layout)

@@ -15,7 +15,7 @@ from workbench.model.extra_priors import HarmonicThetaAngles
 from workbench.model.geometry import bead_layout, segment_gathers
 from workbench.model.native_priors import native_priors
 from workbench.model.options import KernelOptions
-from workbench.model.potential import prior_segment_sums
+from workbench.model.potential import Potential, prior_segment_sums
 from workbench.model.priors import CutoffRepulsion
 
 pytestmark = pytest.mark.skipif(not triton_available(), reason="needs Triton (or its interpreter)")
@@ -65,6 +65,27 @@ def test_segment_summed_forces_match_finite_differences():
             minus[r, i, k] -= h
             numeric = -(prior(plus).sum() - prior(minus).sum()) / (2 * h)
             assert abs(float(f[r, i, k] - numeric)) <= 1e-6 * max(1.0, abs(float(numeric))), name
+
+
+def test_all_prior_kernels_in_one_op_give_the_sum_of_the_terms(monkeypatch):
+    import workbench.model.potential as potential_module
+
+    priors, pos = priors_and_positions()
+    potential = Potential(tiny_system().bead_types, None, priors).to(DEVICE)
+    # the combined op runs on fused CUDA paths; here the interpreter stands in for the GPU
+    monkeypatch.setattr(potential_module, "prior_segment_sums", lambda *_: True)
+    x = pos.clone().requires_grad_(True)
+    energy = potential.energy(x, None, KernelOptions.all_on())
+    (grad,) = torch.autograd.grad(energy.sum(), x)
+    expected = sum(-forces(prior, pos, True) for prior in priors.values())
+    with segment_gathers(True):
+        total = sum(prior(pos) for prior in priors.values())
+    assert (energy - total).abs().max() <= 1e-5 * total.abs().max()
+    assert (grad - expected).norm() <= 1e-6 * expected.norm()
+    assert len(potential._term_layouts) == 1  # built once, then reused
+    again = potential.energy(x, None, KernelOptions.all_on())
+    assert torch.equal(energy, again)
+    assert torch.equal(grad, torch.autograd.grad(again.sum(), x)[0])
 
 
 def test_second_derivatives_still_flow_with_create_graph():

@@ -13,7 +13,7 @@ built once per index tensor: no sort, no atomics, bitwise repeatable on a GPU. T
 fused force paths, whose runs must repeat bitwise, switch that on for CUDA tensors;
 bonds, angles, dihedrals and pair priors then run as one fused kernel each
 (``kernels.pair_energies``, ``kernels.bonded_terms``; see
-:meth:`~workbench.model.priors.PriorTerm.fused_energies`).
+:meth:`~workbench.model.priors.PriorTerm.fused_term`).
 """
 
 from __future__ import annotations

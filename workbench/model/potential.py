@@ -83,25 +83,61 @@ class Potential(nn.Module):
         """
         terms: dict[str, torch.Tensor] = {}
         if self.schnet is not None:
-            if graph is None:
-                raise ValueError("a SchNet potential needs a neighbour graph")
-            r_count, n, _ = pos.shape
-            types = self.bead_types.repeat(r_count)
-            node_energy = self.schnet(pos.reshape(-1, 3), types, graph, options)
-            terms["schnet"] = node_energy.reshape(r_count, n).sum(-1)
+            terms["schnet"] = self._schnet_energy(pos, graph, options)
         with segment_gathers(prior_segment_sums(pos, options)):
             for name, prior in self.priors.items():
                 terms[name] = prior(pos)
         return terms
 
+    def _schnet_energy(self, pos, graph, options) -> torch.Tensor:
+        if graph is None:
+            raise ValueError("a SchNet potential needs a neighbour graph")
+        r_count, n, _ = pos.shape
+        types = self.bead_types.repeat(r_count)
+        node_energy = self.schnet(pos.reshape(-1, 3), types, graph, options)
+        return node_energy.reshape(r_count, n).sum(-1)
+
     def energy(
         self, pos: torch.Tensor, graph: Graph | None, options: KernelOptions | None = None
     ) -> torch.Tensor:
-        """Total energy per replica, shape (R,), float32."""
-        terms = self.energy_terms(pos, graph, options)
-        if not terms:
-            return pos.new_zeros(pos.shape[0])
-        return torch.stack(list(terms.values())).sum(0)
+        """Total energy per replica, shape (R,), float32.
+
+        On fused CUDA paths every prior with a Triton kernel runs inside one op
+        (``kernels.term_rows.term_energies``): one segment sum and one reduction for all of
+        them, instead of one per prior. Elsewhere the sum of :meth:`energy_terms`.
+        """
+        if not prior_segment_sums(pos, options):
+            terms = self.energy_terms(pos, graph, options)
+            if not terms:
+                return pos.new_zeros(pos.shape[0])
+            return torch.stack(list(terms.values())).sum(0)
+        from kernels.term_rows import term_energies
+
+        parts = [self._schnet_energy(pos, graph, options)] if self.schnet is not None else []
+        specs = []
+        with segment_gathers(True):
+            for prior in self.priors.values():
+                spec = prior.fused_term(pos.dtype) if prior.num_terms else None
+                if spec is None:
+                    parts.append(prior(pos))
+                else:
+                    specs.append(spec)
+        if specs:
+            parts.append(term_energies(pos, specs, self._term_layout(specs, pos.shape[1])))
+        return torch.stack(parts).sum(0) if parts else pos.new_zeros(pos.shape[0])
+
+    def _term_layout(self, specs, n_beads: int):
+        """``kernels.term_rows.term_layout`` of the priors' term lists, built once (before any
+        graph capture) and kept while the index tensors stay the same."""
+        from kernels.term_rows import term_layout
+
+        key = (n_beads, tuple((id(s.index), s.index.data_ptr(), s.index._version, s.rows)
+                              for s in specs))
+        cache = self.__dict__.setdefault("_term_layouts", {})
+        if key not in cache:
+            cache.clear()
+            cache[key] = term_layout(specs, n_beads)
+        return cache[key]
 
     def energy_and_forces(
         self, pos: torch.Tensor, graph: Graph | None, options: KernelOptions | None = None

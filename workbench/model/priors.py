@@ -36,7 +36,7 @@ class PriorTerm(nn.Module):
 
     order: int = 2
     parameter_names: tuple[str, ...] = ()
-    #: The ``column`` of `bead_layout` that :meth:`fused_energies` takes.
+    #: The ``column`` of `bead_layout` that fits :meth:`fused_term`'s gradient rows.
     fused_layout: str | None = None
 
     def __init__(self, index: torch.Tensor, **parameters: torch.Tensor):
@@ -68,13 +68,14 @@ class PriorTerm(nn.Module):
         """Energy of every term, shape (R, P)."""
         raise NotImplementedError
 
-    def fused_energies(self, pos: torch.Tensor, layout) -> torch.Tensor | None:
-        """Energy per replica from this term's Triton kernel, or None where it has none.
+    def fused_term(self, dtype: torch.dtype):
+        """This term list for its Triton kernel (a ``kernels.term_rows.TermSpec``, parameters
+        in ``dtype``), or None where it has none.
 
         Used inside :func:`~workbench.model.geometry.segment_gathers` (fused paths on CUDA):
         one kernel writes the energies and every bead's gradient, and the backward sums
-        them per bead over ``layout`` (``bead_layout(index, fused_layout, n)``) without
-        atomics.
+        them per bead without atomics (see ``Potential.energy``, which runs all priors'
+        kernels as one op).
         """
         return None
 
@@ -82,11 +83,12 @@ class PriorTerm(nn.Module):
         """Total energy per replica, shape (R,)."""
         if self.num_terms == 0:
             return pos.new_zeros(pos.shape[0])
-        if segment_gathers_on():
+        spec = self.fused_term(pos.dtype) if segment_gathers_on() else None
+        if spec is not None:
+            from kernels.term_rows import term_energies
+
             layout = bead_layout(self.index, self.fused_layout, pos.shape[1])
-            fused = self.fused_energies(pos, layout)
-            if fused is not None:
-                return fused
+            return term_energies(pos, [spec], layout)
         return self.term_energies(pos).sum(-1)
 
     def extra_repr(self) -> str:
@@ -102,11 +104,10 @@ class HarmonicAngles(PriorTerm):
     def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
         return self.k * (angle_cosines(pos, self.index) - self.x0) ** 2
 
-    def fused_energies(self, pos: torch.Tensor, layout) -> torch.Tensor:
-        from kernels.bonded_terms import angle_energies
+    def fused_term(self, dtype: torch.dtype):
+        from kernels.bonded_terms import angle_term
 
-        return angle_energies(pos, self.index, self.x0.to(pos.dtype), self.k.to(pos.dtype),
-                              layout)
+        return angle_term(self.index, self.x0.to(dtype), self.k.to(dtype))
 
 
 class FourierDihedrals(PriorTerm):
@@ -124,11 +125,10 @@ class FourierDihedrals(PriorTerm):
         nphi = phi[..., None] * n
         return self.v0 + (self.k1s * torch.sin(nphi) + self.k2s * torch.cos(nphi)).sum(-1)
 
-    def fused_energies(self, pos: torch.Tensor, layout) -> torch.Tensor:
-        from kernels.bonded_terms import dihedral_energies
+    def fused_term(self, dtype: torch.dtype):
+        from kernels.bonded_terms import dihedral_term
 
-        k1s, k2s, v0 = (t.to(pos.dtype) for t in (self.k1s, self.k2s, self.v0))
-        return dihedral_energies(pos, self.index, k1s, k2s, v0, layout)
+        return dihedral_term(self.index, *(t.to(dtype) for t in (self.k1s, self.k2s, self.v0)))
 
 
 class PairPrior(PriorTerm):
@@ -147,11 +147,11 @@ class PairPrior(PriorTerm):
         """The kernel's ``a`` and ``b`` per pair, each shape (P,)."""
         raise NotImplementedError
 
-    def fused_energies(self, pos: torch.Tensor, layout) -> torch.Tensor:
-        from kernels import pair_energies
+    def fused_term(self, dtype: torch.dtype):
+        from kernels.pair_terms import pair_term
 
-        a, b = (t.to(pos.dtype) for t in self.pair_parameters())
-        return pair_energies(pos, self.index, a, b, self.pair_form, layout)
+        a, b = (t.to(dtype) for t in self.pair_parameters())
+        return pair_term(self.index, a, b, self.pair_form)
 
 
 class HarmonicBonds(PairPrior):
