@@ -1,0 +1,63 @@
+"""Every device kernel of a few captured MD steps, per step: count and microseconds.
+
+    python scripts/profile_step.py --protein 1enh [--replicas 64] [--steps 20]
+        [--kernels tables+graph] [--out profile.json]
+
+Builds the benchmark's simulation (demo model, 300 K, dt 4 fs), runs 30 warm-up steps,
+profiles ``--steps`` more with torch.profiler and prints the kernels sorted by time per
+step (and writes them as JSON with ``--out``). Needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from workbench.cli import atomic_write_text, kernel_options
+from workbench.runner import RunSettings, prepare_run
+
+
+def kernel_table(protein: str, replicas: int, steps: int, kernels: str) -> dict:
+    """``{"total_us_per_step", "kernels_per_step", "rows": [(name, count, us) per step]}``."""
+    settings = RunSettings(protein=protein, model="demo", replicas=replicas, steps=steps,
+                           device="cuda", options=kernel_options(kernels, "fp32"))
+    sim = prepare_run(settings).simulation
+    sim.step(30)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        sim.step(steps)
+        torch.cuda.synchronize()
+    rows = []
+    for event in prof.key_averages():
+        time = getattr(event, "device_time_total", 0) or 0
+        if time and event.device_type == torch.autograd.DeviceType.CUDA:
+            rows.append((event.key, event.count / steps, time / steps))
+    rows.sort(key=lambda row: -row[2])
+    return {"protein": protein, "replicas": replicas, "kernels": kernels,
+            "total_us_per_step": sum(r[2] for r in rows),
+            "kernels_per_step": sum(r[1] for r in rows), "rows": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--protein", default="1enh")
+    parser.add_argument("--replicas", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--kernels", default="tables+graph")
+    parser.add_argument("--out", default=None, help="JSON file for the table")
+    args = parser.parse_args()
+    table = kernel_table(args.protein, args.replicas, args.steps, args.kernels)
+    print(f"{args.protein} x {args.replicas}: {table['total_us_per_step']:.1f} us and "
+          f"{table['kernels_per_step']:.0f} kernels per step")
+    for name, count, time in table["rows"][:40]:
+        print(f"{time:9.1f} us  x{count:5.1f}  {name[:120]}")
+    if args.out:
+        atomic_write_text(Path(args.out), json.dumps(table, indent=1))
+
+
+if __name__ == "__main__":
+    main()
