@@ -58,7 +58,7 @@ def test_static_step_reproduces_the_eager_trajectory(potential):
 
 def test_searched_graph_steps_reproduce_the_eager_trajectory(potential):
     options = SEARCH
-    eager, captured = make_sim(potential, options), make_sim(potential, options)
+    eager, captured = (make_sim(potential, options, replicas=1) for _ in range(2))
     assert eager.searches_pairs()
     eager_steps(eager, 4)
     assert eager.graph.csr is not None  # the eager steps searched, too
@@ -66,7 +66,8 @@ def test_searched_graph_steps_reproduce_the_eager_trajectory(potential):
     steps.advance(4)
     assert_same_state(eager, captured)
     # the same physics as the Verlet list (only the padding slots differ)
-    verlet = make_sim(potential, KernelOptions(**{**options.to_dict(), "fused_pair_search": False}))
+    verlet = make_sim(potential, KernelOptions(**{**options.to_dict(), "fused_pair_search": False}),
+                      replicas=1)
     eager_steps(verlet, 4)
     torch.testing.assert_close(verlet.positions, captured.positions, rtol=1e-5, atol=1e-5)
 
@@ -100,13 +101,15 @@ def test_fused_langevin_steps_freeze_a_replica_as_the_plain_step_does(potential)
 
 
 def test_searched_graph_overflow_redoes_the_chunk(potential):
-    eager, captured = make_sim(potential, SEARCH), make_sim(potential, SEARCH)
+    # one replica: the interpreter runs a program per bead and pass
+    eager, captured = make_sim(potential, SEARCH, replicas=1), make_sim(potential, SEARCH,
+                                                                        replicas=1)
     eager._search_slots = 20  # the eager step grows its capacity, too
-    eager_steps(eager, 3)
+    eager_steps(eager, 2)
     assert eager._search_slots > 20
     steps = CapturedSteps(captured)
     steps.slots = 20
-    steps.advance(3)
+    steps.advance(2)
     assert steps.slots > 20 and steps.captures == 2
     assert_same_state(eager, captured)
 
