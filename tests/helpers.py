@@ -9,8 +9,10 @@ import functools
 import math
 from collections.abc import Callable
 
+import pytest
 import torch
 
+from kernels._triton import INTERPRET
 from workbench.model import CGSchNet, HarmonicBonds, Potential, SchNetConfig
 from workbench.model.native_priors import native_priors
 from workbench.neighbors import Graph, NeighborList
@@ -26,6 +28,13 @@ SMALL_SCHNET = {"hidden": 16, "filters": 16, "blocks": 2, "num_rbf": 8, "cutoff"
 def system(name: str = "cln025") -> CGSystem:
     """A bundled protein's CG system, built once per session (do not mutate its tensors)."""
     return build_system(name)
+
+
+#: For tests that run the Triton kernels on CPU tensors: only the interpreter does that (a
+#: GPU machine launches no kernel on CPU tensors; the GPU versions are marked ``gpu``).
+interpreter_only = pytest.mark.skipif(
+    not INTERPRET, reason="runs Triton kernels on CPU tensors, which needs TRITON_INTERPRET=1"
+)
 
 
 def tiny_system() -> CGSystem:

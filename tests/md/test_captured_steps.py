@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import prior_potential, schnet_potential, tiny_system
+from helpers import interpreter_only, prior_potential, schnet_potential, tiny_system
 
 from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
 from workbench.md.captured_steps import CapturedSteps, captured_steps_problem
@@ -56,6 +56,7 @@ def test_static_step_reproduces_the_eager_trajectory(potential):
     assert captured.graph.valid is not None and captured.graph.num_edges == 2 * steps.slots
 
 
+@interpreter_only
 def test_searched_graph_steps_reproduce_the_eager_trajectory(potential):
     options = SEARCH
     eager, captured = (make_sim(potential, options, replicas=1) for _ in range(2))
@@ -72,6 +73,7 @@ def test_searched_graph_steps_reproduce_the_eager_trajectory(potential):
     torch.testing.assert_close(verlet.positions, captured.positions, rtol=1e-5, atol=1e-5)
 
 
+@interpreter_only
 def test_fused_langevin_steps_reproduce_the_eager_trajectory(potential):
     options = KernelOptions(cuda_graph=True, fused_integrator=True)
     eager, captured = make_sim(potential, options), make_sim(potential, options)
@@ -89,6 +91,7 @@ def test_fused_langevin_steps_reproduce_the_eager_trajectory(potential):
     torch.testing.assert_close(plain.velocities, captured.velocities, rtol=1e-4, atol=1e-4)
 
 
+@interpreter_only
 def test_fused_langevin_steps_freeze_a_replica_as_the_plain_step_does(potential):
     fused = make_sim(potential, KernelOptions(fused_integrator=True), replicas=3)
     plain = make_sim(potential, KernelOptions(), replicas=3)
@@ -100,6 +103,7 @@ def test_fused_langevin_steps_freeze_a_replica_as_the_plain_step_does(potential)
     assert torch.equal(fused.positions[1], plain.positions[1])
 
 
+@interpreter_only
 def test_searched_graph_overflow_redoes_the_chunk(potential):
     # one replica: the interpreter runs a program per bead and pass
     eager, captured = make_sim(potential, SEARCH, replicas=1), make_sim(potential, SEARCH,
@@ -134,6 +138,7 @@ def test_overflow_redoes_the_chunk_with_more_slots(potential):
     assert_same_state(eager, captured)
 
 
+@interpreter_only
 def test_changed_options_are_captured_again(potential):
     sim = make_sim(potential)
     steps = CapturedSteps(sim)

@@ -2,12 +2,14 @@
 
 import pytest
 import torch
-from helpers import schnet_potential, tiny_system
+from helpers import interpreter_only, schnet_potential, tiny_system
 
 from workbench.md import LangevinIntegrator, Simulation
 from workbench.model.fused_schnet import fused_path_problem
 from workbench.model.options import KernelOptions
 from workbench.neighbors import NeighborList
+
+pytestmark = interpreter_only
 
 FP32_OPTIONS = {
     "radial_basis": KernelOptions(fused_radial_basis=True),
