@@ -226,6 +226,49 @@ def _verlet_csr_rows(table, beads, replicas, dev):
              0.0 if same else 1.0, "exact match" if same else "MISMATCH")
 
 
+def _pair_search_rows(table, pos, beads, replicas, cutoff=10.0):
+    """The pair search (positions to sorted edges and both CSR layouts) against its dense
+    PyTorch reference, on the benchmark's globules."""
+    from kernels.pair_search import pair_search_csr, pair_search_csr_reference
+
+    p = pos.reshape(replicas, beads, 3)
+    allowed = ~torch.eye(beads, dtype=torch.bool, device=pos.device)
+    capacity = math.ceil(1.25 * int(pair_search_csr(p, allowed, cutoff, p.numel() * beads)
+                                    .needed))
+    got = pair_search_csr(p, allowed, cutoff, capacity)
+    ref = pair_search_csr_reference(p, allowed, cutoff, capacity)
+    same = all(torch.equal(a.long(), b.long())
+               for a, b in zip((got.src, got.dst, *got.csr), (ref.src, ref.dst, *ref.csr),
+                               strict=True))
+    _row(table, "pair_search_csr (positions -> CSRs)",
+         _bench(lambda: pair_search_csr(p, allowed, cutoff, capacity)),
+         _bench(lambda: pair_search_csr_reference(p, allowed, cutoff, capacity)),
+         0.0 if same else 1.0, "exact match" if same else "MISMATCH (a pair at the cutoff?)")
+
+
+def _langevin_rows(table, beads, replicas, dev):
+    """The two Langevin kernels against their PyTorch references."""
+    from kernels.langevin import langevin_drift, langevin_finish
+
+    g = torch.Generator(device=dev).manual_seed(0)
+    pos, vel, forces, noise = (torch.randn(replicas, beads, 3, generator=g, device=dev)
+                               for _ in range(4))
+    inv_mass = torch.full((beads, 1), 418.4 / 110.0, device=dev)
+    kt = torch.full((replicas,), 0.596, device=dev)
+    args = (pos, vel, forces, inv_mass, kt, noise, 0.004, 0.996, 0.0894)
+    drift, drift_ref = langevin_drift(*args), OPS["langevin_drift"].reference(*args)
+    _row(table, "langevin_drift", _bench(lambda: langevin_drift(*args)),
+         _bench(lambda: OPS["langevin_drift"].reference(*args)), _rel(drift[0], drift_ref[0]))
+    old = (pos, vel, forces, torch.zeros(replicas, device=dev),
+           torch.zeros(replicas, dtype=torch.bool, device=dev),
+           torch.full((replicas,), -1, device=dev))
+    fin = (old, *drift, forces, torch.ones(replicas, device=dev), inv_mass, 0.004, 1e4, 266.0,
+           torch.tensor(1, device=dev))
+    _row(table, "langevin_finish (kick, checks, freeze)", _bench(lambda: langevin_finish(*fin)),
+         _bench(lambda: OPS["langevin_finish"].reference(*fin)),
+         _rel(langevin_finish(*fin)[1], OPS["langevin_finish"].reference(*fin)[1]))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--beads", type=int, default=269)
@@ -267,6 +310,8 @@ def main(argv=None):
          _bench(lambda: build_csr_sorted_pairs(src, dst, n)), csr_ref_ms,
          0.0 if same else 1.0, "exact match" if same else "MISMATCH")
     _verlet_csr_rows(table, args.beads, args.replicas, dev)
+    _pair_search_rows(table, pos, args.beads, args.replicas)
+    _langevin_rows(table, args.beads, args.replicas, dev)
 
     # radial basis
     pos64 = pos.double().requires_grad_()

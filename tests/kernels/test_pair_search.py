@@ -92,3 +92,18 @@ def test_bad_shapes_are_refused():
         pair_search_csr(pos, _allowed(4), 3.0, 10)
     with pytest.raises(ValueError, match="capacity"):
         pair_search_csr(pos, _allowed(5), 3.0, 0)
+
+
+def test_kernel_benchmark_rows_check_against_the_references():
+    from kernels import bench_kernels
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    graph = bench_kernels.make_benchmark_graph(20, 2, device=device)
+    table = []
+    bench_kernels._pair_search_rows(table, graph["pos"], 20, 2)
+    bench_kernels._langevin_rows(table, 20, 2, device)
+    names = [row[0] for row in table]
+    assert names == ["pair_search_csr (positions -> CSRs)", "langevin_drift",
+                     "langevin_finish (kick, checks, freeze)"]
+    assert table[0][4] == "exact match"
+    assert all(row[3] < 1e-6 for row in table)
