@@ -56,7 +56,7 @@ class KernelsPanel(LivePanel):
         self.all_off.on_click(lambda _: self.set_options(KernelOptions.baseline()))
         self.set_body(
             ipw.HTML("<b>Kernels</b> (applied at the next step of a running simulation)"),
-            ipw.HBox(list(self.toggles.values())),
+            ipw.HBox(list(self.toggles.values()), layout={"flex_flow": "row wrap"}),
             ipw.HBox([self.precision, self.all_on, self.all_off]),
             self.status,
         )
