@@ -35,11 +35,10 @@ import torch
 from kernels._triton import sqrt_rounded, tl, triton
 from kernels.term_rows import (
     TermSpec,
-    check_positions,
+    single_term_energies,
     store_term_row,
     store_tile_energy,
     term_bead,
-    term_energies,
     term_tile,
 )
 
@@ -194,13 +193,6 @@ def dihedral_term(index, k1s, k2s, v0) -> TermSpec:
     return TermSpec(launch, index, 4)
 
 
-def _energies(pos, spec, layout, name):
-    check_positions(pos, name)
-    if spec.index.shape[0] == 0:
-        return pos.new_zeros(pos.shape[0])
-    return term_energies(pos, [spec], layout)
-
-
 def angle_energies(pos, index, x0, k, layout):
     """Energy per replica of harmonic angle terms (Triton; differentiable w.r.t. ``pos``).
 
@@ -220,7 +212,7 @@ def angle_energies(pos, index, x0, k, layout):
     Tensor, dtype of ``pos`` [R]
         ``Σ_p k_p (cos θ_p − x0_p)²`` per replica (summed per tile, then over tiles).
     """
-    return _energies(pos, angle_term(index, x0, k), layout, "angle_energies")
+    return single_term_energies(pos, angle_term(index, x0, k), layout, "angle_energies")
 
 
 def dihedral_energies(pos, index, k1s, k2s, v0, layout):
@@ -242,7 +234,8 @@ def dihedral_energies(pos, index, k1s, k2s, v0, layout):
     -------
     Tensor, dtype of ``pos`` [R]
     """
-    return _energies(pos, dihedral_term(index, k1s, k2s, v0), layout, "dihedral_energies")
+    return single_term_energies(pos, dihedral_term(index, k1s, k2s, v0), layout,
+                                "dihedral_energies")
 
 
 def angle_energies_reference(pos, index, x0, k, layout=None):

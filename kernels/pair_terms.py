@@ -26,11 +26,10 @@ import torch
 from kernels._triton import sqrt_rounded, tl, triton
 from kernels.term_rows import (
     TermSpec,
-    check_positions,
+    single_term_energies,
     store_term_row,
     store_tile_energy,
     term_bead,
-    term_energies,
     term_tile,
 )
 
@@ -124,11 +123,7 @@ def pair_energies(pos, index, a, b, form: str, layout):
         Sum of the pair energies of each replica, kcal/mol (summed per tile of pairs,
         then over the tiles, in a fixed order).
     """
-    spec = pair_term(index, a, b, form)
-    check_positions(pos, "pair_energies")
-    if index.shape[0] == 0:
-        return pos.new_zeros(pos.shape[0])
-    return term_energies(pos, [spec], layout)
+    return single_term_energies(pos, pair_term(index, a, b, form), layout, "pair_energies")
 
 
 def pair_energies_reference(pos, index, a, b, form: str, layout=None):

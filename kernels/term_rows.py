@@ -38,7 +38,8 @@ from kernels._triton import next_pow2, tl, triton
 from kernels.segment_reduce import signed_segment_sum
 
 __all__ = ["TermSpec", "check_positions", "entries_by_bead", "pair_rows_by_bead", "term_layout",
-           "term_energies", "term_tile", "term_bead", "store_term_row", "store_tile_energy"]
+           "single_term_energies", "term_energies", "term_tile", "term_bead", "store_term_row",
+           "store_tile_energy"]
 
 #: Term-replica pairs per program of the term kernels.
 TILE = 256
@@ -223,6 +224,14 @@ class _TermEnergies(torch.autograd.Function):
         per_bead = signed_segment_sum(grad.reshape(-1, r_count * 3), ptr, perm)
         per_bead = per_bead.reshape(n, r_count, 3) * grad_energy[None, :, None]
         return per_bead.transpose(0, 1), None, None, None
+
+
+def single_term_energies(pos, spec: TermSpec, layout, op: str) -> torch.Tensor:
+    """`term_energies` of one term list, after checking ``pos`` (zeros for an empty list)."""
+    check_positions(pos, op)
+    if spec.index.shape[0] == 0:
+        return pos.new_zeros(pos.shape[0])
+    return term_energies(pos, [spec], layout)
 
 
 def term_energies(pos, specs, layout) -> torch.Tensor:
