@@ -40,6 +40,7 @@ from kernels.csr import (
     build_csr_sorted_pairs,
     valid_edge_mask,
 )
+from kernels.edge_distances import edge_distances, edge_distances_reference
 from kernels.fused_update import linear, linear_reference, tanh_linear, tanh_linear_reference
 from kernels.langevin import (
     langevin_drift,
@@ -71,7 +72,7 @@ __all__ = [
     "GraphCSR", "RadialSpec", "FilterParams", "PackedLinear", "FilterTable",
     "pack_filter", "pack_linear", "channel_scales", "valid_edge_mask", "build_filter_table",
     "build_csr", "build_csr_sorted_pairs", "radial_basis", "segment_sum",
-    "edge_grad_to_positions", "cfconv",
+    "edge_grad_to_positions", "edge_distances", "cfconv",
     "tabulated_cfconv", "linear", "tanh_linear", "pair_energies", "PAIR_FORMS",
     "PairGraph", "pair_search_csr", "angle_energies", "dihedral_energies", "langevin_drift",
     "langevin_finish", "signed_segment_sum",
@@ -94,6 +95,7 @@ OPS: dict[str, Op] = {
         Op("radial_basis", radial_basis, radial_basis_reference),
         Op("segment_sum", segment_sum, segment_sum_reference),
         Op("edge_grad_to_positions", edge_grad_to_positions, edge_grad_to_positions_reference),
+        Op("edge_distances", edge_distances, edge_distances_reference),
         Op("cfconv", cfconv, cfconv_reference),
         Op("tabulated_cfconv", tabulated_cfconv, tabulated_cfconv_reference),
         Op("linear", linear, linear_reference),

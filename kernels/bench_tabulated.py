@@ -19,9 +19,10 @@ import importlib
 
 import torch
 
-from kernels import build_csr, cfconv, pack_filter
+from kernels import build_csr, cfconv, edge_distances, pack_filter
 from kernels.bench_kernels import _bench, _rel, benchmark_setup, make_schnet_weights
 from kernels.cfconv import cfconv_reference
+from kernels.edge_distances import edge_distances_reference
 from kernels.radial_basis import radial_reference_terms
 from kernels.tabulated import (
     evaluate_table,
@@ -41,6 +42,19 @@ def mlp_filter(A1, a1, A2, spec):
         return (hidden @ A2.to(d.dtype).t()) * env[:, None]
 
     return fn
+
+
+def _from_positions(lengths, conv):
+    """``conv`` of the edge lengths that ``lengths`` computes: positions in, like `cfconv`."""
+
+    def op(pos, xs, src, dst, csr, table):
+        return conv(lengths(pos, src, dst, csr), xs, src, dst, csr, table)
+
+    return op
+
+
+TABULATED = _from_positions(edge_distances, tabulated_cfconv)
+TABULATED_REFERENCE = _from_positions(edge_distances_reference, tabulated_cfconv_reference)
 
 
 def _grads(op, pos, xs, graph, csr, table_or_filt, gu, *extra):
@@ -83,7 +97,7 @@ def main(argv=None):
     tables = {}
     for G in (int(g) for g in args.points.split(",")):
         table = tables[G] = tabulate_filter(fn, G, rc, dev)
-        tab = _grads(tabulated_cfconv_reference, p64, x64, graph, csr, table, gu)
+        tab = _grads(TABULATED_REFERENCE, p64, x64, graph, csr, table, gu)
         w, dw = torch.func.jvp(lambda x, t=table: evaluate_table(t, x), (d,),
                                (torch.ones_like(d),))
         werr = float((w - w_exact).abs().max() / w_exact.abs().max())
@@ -95,12 +109,12 @@ def main(argv=None):
     table = tables[max(tables)]
 
     # 2. kernel against the float64 reference of the same table
-    ref = _grads(tabulated_cfconv_reference, p64, x64, graph, csr, table, gu)
+    ref = _grads(TABULATED_REFERENCE, p64, x64, graph, csr, table, gu)
     feats = {"fp32 xs": xs, "fp16 xs": xs.half()}
     for name, x in feats.items():
-        got = _grads(tabulated_cfconv, pos, x, graph, csr, table, gu)
+        got = _grads(TABULATED, pos, x, graph, csr, table, gu)
         ref16 = ref if x.dtype == torch.float32 else _grads(
-            tabulated_cfconv_reference, p64, x.double(), graph, csr, table, gu)
+            TABULATED_REFERENCE, p64, x.double(), graph, csr, table, gu)
         print(f"kernel {name} vs float64 reference (G={max(tables)}): {_errs(got, ref16)}",
               flush=True)
 
@@ -119,8 +133,8 @@ def main(argv=None):
 
     for name, x in feats.items():
         rows.append((f"tabulated fwd {name}",
-                     _bench(lambda x=x: tabulated_cfconv(pos, x, src, dst, csr, table))))
-        rows.append((f"tabulated fwd+bwd {name}", _bench(fwd_bwd(tabulated_cfconv, x, table))))
+                     _bench(lambda x=x: TABULATED(pos, x, src, dst, csr, table))))
+        rows.append((f"tabulated fwd+bwd {name}", _bench(fwd_bwd(TABULATED, x, table))))
     tab_mod = importlib.import_module("kernels.tabulated")
     for kern in ("_tab_fwd_kernel", "_tab_bwd_kernel"):
         k = getattr(tab_mod, kern)

@@ -34,28 +34,34 @@ For every edge ``e = (src j -> dst i)``::
 
     u_i = sum_{e: dst_e = i} xs[j] * W(d_e)                          [N, F]
 
+The op takes the edge lengths ``d_e`` (`kernels.edge_distances`, computed once per step and
+shared by all blocks) rather than positions, and returns ``dE/dd_e`` in its backward.
+
 Forward (`_tab_fwd_kernel`): one program owns one destination node, i.e. its segment of
-the destination-grouped CSR, and streams its edges in tiles of ``BLOCK_E``. Per tile: gather
-positions, distance (FP32), interval and ``t``, the four coefficient rows ``[BLOCK_E, F]``
-(one edge reads ``2 * 4 F + 2 * 2 F = 12 F`` bytes, 1.5 KiB at F = 128, instead of 16 F in
-float32; L2-resident: the table is ``(G-1) * 12 * F`` bytes, 2.9 MiB at G = 2001, F = 128),
-Horner, and the product with the gathered ``xs[src]`` rows, added into a ``[BLOCK_E, F]``
-FP32 register accumulator that is summed over its lanes once at the end and written once:
-no atomics, deterministic. Edges with ``d >= r_c`` load neither table rows nor ``xs``.
-(A one-hot tensor-core reduction over 16 nodes per program, as in `kernels.cfconv`, was
-2.6-3x slower here: see docs/KERNELS-NOTES.md.)
+the destination-grouped CSR, and one slice of ``FS`` feature columns (`FEATURE_SLICE`; the
+slice is the grid's slow axis, so the programs in flight read one slice of the table and
+more of its rows hit in L1). It streams the segment in tiles of ``BLOCK_E`` edges. Per
+tile: the lengths, interval and ``t``, the four coefficient rows ``[BLOCK_E, FS]`` (one edge
+reads ``2 * 4 F + 2 * 2 F = 12 F`` bytes over all slices, 1.5 KiB at F = 128, instead of 16 F
+in float32; L2-resident: the table is ``(G-1) * 12 * F`` bytes, 2.9 MiB at G = 2001,
+F = 128), Horner, and the product with the gathered ``xs[src]`` columns, added into a
+``[BLOCK_E, FS]`` FP32 register accumulator that is summed over its lanes once at the end
+and written once: no atomics, deterministic. Edges with ``d >= r_c`` load neither table
+rows nor ``xs``. (A one-hot tensor-core reduction over 16 nodes per program, as in
+`kernels.cfconv`, was 2.6-3x slower here: see docs/KERNELS-NOTES.md.)
 
 Backward (`_tab_bwd_kernel`), given ``grad_u [N, F]``: one program owns one *source* node
-``j`` (its segment of the source-grouped CSR) and keeps ``xs[j]`` in registers (both
-kernels also keep the ``[F]`` scales of c2, c3 there). Per tile it evaluates ``W`` and
-``W'`` from the same four coefficient rows and produces both
+``j`` (its segment of the source-grouped CSR) and one feature slice, and keeps that slice
+of ``xs[j]`` in registers (both kernels also keep the slice's scales of c2, c3 there). Per
+tile it evaluates ``W`` and ``W'`` from the same four coefficient rows and produces both
 
 * ``grad_xs[j] = sum_{e: src_e = j} grad_u[dst_e] * W(d_e)`` (register accumulator as in
   the forward, written once), and
-* ``g_e = dE/dd_e = sum_f grad_u[dst_e, f] xs[j, f] W'(d_e, f)``, one FP32 scalar per edge.
+* the slice's part of ``g_e = dE/dd_e = sum_f grad_u[dst_e, f] xs[j, f] W'(d_e, f)``, one
+  FP32 scalar per edge and slice; the slices' rows are summed into ``g`` (fixed order).
 
-Then `kernels.segment_reduce.edge_grad_to_positions` sums ``g_e (r_i - r_j)/d`` over both
-CSRs into position gradients (deterministic). The table gets no gradient.
+``g`` is the gradient of the lengths; `kernels.edge_distances` turns the sum over all
+blocks into position gradients (deterministic). The table gets no gradient.
 
 Padding: edges outside every CSR segment (see `kernels.csr`) are never visited.
 """
@@ -69,8 +75,6 @@ import torch
 
 from kernels._triton import check_no_grad, pick_configs, tl, torch_to_tl_dtype, triton
 from kernels.csr import GraphCSR, valid_edge_mask
-from kernels.radial_basis import edge_vector, reference_distances
-from kernels.segment_reduce import edge_grad_to_positions
 
 __all__ = ["FilterTable", "build_filter_table", "tabulate_filter", "evaluate_table",
            "tabulated_cfconv", "tabulated_cfconv_reference"]
@@ -184,29 +188,35 @@ def tabulate_filter(fn, num_points: int, cutoff: float, device=None) -> FilterTa
 
 
 @triton.jit
-def _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, F: tl.constexpr):
-    """``W(d)`` and ``W'(d)`` ([BLOCK_E, F] each; zero where not ``valid``).
+def _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f,
+                F: tl.constexpr):
+    """``W(d)`` and ``W'(d)`` on the feature columns ``f`` ([BLOCK_E, FS] each; zero where not
+    ``valid``).
 
     ``c01_ptr``: float32 [G-1, 2, F] (c0, c1); ``c23_ptr``: float16 [G-1, 2, F] (c2, c3
-    over ``scale23``); ``scale23``: float32 [1, F] registers (powers of two); ``d``:
-    [BLOCK_E] distances >= 0; ``valid``: [BLOCK_E] lanes to evaluate (in a segment and
-    ``d < r_c``); ``inv_h = 1/h``; ``num_intervals = G - 1``. The half-precision rows are
-    converted to FP32 and the scale applied after their Horner step (exact: a power of two).
-    A caller that ignores ``W'`` pays nothing (the compiler removes it).
+    over ``scale23``); ``scale23``: float32 [1, FS] registers (powers of two) of the columns
+    ``f`` ([FS] int); ``d``: [BLOCK_E] distances >= 0; ``valid``: [BLOCK_E] lanes to evaluate
+    (in a segment and ``d < r_c``); ``inv_h = 1/h``; ``num_intervals = G - 1``. The
+    half-precision rows are converted to FP32 and the scale applied after their Horner step
+    (exact: a power of two). Table rows are loaded with the ``evict_last`` hint (they are
+    reused by every edge; feature rows are not). A caller that ignores ``W'`` pays nothing
+    (the compiler removes it).
     """
     x = tl.minimum(d * inv_h, num_intervals)
     k = tl.minimum(x.to(tl.int32), num_intervals - 1)  # d >= 0: truncation is floor
     t = (x - k.to(tl.float32))[:, None]
-    off = (k.to(tl.int64) * 2 * F)[:, None] + tl.arange(0, F)[None, :]
+    off = (k.to(tl.int64) * 2 * F)[:, None] + f[None, :]
     m = valid[:, None]
-    c3 = tl.load(c23_ptr + off + F, mask=m, other=0.0).to(tl.float32)
-    c2 = tl.load(c23_ptr + off, mask=m, other=0.0).to(tl.float32)
+    c3 = tl.load(c23_ptr + off + F, mask=m, other=0.0, eviction_policy="evict_last")
+    c2 = tl.load(c23_ptr + off, mask=m, other=0.0, eviction_policy="evict_last")
+    c3 = c3.to(tl.float32)
+    c2 = c2.to(tl.float32)
     w = (c3 * t + c2) * scale23
     dw = (3.0 * c3 * t + 2.0 * c2) * scale23
-    c1 = tl.load(c01_ptr + off + F, mask=m, other=0.0)
+    c1 = tl.load(c01_ptr + off + F, mask=m, other=0.0, eviction_policy="evict_last")
     w = w * t + c1
     dw = (dw * t + c1) * inv_h
-    w = w * t + tl.load(c01_ptr + off, mask=m, other=0.0)
+    w = w * t + tl.load(c01_ptr + off, mask=m, other=0.0, eviction_policy="evict_last")
     return w, dw
 
 
@@ -223,37 +233,45 @@ def _cfg(e, w):
     return triton.Config({"BLOCK_E": e}, num_warps=w)
 
 
-# One node per program. Measured on an H200 (docs/KERNELS-NOTES.md): small edge tiles win
-# (less masked work at ~66 edges per node, more programs resident); all spill-free on sm_90.
+# One (node, feature slice) per program. Measured on an H100 (docs/KERNELS-NOTES.md): small
+# edge tiles win (less masked work at ~66 edges per node, more programs resident).
 _CONFIGS = [_cfg(4, 1), _cfg(8, 1), _cfg(8, 2), _cfg(16, 2), _cfg(16, 4)]
 _INTERPRET_CONFIG = _cfg(16, 4)
+
+#: Feature columns per program. Programs of one slice run together (the slice is the grid's
+#: slow axis), so the table rows in flight are ``12 * FEATURE_SLICE`` bytes per interval and
+#: more of them hit in L1: 64 of 128 columns made the forward 6 % and the backward 16 %
+#: faster than whole rows on the 1ENH x 64 graph (H100, G = 2001).
+FEATURE_SLICE = 64
 
 
 @triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
 @triton.jit
-def _tab_fwd_kernel(pos_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_ptr, scale_ptr,
-                    out_ptr, num_nodes, num_intervals, inv_h, cutoff, F: tl.constexpr,
-                    BLOCK_E: tl.constexpr):
-    """``out[i] = sum_{e in dst segment i} xs[src_e] * W(d_e)``, one program per node ``i``.
+def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_ptr,
+                    scale_ptr, out_ptr, num_nodes, num_intervals, inv_h, cutoff,
+                    F: tl.constexpr, FS: tl.constexpr, BLOCK_E: tl.constexpr):
+    """``out[i, f] = sum_{e in dst segment i} xs[src_e, f] * W_f(d_e)`` for one node ``i``
+    (grid axis 0) and one slice of ``FS`` feature columns ``f`` (axis 1).
 
-    pos_ptr: float32 [P, 3]; xs_ptr: float32/float16/bfloat16 [P', F]; src_ptr: int64 [E];
-    ptr_ptr, perm_ptr: int32 destination CSR (``dst_ptr [N+1]``, ``dst_perm [E]``);
-    c01_ptr, c23_ptr, scale_ptr: the table (`FilterTable` coeffs01 float32 [G-1, 2, F],
-    coeffs23 float16 [G-1, 2, F], scale23 float32 [F]); out_ptr: float32 [N, F];
-    num_nodes: N (autotune key); num_intervals: G-1; inv_h: 1/h; cutoff: r_c; F: feature
-    width (power of two); BLOCK_E: edges per tile. Messages accumulate per tile lane in FP32
-    registers and are summed over the lanes once, at the end.
+    dist_ptr: float32 [E] edge lengths (`kernels.edge_distances`); xs_ptr:
+    float32/float16/bfloat16 [P', F]; src_ptr: int64 [E]; ptr_ptr, perm_ptr: int32
+    destination CSR (``dst_ptr [N+1]``, ``dst_perm [E]``); c01_ptr, c23_ptr, scale_ptr: the
+    table (`FilterTable` coeffs01 float32 [G-1, 2, F], coeffs23 float16 [G-1, 2, F], scale23
+    float32 [F]); out_ptr: float32 [N, F]; num_nodes: N (autotune key); num_intervals: G-1;
+    inv_h: 1/h; cutoff: r_c; F: feature width (power of two); FS: columns per program (a
+    power of two dividing F); BLOCK_E: edges per tile. Messages accumulate per tile lane in
+    FP32 registers and are summed over the lanes once, at the end.
     """
     node = tl.program_id(0).to(tl.int64)
+    f = tl.program_id(1) * FS + tl.arange(0, FS)
     end = tl.load(ptr_ptr + node + 1)
-    f = tl.arange(0, F)
     scale23 = tl.load(scale_ptr + f)[None, :]
-    acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_E, FS], dtype=tl.float32)
     for p0 in range(tl.load(ptr_ptr + node), end, BLOCK_E):
         pmask, e, j = _edge_tile(perm_ptr, src_ptr, p0, end, BLOCK_E)
-        _, _, _, d = edge_vector(pos_ptr, j * 0 + node, j, pmask)
+        d = tl.load(dist_ptr + e, mask=pmask, other=0.0)
         valid = pmask & (d < cutoff)
-        w, _ = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, F)
+        w, _ = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f, F)
         x = tl.load(xs_ptr + j.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
                     other=0.0)
         acc += x.to(tl.float32) * w
@@ -262,39 +280,46 @@ def _tab_fwd_kernel(pos_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_pt
 
 @triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
 @triton.jit
-def _tab_bwd_kernel(pos_ptr, xs_ptr, gu_ptr, dst_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_ptr,
-                    scale_ptr, gxs_ptr, g_ptr, num_nodes, num_intervals, inv_h, cutoff,
-                    F: tl.constexpr, BLOCK_E: tl.constexpr):
-    """``grad_xs[j]`` and ``g_e = dE/dd_e`` of the edges out of ``j``, one program per ``j``.
+def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, dst_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_ptr,
+                    scale_ptr, gxs_ptr, g_ptr, num_nodes, num_edges, num_intervals, inv_h,
+                    cutoff, F: tl.constexpr, FS: tl.constexpr, BLOCK_E: tl.constexpr):
+    """``grad_xs[j, f]`` and the slice's part of ``g_e = dE/dd_e`` for the edges out of ``j``
+    (grid axis 0), on one slice of ``FS`` feature columns ``f`` (axis 1).
 
-    pos_ptr: float32 [P, 3]; xs_ptr: float32/float16/bfloat16 [P', F]; gu_ptr: float32
-    grad_u [N, F]; dst_ptr: int64 [E]; ptr_ptr, perm_ptr: int32 source CSR (``src_ptr``,
+    dist_ptr: float32 [E]; xs_ptr: float32/float16/bfloat16 [P', F]; gu_ptr: float32 grad_u
+    [N, F]; dst_ptr: int64 [E]; ptr_ptr, perm_ptr: int32 source CSR (``src_ptr``,
     ``src_perm``); c01_ptr, c23_ptr, scale_ptr: the table, as in `_tab_fwd_kernel`;
-    gxs_ptr: grad_xs [P', F] in xs's dtype (rows < N written); g_ptr: float32 [E] (edges in
-    a segment written, 0 for d >= r_c); num_nodes, num_intervals, inv_h, cutoff, F, BLOCK_E:
-    as in `_tab_fwd_kernel`.
+    gxs_ptr: grad_xs [P', F] in xs's dtype (rows < N written); g_ptr: float32 [F // FS, E],
+    row ``s`` the sum over slice ``s``'s columns (edges in a segment written, 0 for d >= r_c);
+    num_edges: E (the row stride of g); num_nodes, num_intervals, inv_h, cutoff, F, FS,
+    BLOCK_E: as in `_tab_fwd_kernel`.
     """
     node = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    f = part * FS + tl.arange(0, FS)
     end = tl.load(ptr_ptr + node + 1)
-    f = tl.arange(0, F)
     x = tl.load(xs_ptr + node * F + f).to(tl.float32)[None, :]
     scale23 = tl.load(scale_ptr + f)[None, :]
-    acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
+    g_row = g_ptr + part.to(tl.int64) * num_edges
+    acc = tl.zeros([BLOCK_E, FS], dtype=tl.float32)
     for p0 in range(tl.load(ptr_ptr + node), end, BLOCK_E):
         pmask, e, i = _edge_tile(perm_ptr, dst_ptr, p0, end, BLOCK_E)
-        _, _, _, d = edge_vector(pos_ptr, i, i * 0 + node, pmask)
+        d = tl.load(dist_ptr + e, mask=pmask, other=0.0)
         valid = pmask & (d < cutoff)
-        w, dw = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, F)
+        w, dw = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f, F)
         gu = tl.load(gu_ptr + i.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
                      other=0.0)
-        tl.store(g_ptr + e, tl.sum(gu * x * dw, axis=1), mask=pmask)
+        tl.store(g_row + e, tl.sum(gu * x * dw, axis=1), mask=pmask)
         acc += gu * w
     tl.store(gxs_ptr + node * F + f, tl.sum(acc, axis=0).to(gxs_ptr.dtype.element_ty))
 
 
-def _check(xs, table: FilterTable):
+def _check(dist, xs, table: FilterTable):
     width = xs.shape[1]
     torch_to_tl_dtype(xs.dtype)  # float32, float16 or bfloat16
+    if dist.dtype != torch.float32 or dist.ndim != 1:
+        raise ValueError(f"tabulated_cfconv needs float32 edge lengths [E] (edge_distances); "
+                         f"got {dist.dtype} {tuple(dist.shape)}")
     if width != table.num_features or width < 16 or width & (width - 1):
         raise ValueError(f"tabulated_cfconv needs F a power of two >= 16 matching the table; "
                          f"got xs width {width}, table width {table.num_features}")
@@ -309,59 +334,65 @@ def _check(xs, table: FilterTable):
 
 
 def _launch(kernel, config, num_nodes, args):
-    """Launch ``kernel`` with one program per node; ``config`` (a triton.Config) bypasses the
-    autotuner (tests)."""
+    """Launch ``kernel`` on (node, feature slice) programs; ``config`` (a triton.Config)
+    bypasses the autotuner (tests)."""
     if not num_nodes:
         return None
+    grid = (num_nodes, args["F"] // args["FS"])
     if config is None:
-        return kernel[(num_nodes,)](num_nodes=num_nodes, **args)
-    return kernel.fn[(num_nodes,)](num_nodes=num_nodes, num_warps=config.num_warps,
-                                   num_stages=config.num_stages, **config.kwargs, **args)
+        return kernel[grid](num_nodes=num_nodes, **args)
+    return kernel.fn[grid](num_nodes=num_nodes, num_warps=config.num_warps,
+                           num_stages=config.num_stages, **config.kwargs, **args)
 
 
 def _table_args(table: FilterTable) -> dict:
+    F = table.num_features
     return dict(c01_ptr=table.coeffs01, c23_ptr=table.coeffs23, scale_ptr=table.scale23,
                 num_intervals=table.num_intervals, inv_h=1.0 / table.spacing,
-                cutoff=table.cutoff, F=table.num_features)
+                cutoff=table.cutoff, F=F, FS=min(FEATURE_SLICE, F))
 
 
 class _TabulatedCFConv(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, pos, xs, src, dst, csr, table, configs):
-        pos, xs = pos.contiguous(), xs.contiguous()
-        _check(xs, table)
+    def forward(ctx, dist, xs, src, dst, csr, table, configs):
+        dist, xs = dist.contiguous(), xs.contiguous()
+        _check(dist, xs, table)
         n = csr.num_nodes
         out = torch.empty(n, xs.shape[1], dtype=torch.float32, device=xs.device)
         _launch(_tab_fwd_kernel, configs[0], n,
-                dict(pos_ptr=pos, xs_ptr=xs, src_ptr=src, ptr_ptr=csr.dst_ptr,
+                dict(dist_ptr=dist, xs_ptr=xs, src_ptr=src, ptr_ptr=csr.dst_ptr,
                      perm_ptr=csr.dst_perm, out_ptr=out, **_table_args(table)))
-        ctx.save_for_backward(pos, xs, src, dst, *csr)
+        ctx.save_for_backward(dist, xs, dst, *csr)
         ctx.table, ctx.configs = table, configs
         return out
 
     @staticmethod
     def backward(ctx, grad_u):
-        pos, xs, src, dst, *csr = ctx.saved_tensors
+        dist, xs, dst, *csr = ctx.saved_tensors
         csr = GraphCSR(*csr)
+        args = _table_args(ctx.table)
         grad_xs = torch.empty_like(xs)  # the kernel writes rows < N; zero the rest
         grad_xs[csr.num_nodes:].zero_()
-        g = torch.empty(src.numel(), dtype=torch.float32, device=xs.device)
+        # one row per feature slice; padding edges are in no segment and stay 0
+        g = torch.zeros(args["F"] // args["FS"], dist.numel(), dtype=torch.float32,
+                        device=xs.device)
         _launch(_tab_bwd_kernel, ctx.configs[1], csr.num_nodes,
-                dict(pos_ptr=pos, xs_ptr=xs, gu_ptr=grad_u.contiguous().float(), dst_ptr=dst,
-                     ptr_ptr=csr.src_ptr, perm_ptr=csr.src_perm, gxs_ptr=grad_xs, g_ptr=g,
-                     **_table_args(ctx.table)))
-        grad_pos = edge_grad_to_positions(g, pos, src, dst, csr)
-        return grad_pos, grad_xs, None, None, None, None, None
+                dict(dist_ptr=dist, xs_ptr=xs, gu_ptr=grad_u.contiguous().float(),
+                     dst_ptr=dst, ptr_ptr=csr.src_ptr, perm_ptr=csr.src_perm, gxs_ptr=grad_xs,
+                     g_ptr=g, num_edges=dist.numel(), **args))
+        return g.sum(0), grad_xs, None, None, None, None, None
 
 
-def tabulated_cfconv(pos, xs, src, dst, csr: GraphCSR, table: FilterTable):
+def tabulated_cfconv(dist, xs, src, dst, csr: GraphCSR, table: FilterTable):
     """Continuous-filter convolution with a tabulated filter, fused forward and backward.
 
     Parameters
     ----------
-    pos : Tensor, float32 [P, 3]
-        Flattened positions, ``P >= csr.num_nodes`` (extra rows, e.g. a padding node, are
-        never read and get zero gradient). May require grad.
+    dist : Tensor, float32 [E]
+        Edge lengths, `kernels.edge_distances` of the positions (entries of padding edges
+        are never read). May require grad: the backward returns ``dE/dd_e`` (0 for padding
+        edges and for ``d >= r_c``), which ``edge_distances`` turns into position gradients
+        once for all blocks that share the lengths.
     xs : Tensor, float32, float16 or bfloat16 [P', F]
         ``lin1(h)``, ``P' >= csr.num_nodes``; F a power of two >= 16 equal to the table's.
         16-bit storage halves the gather bytes; arithmetic is FP32. May require grad (the
@@ -377,11 +408,11 @@ def tabulated_cfconv(pos, xs, src, dst, csr: GraphCSR, table: FilterTable):
     Returns
     -------
     Tensor, float32 [csr.num_nodes, F]
-        ``u_i = sum_{e: dst_e = i} xs[src_e] * W(d_e)``. Gradients flow to ``pos`` (the exact
-        derivative of the interpolated filter) and ``xs``; the table gets none. Deterministic
-        (no atomics).
+        ``u_i = sum_{e: dst_e = i} xs[src_e] * W(d_e)``. Gradients flow to ``dist`` (the
+        exact derivative of the interpolated filter) and ``xs``; the table gets none.
+        Deterministic (no atomics).
     """
-    return _TabulatedCFConv.apply(pos, xs, src, dst, csr, table, (None, None))
+    return _TabulatedCFConv.apply(dist, xs, src, dst, csr, table, (None, None))
 
 
 def evaluate_table(table: FilterTable, d):
@@ -407,15 +438,16 @@ def evaluate_table(table: FilterTable, d):
     return torch.where((d < table.cutoff)[:, None], w, 0.0)
 
 
-def tabulated_cfconv_reference(pos, xs, src, dst, csr: GraphCSR, table: FilterTable):
+def tabulated_cfconv_reference(dist, xs, src, dst, csr: GraphCSR, table: FilterTable):
     """PyTorch reference of `tabulated_cfconv` (autograd; materialises E x F).
 
-    Computes in ``pos.dtype`` (float64 inputs give a float64 evaluation of the same stored
-    table, for finite-difference checks) with `evaluate_table`.
+    Computes in ``dist.dtype`` (float64 lengths, e.g. `edge_distances_reference` of float64
+    positions, give a float64 evaluation of the same stored table, for finite-difference
+    checks) with `evaluate_table`.
     """
     valid = valid_edge_mask(csr)
     n = csr.num_nodes
-    w = evaluate_table(table, reference_distances(pos, src, dst, valid))
-    msg = torch.where(valid[:, None], xs.to(pos.dtype)[torch.where(valid, src, 0)] * w, 0.0)
-    out = torch.zeros(n + 1, xs.shape[1], dtype=pos.dtype, device=xs.device)
+    w = evaluate_table(table, torch.where(valid, dist, 0.0))
+    msg = torch.where(valid[:, None], xs.to(dist.dtype)[torch.where(valid, src, 0)] * w, 0.0)
+    out = torch.zeros(n + 1, xs.shape[1], dtype=dist.dtype, device=xs.device)
     return out.index_add(0, torch.where(valid, dst, n), msg)[:n]

@@ -5,7 +5,7 @@ import pytest
 import torch
 from helpers import random_cloud
 
-from kernels import build_csr_reference, tabulated_cfconv
+from kernels import build_csr_reference, edge_distances, tabulated_cfconv
 from kernels.pair_search import pair_search_csr, pair_search_csr_reference
 from kernels.tabulated import tabulate_filter
 
@@ -79,9 +79,13 @@ def test_tabulated_messages_over_the_searched_graph_match_the_reference_layouts(
         return torch.cos(d[:, None] * waves) * (6.0 - d[:, None]).clamp(min=0) ** 2
 
     table = tabulate_filter(filter_fn, 601, 6.0, device=device)
-    ours = tabulated_cfconv(flat, xs, found.src, found.dst, found.csr, table)
+    dist = edge_distances(flat, found.src, found.dst, found.csr)
+    ours = tabulated_cfconv(dist, xs, found.src, found.dst, found.csr, table)
     reference = build_csr_reference(found.src, found.dst, 48)
-    assert torch.equal(ours, tabulated_cfconv(flat, xs, found.src, found.dst, reference, table))
+    dist_ref = edge_distances(flat, found.src, found.dst, reference)
+    assert torch.equal(dist, dist_ref)
+    assert torch.equal(ours, tabulated_cfconv(dist_ref, xs, found.src, found.dst, reference,
+                                              table))
 
 
 def test_bad_shapes_are_refused():

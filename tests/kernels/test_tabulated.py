@@ -6,7 +6,14 @@ import pytest
 import torch
 from kernels_testlib import central_differences, make_graph, rel_err
 
-from kernels import build_csr_reference, build_filter_table, tabulated_cfconv
+from kernels import (
+    build_csr_reference,
+    build_filter_table,
+    edge_distances,
+    tabulated,
+    tabulated_cfconv,
+)
+from kernels.edge_distances import edge_distances_reference
 from kernels.tabulated import (
     _CONFIGS,
     _TabulatedCFConv,
@@ -45,17 +52,25 @@ def _setup(device, F=32, G=64, seed=0, xs_dtype=torch.float32):
     return g, table, xs, gu
 
 
-def _run(op, pos, xs, g, table, gu):
+KERNEL = (edge_distances, tabulated_cfconv)
+REFERENCE = (edge_distances_reference, tabulated_cfconv_reference)
+
+
+def _run(ops, pos, xs, g, table, gu):
+    """``u`` and the gradients of ``sum(u * gu)`` for positions and features, through the
+    edge lengths as the model computes them (``ops``: lengths op, convolution op)."""
+    lengths, conv = ops
     pos = pos.clone().requires_grad_()
     xs = xs.clone().requires_grad_()
-    u = op(pos, xs, g["src"], g["dst"], g["csr"], table)
+    u = conv(lengths(pos, g["src"], g["dst"], g["csr"]), xs, g["src"], g["dst"], g["csr"],
+             table)
     gp, gx = torch.autograd.grad((u * gu.to(u.dtype)).sum(), (pos, xs))
     return u.detach(), gp, gx
 
 
 def _with_config(cfg):
-    """`tabulated_cfconv` with the autotuner bypassed by ``cfg`` (both kernels)."""
-    return lambda *args: _TabulatedCFConv.apply(*args, (cfg, cfg))
+    """`KERNEL` with the convolution's autotuner bypassed by ``cfg`` (both kernels)."""
+    return edge_distances, lambda *args: _TabulatedCFConv.apply(*args, (cfg, cfg))
 
 
 def _hermite(values, slopes, h, d):
@@ -139,11 +154,13 @@ def test_half_precision_coefficients_keep_their_range():
 
 @pytest.mark.parametrize("cfg", [None, _CONFIGS[0], _CONFIGS[-1]],
                          ids=["autotune", "smallest-tile", "largest-tile"])
-def test_matches_reference(device, cfg):
+@pytest.mark.parametrize("feature_slice", [64, 8], ids=["one-slice", "four-slices"])
+def test_matches_reference(device, cfg, feature_slice, monkeypatch):
+    monkeypatch.setattr(tabulated, "FEATURE_SLICE", feature_slice)
     g, table, xs, gu = _setup(device)
-    op = tabulated_cfconv if cfg is None else _with_config(cfg)
+    op = KERNEL if cfg is None else _with_config(cfg)
     u, gp, gx = _run(op, g["pos"], xs, g, table, gu)
-    ur, gpr, gxr = _run(tabulated_cfconv_reference, g["pos"].double(), xs.double(), g, table,
+    ur, gpr, gxr = _run(REFERENCE, g["pos"].double(), xs.double(), g, table,
                         gu)
     assert rel_err(u, ur) < 1e-5
     assert rel_err(gp, gpr) < 1e-5
@@ -153,8 +170,8 @@ def test_matches_reference(device, cfg):
 
 def test_half_precision_features(device):
     g, table, xs, gu = _setup(device, xs_dtype=torch.float16)
-    u, gp, gx = _run(tabulated_cfconv, g["pos"], xs, g, table, gu)
-    ur, gpr, gxr = _run(tabulated_cfconv_reference, g["pos"].double(), xs.double(), g, table,
+    u, gp, gx = _run(KERNEL, g["pos"], xs, g, table, gu)
+    ur, gpr, gxr = _run(REFERENCE, g["pos"].double(), xs.double(), g, table,
                         gu)
     assert gx.dtype == torch.float16
     assert rel_err(u, ur) < 1e-5 and rel_err(gp, gpr) < 1e-5
@@ -164,11 +181,12 @@ def test_half_precision_features(device):
 def test_position_gradient_finite_differences(device):
     """Kernel FP32 gradient vs central differences of the float64 interpolant."""
     g, table, xs, gu = _setup(device, seed=1)
-    _, gp, _ = _run(tabulated_cfconv, g["pos"], xs, g, table, gu)
+    _, gp, _ = _run(KERNEL, g["pos"], xs, g, table, gu)
     pos64, xs64, gu64 = g["pos"].double(), xs.double(), gu.double()
 
     def energy(p):
-        u = tabulated_cfconv_reference(p, xs64, g["src"], g["dst"], g["csr"], table)
+        dist = edge_distances_reference(p, g["src"], g["dst"], g["csr"])
+        u = tabulated_cfconv_reference(dist, xs64, g["src"], g["dst"], g["csr"], table)
         return float((u * gu64).sum())
 
     assert rel_err(gp, central_differences(energy, pos64)) < 1e-5
@@ -180,7 +198,7 @@ def test_padding_and_cutoff_contribute_nothing(device):
     pos = g["pos"].clone()
     pos[n] = float("nan")  # padding node: never read
     xs[n] = float("nan")
-    u, gp, gx = _run(tabulated_cfconv, pos, xs, g, table, gu)
+    u, gp, gx = _run(KERNEL, pos, xs, g, table, gu)
     assert torch.isfinite(u).all() and torch.isfinite(gx[:n]).all()
     assert torch.isfinite(gp[:n]).all()
     # identical to the graph without padding slots (same CSR order of the valid edges)
@@ -188,7 +206,7 @@ def test_padding_and_cutoff_contribute_nothing(device):
     trimmed = dict(g, src=g["src"][:n_real], dst=g["dst"][:n_real])
     trimmed["csr"] = type(g["csr"])(g["csr"].dst_ptr, g["csr"].dst_perm[:n_real],
                                     g["csr"].src_ptr, g["csr"].src_perm[:n_real])
-    u2, gp2, gx2 = _run(tabulated_cfconv, g["pos"], xs, trimmed, table, gu)
+    u2, gp2, gx2 = _run(KERNEL, g["pos"], xs, trimmed, table, gu)
     assert torch.equal(u, u2) and torch.equal(gx[:n], gx2[:n]) and torch.equal(gp[:n], gp2[:n])
     # the same as the graph without its edges at d >= cutoff (some exist)
     src, dst = trimmed["src"], trimmed["dst"]
@@ -196,7 +214,7 @@ def test_padding_and_cutoff_contribute_nothing(device):
     assert 0 < int(near.sum()) < near.numel()
     short = dict(g, src=src[near], dst=dst[near])
     short["csr"] = build_csr_reference(short["src"], short["dst"], n)
-    u3, gp3, gx3 = _run(tabulated_cfconv, g["pos"], xs, short, table, gu)
+    u3, gp3, gx3 = _run(KERNEL, g["pos"], xs, short, table, gu)
     for a, b in ((u, u3), (gp[:n], gp3[:n]), (gx[:n], gx3[:n])):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
@@ -207,21 +225,24 @@ def test_only_far_edges_give_zero(device):
     assert (g["pos"][g["dst"][real]] - g["pos"][g["src"][real]]).norm(dim=1).min() > 0.25
     ones = torch.ones(2, table.num_features, dtype=torch.float64, device=device)
     far = build_filter_table(ones, ones, 0.25, 0.25)
-    u, gp, gx = _run(tabulated_cfconv, g["pos"], xs, g, far, gu)  # every edge has d > 0.25
+    u, gp, gx = _run(KERNEL, g["pos"], xs, g, far, gu)  # every edge has d > 0.25
     assert not u.any() and not gp.any() and not gx.any()
 
 
 def test_deterministic(device):
     g, table, xs, gu = _setup(device, seed=2)
-    a = _run(tabulated_cfconv, g["pos"], xs, g, table, gu)
-    b = _run(tabulated_cfconv, g["pos"], xs, g, table, gu)
+    a = _run(KERNEL, g["pos"], xs, g, table, gu)
+    b = _run(KERNEL, g["pos"], xs, g, table, gu)
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
-def test_refuses_mismatched_width(device):
+def test_refuses_mismatched_width_and_positions(device):
     g, table, xs, _ = _setup(device)
+    dist = edge_distances(g["pos"], g["src"], g["dst"], g["csr"])
     with pytest.raises(ValueError, match="power of two"):
-        tabulated_cfconv(g["pos"], xs[:, :16], g["src"], g["dst"], g["csr"], table)
+        tabulated_cfconv(dist, xs[:, :16], g["src"], g["dst"], g["csr"], table)
+    with pytest.raises(ValueError, match="edge lengths"):
+        tabulated_cfconv(g["pos"], xs, g["src"], g["dst"], g["csr"], table)
 
 
 @pytest.mark.gpu
@@ -237,7 +258,7 @@ def test_full_size_tabulated_cfconv():
     xs = torch.randn(n, 128, device="cuda")
     gu = torch.randn(n, 128, device="cuda")
     g = dict(graph, csr=csr)
-    u, gp, gx = _run(tabulated_cfconv, graph["pos"], xs, g, table, gu)
-    ur, gpr, gxr = _run(tabulated_cfconv_reference, graph["pos"].double(), xs.double(), g,
+    u, gp, gx = _run(KERNEL, graph["pos"], xs, g, table, gu)
+    ur, gpr, gxr = _run(REFERENCE, graph["pos"].double(), xs.double(), g,
                         table, gu)
     assert rel_err(u, ur) < 1e-5 and rel_err(gp, gpr) < 1e-5 and rel_err(gx, gxr) < 1e-5

@@ -14,7 +14,9 @@ computes, with each technique of :class:`KernelOptions` switched on or off:
   forces stay FP32);
 * ``tabulated_filter``: ``kernels.tabulated_cfconv`` reads each block's filter from a
   cubic Hermite table (spacing ``TABLE_SPACING``) built from the loaded weights, with
-  exact slopes; forces are the exact derivative of the interpolated filter.
+  exact slopes; forces are the exact derivative of the interpolated filter. The edge
+  lengths are computed once (``kernels.edge_distances``) and shared by all blocks, so one
+  position-gradient pass serves them all.
 
 Edges at or beyond the cutoff (and padding slots) are turned into padding before
 the CSR layouts are built, so every kernel sees only real edges while the edge
@@ -208,13 +210,22 @@ def fused_node_energies(
     schnet, pos: torch.Tensor, types: torch.Tensor, graph: Graph, options: KernelOptions
 ) -> torch.Tensor:
     """Per-node energies ``(N,)`` through the kernels that ``options`` switch on."""
-    from kernels import cfconv, radial_basis, segment_sum, tabulated_cfconv, tanh_linear
+    from kernels import (
+        cfconv,
+        edge_distances,
+        radial_basis,
+        segment_sum,
+        tabulated_cfconv,
+        tanh_linear,
+    )
 
     precision = options.mlp_precision
     packed = packed_weights(schnet, precision)
     sixteen = precision != "fp32"
     src, dst, csr = real_edge_graph(schnet, pos, graph)
     tables = filter_tables(schnet, packed, pos.device) if options.tabulated_filter else None
+    if tables is not None:  # lengths once for all blocks (one position-gradient pass)
+        dist = edge_distances(pos, src, dst, csr)
     n = graph.num_nodes
     materialised = tables is None and not options.fused_message_passing
     if materialised:  # only the edge-tensor paths gather with these indices
@@ -236,7 +247,7 @@ def fused_node_energies(
         conv = block.conv
         xs = conv.lin1(h)
         if tables is not None:
-            u = tabulated_cfconv(pos, xs, src, dst, csr, tables[b])
+            u = tabulated_cfconv(dist, xs, src, dst, csr, tables[b])
         elif options.fused_message_passing:
             u = cfconv(pos, xs, src, dst, csr, packed.filters[b], packed.spec)
         else:
