@@ -38,7 +38,7 @@ The op takes the edge lengths ``d_e`` (`kernels.edge_distances`, computed once p
 shared by all blocks) rather than positions, and returns ``dE/dd_e`` in its backward.
 
 Forward (`_tab_fwd_kernel`): one program owns one destination node, i.e. its segment of
-the destination-grouped CSR, and one slice of ``FS`` feature columns (`FEATURE_SLICE`; the
+the destination-grouped CSR, and one slice of ``FS`` feature columns (`FORWARD_SLICE`; the
 slice is the grid's slow axis, so the programs in flight read one slice of the table and
 more of its rows hit in L1). It streams the segment in tiles of ``BLOCK_E`` edges. Per
 tile: the lengths, interval and ``t``, the four coefficient rows ``[BLOCK_E, FS]`` (one edge
@@ -221,12 +221,19 @@ def _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f,
 
 
 @triton.jit
-def _edge_tile(perm_ptr, other_ptr, p0, end, BLOCK_E: tl.constexpr):
-    """CSR slots ``p0 .. p0+BLOCK_E`` (mask ``< end``): edge ids and the other endpoints."""
+def _edge_tile(perm_ptr, other_ptr, dist_ptr, p0, end, BLOCK_E: tl.constexpr):
+    """CSR slots ``p0 .. p0+BLOCK_E`` (mask ``< end``): edge ids, other endpoints, lengths.
+
+    The kernels load the next tile's indices and lengths before they evaluate the current
+    one (a software pipeline one tile deep), so that chain of dependent loads overlaps the
+    table and feature loads instead of preceding them: -17 % forward time on the 1ENH x 64
+    graph (H100). A tile past ``end`` is fully masked and loads nothing.
+    """
     p = p0 + tl.arange(0, BLOCK_E)
     pmask = p < end
     e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
-    return pmask, e, tl.load(other_ptr + e, mask=pmask, other=0)
+    return (pmask, e, tl.load(other_ptr + e, mask=pmask, other=0),
+            tl.load(dist_ptr + e, mask=pmask, other=0.0))
 
 
 def _cfg(e, w):
@@ -238,11 +245,14 @@ def _cfg(e, w):
 _CONFIGS = [_cfg(4, 1), _cfg(8, 1), _cfg(8, 2), _cfg(16, 2), _cfg(16, 4)]
 _INTERPRET_CONFIG = _cfg(16, 4)
 
-#: Feature columns per program. Programs of one slice run together (the slice is the grid's
-#: slow axis), so the table rows in flight are ``12 * FEATURE_SLICE`` bytes per interval and
-#: more of them hit in L1: 64 of 128 columns made the forward 6 % and the backward 16 %
-#: faster than whole rows on the 1ENH x 64 graph (H100, G = 2001).
-FEATURE_SLICE = 64
+#: Feature columns per program, forward and backward. Programs of one slice run together
+#: (the slice is the grid's slow axis), so the table rows in flight are ``12 * FS`` bytes per
+#: interval and more of them hit in L1. On the 1ENH x 64 graph (H100, G = 2001, pipelined
+#: loops) the forward took 0.213 ms with 32 of 128 columns, 0.237 with 64 and 0.258 with
+#: all 128 (unpipelined); the backward 0.296 with 64 and 0.294 with 32, where 32 would
+#: also double the partial ``g`` rows to sum.
+FORWARD_SLICE = 32
+BACKWARD_SLICE = 64
 
 
 @triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
@@ -267,14 +277,17 @@ def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_p
     end = tl.load(ptr_ptr + node + 1)
     scale23 = tl.load(scale_ptr + f)[None, :]
     acc = tl.zeros([BLOCK_E, FS], dtype=tl.float32)
-    for p0 in range(tl.load(ptr_ptr + node), end, BLOCK_E):
-        pmask, e, j = _edge_tile(perm_ptr, src_ptr, p0, end, BLOCK_E)
-        d = tl.load(dist_ptr + e, mask=pmask, other=0.0)
+    start = tl.load(ptr_ptr + node)
+    pmask, _, j, d = _edge_tile(perm_ptr, src_ptr, dist_ptr, start, end, BLOCK_E)
+    for p0 in range(start, end, BLOCK_E):
+        pmask_n, _, j_n, d_n = _edge_tile(perm_ptr, src_ptr, dist_ptr, p0 + BLOCK_E, end,
+                                          BLOCK_E)
         valid = pmask & (d < cutoff)
         w, _ = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f, F)
         x = tl.load(xs_ptr + j.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
                     other=0.0)
         acc += x.to(tl.float32) * w
+        pmask, j, d = pmask_n, j_n, d_n
     tl.store(out_ptr + node * F + f, tl.sum(acc, axis=0))
 
 
@@ -302,15 +315,18 @@ def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, dst_ptr, ptr_ptr, perm_ptr, c01_pt
     scale23 = tl.load(scale_ptr + f)[None, :]
     g_row = g_ptr + part.to(tl.int64) * num_edges
     acc = tl.zeros([BLOCK_E, FS], dtype=tl.float32)
-    for p0 in range(tl.load(ptr_ptr + node), end, BLOCK_E):
-        pmask, e, i = _edge_tile(perm_ptr, dst_ptr, p0, end, BLOCK_E)
-        d = tl.load(dist_ptr + e, mask=pmask, other=0.0)
+    start = tl.load(ptr_ptr + node)
+    pmask, e, i, d = _edge_tile(perm_ptr, dst_ptr, dist_ptr, start, end, BLOCK_E)
+    for p0 in range(start, end, BLOCK_E):
+        pmask_n, e_n, i_n, d_n = _edge_tile(perm_ptr, dst_ptr, dist_ptr, p0 + BLOCK_E, end,
+                                            BLOCK_E)
         valid = pmask & (d < cutoff)
         w, dw = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f, F)
         gu = tl.load(gu_ptr + i.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
                      other=0.0)
         tl.store(g_row + e, tl.sum(gu * x * dw, axis=1), mask=pmask)
         acc += gu * w
+        pmask, e, i, d = pmask_n, e_n, i_n, d_n
     tl.store(gxs_ptr + node * F + f, tl.sum(acc, axis=0).to(gxs_ptr.dtype.element_ty))
 
 
@@ -345,11 +361,11 @@ def _launch(kernel, config, num_nodes, args):
                            num_stages=config.num_stages, **config.kwargs, **args)
 
 
-def _table_args(table: FilterTable) -> dict:
+def _table_args(table: FilterTable, feature_slice: int) -> dict:
     F = table.num_features
     return dict(c01_ptr=table.coeffs01, c23_ptr=table.coeffs23, scale_ptr=table.scale23,
                 num_intervals=table.num_intervals, inv_h=1.0 / table.spacing,
-                cutoff=table.cutoff, F=F, FS=min(FEATURE_SLICE, F))
+                cutoff=table.cutoff, F=F, FS=min(feature_slice, F))
 
 
 class _TabulatedCFConv(torch.autograd.Function):
@@ -361,7 +377,7 @@ class _TabulatedCFConv(torch.autograd.Function):
         out = torch.empty(n, xs.shape[1], dtype=torch.float32, device=xs.device)
         _launch(_tab_fwd_kernel, configs[0], n,
                 dict(dist_ptr=dist, xs_ptr=xs, src_ptr=src, ptr_ptr=csr.dst_ptr,
-                     perm_ptr=csr.dst_perm, out_ptr=out, **_table_args(table)))
+                     perm_ptr=csr.dst_perm, out_ptr=out, **_table_args(table, FORWARD_SLICE)))
         ctx.save_for_backward(dist, xs, dst, *csr)
         ctx.table, ctx.configs = table, configs
         return out
@@ -370,7 +386,7 @@ class _TabulatedCFConv(torch.autograd.Function):
     def backward(ctx, grad_u):
         dist, xs, dst, *csr = ctx.saved_tensors
         csr = GraphCSR(*csr)
-        args = _table_args(ctx.table)
+        args = _table_args(ctx.table, BACKWARD_SLICE)
         grad_xs = torch.empty_like(xs)  # the kernel writes rows < N; zero the rest
         grad_xs[csr.num_nodes:].zero_()
         # one row per feature slice; padding edges are in no segment and stay 0

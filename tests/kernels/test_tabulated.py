@@ -156,7 +156,8 @@ def test_half_precision_coefficients_keep_their_range():
                          ids=["autotune", "smallest-tile", "largest-tile"])
 @pytest.mark.parametrize("feature_slice", [64, 8], ids=["one-slice", "four-slices"])
 def test_matches_reference(device, cfg, feature_slice, monkeypatch):
-    monkeypatch.setattr(tabulated, "FEATURE_SLICE", feature_slice)
+    monkeypatch.setattr(tabulated, "FORWARD_SLICE", feature_slice)
+    monkeypatch.setattr(tabulated, "BACKWARD_SLICE", feature_slice)
     g, table, xs, gu = _setup(device)
     op = KERNEL if cfg is None else _with_config(cfg)
     u, gp, gx = _run(op, g["pos"], xs, g, table, gu)
