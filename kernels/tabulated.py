@@ -278,10 +278,11 @@ def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_p
     scale23 = tl.load(scale_ptr + f)[None, :]
     acc = tl.zeros([BLOCK_E, FS], dtype=tl.float32)
     start = tl.load(ptr_ptr + node)
-    pmask, _, j, d = _edge_tile(perm_ptr, src_ptr, dist_ptr, start, end, BLOCK_E)
+    # (no "_" here: Triton would carry it through the loop with the type of its next use)
+    pmask, _first_ids, j, d = _edge_tile(perm_ptr, src_ptr, dist_ptr, start, end, BLOCK_E)
     for p0 in range(start, end, BLOCK_E):
-        pmask_n, _, j_n, d_n = _edge_tile(perm_ptr, src_ptr, dist_ptr, p0 + BLOCK_E, end,
-                                          BLOCK_E)
+        pmask_n, _next_ids, j_n, d_n = _edge_tile(perm_ptr, src_ptr, dist_ptr, p0 + BLOCK_E,
+                                                  end, BLOCK_E)
         valid = pmask & (d < cutoff)
         w, _ = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f, F)
         x = tl.load(xs_ptr + j.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
