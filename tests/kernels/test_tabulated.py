@@ -152,9 +152,9 @@ def test_half_precision_coefficients_keep_their_range():
     assert ((dw - dexact).abs().amax(0) / dexact.abs().amax(0)).max() < 1e-4
 
 
-@pytest.mark.parametrize("cfg", [None, _CONFIGS[0], _CONFIGS[-1]],
-                         ids=["autotune", "smallest-tile", "largest-tile"])
-@pytest.mark.parametrize("feature_slice", [64, 8], ids=["one-slice", "four-slices"])
+@pytest.mark.parametrize(("cfg", "feature_slice"),
+                         [(None, 64), (_CONFIGS[0], 64), (_CONFIGS[-1], 64), (None, 8)],
+                         ids=["autotune", "smallest-tile", "largest-tile", "four-slices"])
 def test_matches_reference(device, cfg, feature_slice, monkeypatch):
     monkeypatch.setattr(tabulated, "FORWARD_SLICE", feature_slice)
     monkeypatch.setattr(tabulated, "BACKWARD_SLICE", feature_slice)
