@@ -10,7 +10,8 @@ Two operations:
   gradients ``grad_r[i] = sum_{e: dst_e = i} g_e (r_i - r_src)/d_e
   + sum_{e: src_e = i} g_e (r_i - r_dst)/d_e`` using both CSRs, so that each node's sum is
   owned by one program (deterministic, no atomics). Distances are recomputed from positions
-  (3 floats per edge end) rather than stored. Used by every fused backward.
+  (3 floats per edge end) rather than stored. Used by every fused backward (the tabulated
+  path reaches it through `kernels.edge_distances`, once per step).
 
 Summation order is fixed by the CSR, so results are bitwise reproducible run to run.
 """
