@@ -36,7 +36,7 @@ import torch
 
 from kernels._triton import check_no_grad, next_pow2
 
-__all__ = ["PackedLinear", "pack_linear", "channel_scales", "DTYPES"]
+__all__ = ["PackedLinear", "pack_linear", "channel_scales", "tf32_split", "DTYPES"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -55,6 +55,9 @@ class PackedLinear:
         Bias, zeros when the layer has none (and in the padding).
     in_features, out_features : int
         Real sizes.
+    split_t : tuple of two Tensors, float32 [IN_P, OUT_P], or None
+        FP32 packs only: ``weight_t = hi + lo`` with ``hi`` exactly representable in TF32
+        (`tf32_split`), for the kernels' three-pass TF32 products (~FP32 accuracy).
     """
 
     weight_t: torch.Tensor
@@ -62,6 +65,7 @@ class PackedLinear:
     bias: torch.Tensor
     in_features: int
     out_features: int
+    split_t: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -71,6 +75,27 @@ class PackedLinear:
         """``(W [out, in], b [out])`` in FP32 as the kernels see them (``diag(s) Q``)."""
         w = (self.weight_t.float() * self.scale)[: self.in_features, : self.out_features]
         return w.t().contiguous(), self.bias[: self.out_features]
+
+
+def tf32_split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x = hi + lo`` exactly, ``hi`` = ``x`` with its 13 low mantissa bits cleared.
+
+    ``hi`` is exactly representable in TF32 (10 explicit mantissa bits), so a TF32 tensor
+    core reads it without rounding; ``lo`` carries the rest (|lo| < 2^-10 |x|). Then
+    ``a @ x ~= a_hi @ hi + a_hi @ lo + a_lo @ hi`` in three TF32 products keeps about 21
+    bits, the "3xTF32" scheme.
+
+    Parameters
+    ----------
+    x : Tensor, float32 [...]
+
+    Returns
+    -------
+    (hi, lo) : Tensors, float32, contiguous, shaped like ``x``
+    """
+    x = x.detach().float().contiguous()
+    hi = (x.view(torch.int32) & -8192).view(torch.float32)
+    return hi, x - hi
 
 
 def _round16(x, dtype):
@@ -139,4 +164,4 @@ def pack_linear(weight, bias=None, dtype=torch.float32, calib=None) -> PackedLin
     b = torch.zeros(out_p, device=dev)
     if bias is not None:
         b[:out_f] = bias.detach().float()
-    return PackedLinear(weight_t, scale, b, in_f, out_f)
+    return PackedLinear(weight_t, scale, b, in_f, out_f, tf32_split(weight_t) if fp32 else None)

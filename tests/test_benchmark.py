@@ -26,7 +26,8 @@ def test_record_and_table(tmp_path):
 def test_benchmark_configuration_names():
     assert bench_options("baseline").is_baseline
     assert bench_options("tables+graph") == KernelOptions(
-        tabulated_filter=True, cuda_graph=True, fused_pair_search=True, fused_integrator=True)
+        tabulated_filter=True, cuda_graph=True, fused_pair_search=True, fused_integrator=True,
+        fused_update=True)
     joined = bench_options("tabulated_filter+cuda_graph-fp16")
     assert joined == KernelOptions(tabulated_filter=True, cuda_graph=True, mlp_precision="fp16")
     assert bench_options("all+tables") == KernelOptions.all_on(tabulated_filter=True)

@@ -37,9 +37,11 @@ KERNEL_PRESETS = {
     "all+graph": lambda: KernelOptions.all_on(cuda_graph=True),
     "all+tables+graph": lambda: KernelOptions.all_on(tabulated_filter=True, cuda_graph=True),
     # the fastest path: tabulated filters (CSR-owned reductions inside) over the graph of the
-    # Triton pair search, fused Langevin steps, all captured; cuBLAS for the node layers
+    # Triton pair search, node layers in split-weight 3xTF32 kernels, fused Langevin steps,
+    # all captured
     "tables+graph": lambda: KernelOptions(tabulated_filter=True, cuda_graph=True,
-                                          fused_pair_search=True, fused_integrator=True),
+                                          fused_pair_search=True, fused_integrator=True,
+                                          fused_update=True),
 }
 FOLDED_Q = 0.8
 

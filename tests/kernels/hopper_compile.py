@@ -1,4 +1,4 @@
-"""Compile the tabulated and edge-length kernels for sm_90 with Triton's compiler and ptxas.
+"""Compile the tabulated, edge-length and packed-linear kernels for sm_90 (Triton, ptxas).
 
 Run as a script in a process without ``TRITON_INTERPRET`` (under the interpreter the
 kernels are Python functions and cannot be compiled): ``python hopper_compile.py`` prints
@@ -8,12 +8,14 @@ needed.
 
 from __future__ import annotations
 
+from triton import language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource, compile
 from triton.runtime.autotuner import Autotuner
 
 from kernels import tabulated
 from kernels.edge_distances import _distance_kernel
+from kernels.fused_update import _linear_kernel
 
 TABLE = {"c01_ptr": "*fp32", "c23_ptr": "*fp16", "scale_ptr": "*fp32", "ptr_ptr": "*i32",
          "perm_ptr": "*i32", "num_nodes": "i32", "num_intervals": "i32", "inv_h": "fp32",
@@ -33,6 +35,15 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
         {"pos_ptr": "*fp32", "src_ptr": "*i64", "ptr_ptr": "*i32", "perm_ptr": "*i32",
          "out_ptr": "*fp32"},
         [{"BLOCK_E": 64}]),
+    "packed linear": (
+        _linear_kernel,
+        {"a_ptr": "*fp32", "b_ptr": "*fp32", "b_lo_ptr": "*fp32", "kscale_ptr": "*fp32",
+         "nscale_ptr": "*fp32", "bias_ptr": "*fp32", "gate_ptr": "*fp32", "out_ptr": "*fp32",
+         **dict.fromkeys(("stride_am", "stride_bk", "stride_bn", "stride_gm", "stride_om", "M",
+                          "N", "KD"), "i32")},
+        [dict(TANH_A=t, KSCALE=t, ROW_NORM=False, NSCALE=True, BIAS=True, GATE=t,
+              DT=tl.float32, PREC="tf32x3", SPLIT=True, BLOCK_M=64, BLOCK_N=128, BLOCK_K=32)
+         for t in (False, True)]),
 }
 
 

@@ -5,6 +5,7 @@ import torch
 from kernels_testlib import rel_err
 
 from kernels import channel_scales, linear, pack_linear, tanh_linear
+from kernels.quantize import tf32_split
 
 
 @pytest.mark.parametrize("out_features,tanh_input", [(24, True), (24, False), (1, False)])
@@ -59,3 +60,15 @@ def test_channel_scales_never_worse_than_maxabs(dtype):
     w_back, _ = packed.dequantized()
     assert packed.weight_t.shape == (32, 16)
     assert rel_err(w_back, W) < (1e-3 if dtype == torch.float16 else 8e-3)
+
+
+def test_tf32_split_is_exact():
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(64, 48, generator=gen) * torch.logspace(-20, 20, 48)
+    hi, lo = tf32_split(x)
+    assert torch.equal(hi + lo, x)  # exact: lo is the cleared bits of x
+    assert (hi.view(torch.int32) & 8191 == 0).all()  # hi has TF32's 10 mantissa bits
+    assert (lo.abs() <= x.abs() * 2.0**-10).all()
+    layer = pack_linear(x[:24, :40], None)
+    assert torch.equal(layer.split_t[0] + layer.split_t[1], layer.weight_t)
+    assert pack_linear(x[:24, :40], None, "fp16").split_t is None
