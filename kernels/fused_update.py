@@ -41,9 +41,11 @@ _CONFIGS = pick_configs(
 @triton.autotune(configs=_CONFIGS, key=["M", "N", "KD", "DT", "GATE", "ROW_NORM", "SPLIT"])
 @triton.jit
 def _linear_kernel(a_ptr, stride_am, b_ptr, b_lo_ptr, stride_bk, stride_bn, kscale_ptr,
-                   nscale_ptr, bias_ptr, gate_ptr, stride_gm, out_ptr, stride_om, M, N, KD,
+                   nscale_ptr, bias_ptr, gate_ptr, stride_gm, res_ptr, stride_rm, out_ptr,
+                   stride_om, M, N, KD,
                    TANH_A: tl.constexpr, KSCALE: tl.constexpr, ROW_NORM: tl.constexpr,
                    NSCALE: tl.constexpr, BIAS: tl.constexpr, GATE: tl.constexpr,
+                   RES: tl.constexpr,
                    DT: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """``out = epilogue(prologue(a) @ b)`` for one [BLOCK_M, BLOCK_N] tile.
@@ -51,8 +53,9 @@ def _linear_kernel(a_ptr, stride_am, b_ptr, b_lo_ptr, stride_bk, stride_bn, ksca
     a [M, KD] (unit column stride), b [KD, N] (given strides, so a transposed view works),
     out [M, N]. prologue: tanh (TANH_A), times ``kscale[k]`` (KSCALE), divided by the row's
     max-abs (ROW_NORM). epilogue: times the row max-abs, ``* nscale[n]`` (NSCALE),
-    ``+ bias[n]`` (BIAS), ``* (1 - tanh(gate[m, n])^2)`` (GATE). FP32 accumulation in
-    registers; only ``a``, ``b`` tiles and the output tile touch HBM.
+    ``+ bias[n]`` (BIAS), ``* (1 - tanh(gate[m, n])^2)`` (GATE), ``+ res[m, n]`` (RES, a
+    residual connection). FP32 accumulation in registers; only ``a``, ``b`` tiles and the
+    output tile touch HBM.
 
     SPLIT (FP32 only): ``b_ptr`` holds the TF32-exact part ``hi`` of b and ``b_lo_ptr`` the
     rest (`kernels.quantize.tf32_split`, same strides); each ``a`` tile is split likewise
@@ -108,11 +111,14 @@ def _linear_kernel(a_ptr, stride_am, b_ptr, b_lo_ptr, stride_bk, stride_bn, ksca
         t = tanh_f32(tl.load(gate_ptr + rows.to(tl.int64)[:, None] * stride_gm + cols[None, :],
                              mask=omask, other=0.0))
         acc = acc * (1.0 - t * t)
+    if RES:
+        acc += tl.load(res_ptr + rows.to(tl.int64)[:, None] * stride_rm + cols[None, :],
+                       mask=omask, other=0.0)
     tl.store(out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :], acc, mask=omask)
 
 
 def _launch(a, layer: PackedLinear, transposed, out, *, precision, tanh_a=False, kscale=None,
-            nscale=None, bias=None, gate=None):
+            nscale=None, bias=None, gate=None, residual=None):
     """``out = epilogue(prologue(a) @ B)`` with ``B = weight_t`` ([in, out]) or, if
     ``transposed``, its transpose (read through swapped strides)."""
     M = a.shape[0]
@@ -131,21 +137,26 @@ def _launch(a, layer: PackedLinear, transposed, out, *, precision, tanh_a=False,
     sixteen = layer.dtype != torch.float32
     _linear_kernel[grid](
         a, a.stride(0), b, b_lo, strides[0], strides[1], kscale, nscale, bias,
-        gate, gate.stride(0) if gate is not None else 0, out, out.stride(0), M, n_out, kd,
+        gate, gate.stride(0) if gate is not None else 0, residual,
+        residual.stride(0) if residual is not None else 0, out, out.stride(0), M, n_out, kd,
         TANH_A=tanh_a, KSCALE=kscale is not None, ROW_NORM=sixteen and kscale is not None,
         NSCALE=nscale is not None, BIAS=bias is not None, GATE=gate is not None,
+        RES=residual is not None,
         DT=torch_to_tl_dtype(layer.dtype), PREC=precision, SPLIT=split)
     return out
 
 
 class _Linear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, layer, tanh_input, precision):
+    def forward(ctx, x, layer, tanh_input, precision, residual):
         x2 = x.reshape(-1, x.shape[-1]).contiguous().float()
         out = torch.empty(x2.shape[0], layer.out_features, dtype=torch.float32, device=x.device)
+        if residual is not None:
+            residual = residual.reshape(out.shape).contiguous().float()
         _launch(x2, layer, False, out, precision=precision, tanh_a=tanh_input,
-                nscale=layer.scale, bias=layer.bias)
+                nscale=_scale(layer), bias=layer.bias, residual=residual)
         ctx.save_for_backward(x2)
+        ctx.residual_shape = None if residual is None else residual.shape
         ctx.layer, ctx.tanh_input, ctx.precision = layer, tanh_input, precision
         ctx.in_shape = x.shape
         return out.reshape(*x.shape[:-1], layer.out_features)
@@ -157,13 +168,20 @@ class _Linear(torch.autograd.Function):
         g = grad_y.reshape(-1, layer.out_features).contiguous().float()
         grad_x = torch.empty_like(x2)
         # b[k = out channel, n = in feature] = weight_t[n, k]: a transposed view by strides
-        _launch(g, layer, True, grad_x, precision=ctx.precision, kscale=layer.scale,
+        _launch(g, layer, True, grad_x, precision=ctx.precision, kscale=_scale(layer),
                 gate=x2 if ctx.tanh_input else None)
-        return grad_x.reshape(ctx.in_shape), None, None, None
+        grad_res = None if ctx.residual_shape is None else grad_y
+        return grad_x.reshape(ctx.in_shape), None, None, None, grad_res
 
 
-def linear(x, layer: PackedLinear, tanh_input: bool = False, precision: str = "tf32x3"):
-    """``y = act(x) @ W^T + b`` with a packed layer (Triton; FP32 or W16A16).
+def _scale(layer: PackedLinear):
+    """The channel scales of a 16-bit layer; None for FP32, whose scales are ones."""
+    return None if layer.dtype == torch.float32 else layer.scale
+
+
+def linear(x, layer: PackedLinear, tanh_input: bool = False, precision: str = "tf32x3",
+           residual=None):
+    """``y = act(x) @ W^T + b (+ residual)`` with a packed layer (Triton; FP32 or W16A16).
 
     Parameters
     ----------
@@ -174,30 +192,36 @@ def linear(x, layer: PackedLinear, tanh_input: bool = False, precision: str = "t
     tanh_input : bool
         Apply ``tanh`` to ``x`` first (fused on load).
     precision : str
-        FP32 tensor-core mode, ``"tf32x3"`` (default, ~FP32 accuracy) or ``"ieee"``;
-        ignored for 16-bit layers.
+        FP32 tensor-core mode, ``"tf32x3"`` (default, ~FP32 accuracy; three TF32 products
+        with the layer's split weights) or ``"ieee"``; ignored for 16-bit layers.
+    residual : Tensor, float32 [..., out_features], optional
+        Added in the kernel's epilogue (a residual connection without a separate add);
+        may require grad.
 
     Returns
     -------
     Tensor, float32 [..., out_features]
-        Differentiable w.r.t. ``x`` only; the weights get no gradient (MD needs none).
+        Differentiable w.r.t. ``x`` and ``residual`` only; the weights get no gradient (MD
+        needs none).
     """
     check_no_grad("linear", weight=layer.weight_t, scale=layer.scale, bias=layer.bias)
-    return _Linear.apply(x, layer, tanh_input, precision)
+    return _Linear.apply(x, layer, tanh_input, precision, residual)
 
 
-def tanh_linear(v, layer: PackedLinear, precision: str = "tf32x3"):
-    """The update ``tanh(v) @ W^T + b`` fused in one kernel; see `linear`."""
-    return linear(v, layer, True, precision)
+def tanh_linear(v, layer: PackedLinear, precision: str = "tf32x3", residual=None):
+    """The update ``tanh(v) @ W^T + b (+ residual)`` fused in one kernel; see `linear`."""
+    return linear(v, layer, True, precision, residual)
 
 
-def linear_reference(x, layer: PackedLinear, tanh_input: bool = False, precision: str = "ieee"):
+def linear_reference(x, layer: PackedLinear, tanh_input: bool = False, precision: str = "ieee",
+                     residual=None):
     """PyTorch reference of `linear` with the layer's dequantized weights (``diag(s) Q``)."""
     w, b = layer.dequantized()
     a = torch.tanh(x) if tanh_input else x
-    return a @ w.to(x.dtype).t() + b.to(x.dtype)
+    y = a @ w.to(x.dtype).t() + b.to(x.dtype)
+    return y if residual is None else y + residual
 
 
-def tanh_linear_reference(v, layer: PackedLinear, precision: str = "ieee"):
+def tanh_linear_reference(v, layer: PackedLinear, precision: str = "ieee", residual=None):
     """PyTorch reference of `tanh_linear`."""
-    return linear_reference(v, layer, True, precision)
+    return linear_reference(v, layer, True, precision, residual)

@@ -3,6 +3,8 @@
     python scripts/profile_step.py --protein 1enh [--replicas 64] [--steps 20]
         [--kernels tables+graph] [--out profile.json]
 
+``--kernels`` is a benchmark configuration (e.g. ``tables+graph-fp16``).
+
 Builds the benchmark's simulation (demo model, 300 K, dt 4 fs), runs 30 warm-up steps,
 profiles ``--steps`` more with torch.profiler and prints the kernels sorted by time per
 step (and writes them as JSON with ``--out``). Needs a CUDA GPU.
@@ -17,14 +19,14 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from workbench.cli import atomic_write_text, kernel_options
+from workbench.cli import atomic_write_text, bench_options
 from workbench.runner import RunSettings, prepare_run
 
 
 def kernel_table(protein: str, replicas: int, steps: int, kernels: str) -> dict:
     """``{"total_us_per_step", "kernels_per_step", "rows": [(name, count, us) per step]}``."""
     settings = RunSettings(protein=protein, model="demo", replicas=replicas, steps=steps,
-                           device="cuda", options=kernel_options(kernels, "fp32"))
+                           device="cuda", options=bench_options(kernels))
     sim = prepare_run(settings).simulation
     sim.step(30)
     torch.cuda.synchronize()

@@ -38,10 +38,11 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "packed linear": (
         _linear_kernel,
         {"a_ptr": "*fp32", "b_ptr": "*fp32", "b_lo_ptr": "*fp32", "kscale_ptr": "*fp32",
-         "nscale_ptr": "*fp32", "bias_ptr": "*fp32", "gate_ptr": "*fp32", "out_ptr": "*fp32",
-         **dict.fromkeys(("stride_am", "stride_bk", "stride_bn", "stride_gm", "stride_om", "M",
-                          "N", "KD"), "i32")},
-        [dict(TANH_A=t, KSCALE=t, ROW_NORM=False, NSCALE=True, BIAS=True, GATE=t,
+         "nscale_ptr": "*fp32", "bias_ptr": "*fp32", "gate_ptr": "*fp32", "res_ptr": "*fp32",
+         "out_ptr": "*fp32",
+         **dict.fromkeys(("stride_am", "stride_bk", "stride_bn", "stride_gm", "stride_rm",
+                          "stride_om", "M", "N", "KD"), "i32")},
+        [dict(TANH_A=t, KSCALE=t, ROW_NORM=False, NSCALE=not t, BIAS=True, GATE=t, RES=not t,
               DT=tl.float32, PREC="tf32x3", SPLIT=True, BLOCK_M=64, BLOCK_N=128, BLOCK_K=32)
          for t in (False, True)]),
 }

@@ -72,3 +72,19 @@ def test_tf32_split_is_exact():
     layer = pack_linear(x[:24, :40], None)
     assert torch.equal(layer.split_t[0] + layer.split_t[1], layer.weight_t)
     assert pack_linear(x[:24, :40], None, "fp16").split_t is None
+
+
+def test_residual_is_added_in_the_epilogue(device):
+    gen = torch.Generator().manual_seed(4)
+    W = (torch.randn(32, 32, generator=gen) / 6).to(device)
+    b = torch.randn(32, generator=gen).to(device)
+    v = torch.randn(20, 32, generator=gen).to(device).requires_grad_()
+    h = torch.randn(20, 32, generator=gen).to(device).requires_grad_()
+    layer = pack_linear(W, b)
+    y = tanh_linear(v, layer, residual=h)
+    ref = torch.tanh(v) @ W.t() + b + h
+    assert rel_err(y, ref) < 1e-5
+    gy = torch.randn_like(ref)
+    got = torch.autograd.grad((y * gy).sum(), (v, h))
+    want = torch.autograd.grad((ref * gy).sum(), (v, h))
+    assert rel_err(got[0], want[0]) < 1e-5 and torch.equal(got[1], want[1])

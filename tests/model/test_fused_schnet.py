@@ -18,6 +18,8 @@ FP32_OPTIONS = {
     "update": KernelOptions(fused_update=True),
     "all": KernelOptions.all_on(),
     "tabulated": KernelOptions(tabulated_filter=True),
+    "pair_filter": KernelOptions(pair_filter=True),
+    "pair_filter_csr": KernelOptions(pair_filter=True, csr_aggregation=True),
 }
 
 

@@ -15,6 +15,8 @@ computes, with each technique of :class:`KernelOptions` switched on or off:
 * ``mlp_precision``: channel-wise FP16/BF16 weights and activations for the filter,
   update and output MLPs (FP32 accumulation; positions, distances, energies and
   forces stay FP32);
+* ``pair_filter``: on the edge-tensor paths, the filter network runs on one direction of
+  every pair and both directions read its rows (`workbench.model.edge_pairs`);
 * ``tabulated_filter``: ``kernels.tabulated_cfconv`` reads each block's filter from a
   cubic Hermite table (spacing ``TABLE_SPACING``) built from the loaded weights, with
   exact slopes; forces are the exact derivative of the interpolated filter. The edge
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from workbench.model.basis import CosineCutoff, ExpNormalBasis, IdentityCutoff
+from workbench.model.edge_pairs import edge_pairs, pair_rows
 from workbench.model.options import KernelOptions
 from workbench.neighbors import Graph
 
@@ -250,6 +253,10 @@ def fused_node_energies(
             d, _, _ = schnet.edge_distances(pos, safe_src, safe_dst, valid)
             rbf = schnet.rbf_layer(d)
             env = schnet.envelope(schnet.interaction_blocks[0], d)
+        if options.pair_filter:  # the filter rows of one direction per pair
+            pairs = edge_pairs(src, dst, n)
+            rbf = rbf.index_select(0, pairs.forward)  # padding edges read the unused slot,
+            env = torch.where(pairs.used, env.index_select(0, pairs.forward), 0.0)  # zero
 
     h = schnet.embedding_layer(types)
     for b, block in enumerate(schnet.interaction_blocks):
@@ -267,6 +274,8 @@ def fused_node_energies(
             else:
                 w = conv.filter_network(rbf)
             w = w * env[:, None]
+            if options.pair_filter:
+                w = pair_rows(w, pairs)
             messages = xs.index_select(0, safe_src) * w
             if options.csr_aggregation:
                 u = segment_sum(messages, csr.dst_ptr, csr.dst_perm)
@@ -275,7 +284,7 @@ def fused_node_energies(
                 u = torch.zeros_like(xs).index_add_(0, safe_dst, messages)
         if node_kernels:
             v = _mlp_linear(u, packed.conv_outputs[b], False)
-            h = h + tanh_linear(v, packed.updates[b])
+            h = tanh_linear(v, packed.updates[b], residual=h)
         else:
             h = h + block.lin(block.activation(conv.lin2(u)))
     return _output_energies(schnet, h, packed if node_kernels else None)

@@ -50,6 +50,11 @@ class KernelOptions:
         update in one, the last kick with the per-replica blow-up check and the freezing of
         failed replicas in the other (`kernels.langevin`), instead of some fifty tensor
         operations.
+    pair_filter : bool
+        Evaluate the filter network once per unordered pair and give it to both directions
+        (`workbench.model.edge_pairs`): half the filter rows on the paths that run the
+        filter network on edge tensors. The tabulated filter and the fused message-passing
+        kernel evaluate filters inside their kernels and ignore it.
     """
 
     fused_radial_basis: bool = False
@@ -61,6 +66,7 @@ class KernelOptions:
     cuda_graph: bool = False
     fused_pair_search: bool = False
     fused_integrator: bool = False
+    pair_filter: bool = False
 
     def __post_init__(self):
         if self.mlp_precision not in PRECISIONS:
