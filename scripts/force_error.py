@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 
-from workbench.cli import atomic_write_text, bench_options
+from workbench.cli import bench_options, print_json
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
 from workbench.runner import RunSettings, prepare_run
@@ -74,10 +72,7 @@ def main() -> None:
             row[name] = {"vs_fp32_reference": errors(energy, forces, ref_energy, ref_forces),
                          "vs_fp64": errors(energy, forces, energy64, forces64)}
         result[part] = row
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out is not None:
-        atomic_write_text(Path(args.out), text + "\n")
+    print_json(result, args.out)
 
 
 if __name__ == "__main__":

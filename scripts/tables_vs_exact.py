@@ -12,10 +12,8 @@ and mean Q per path, with the settings.
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
-from workbench.cli import atomic_write_text
+from workbench.cli import print_json
 from workbench.model.io import load_potential
 from workbench.model.options import KernelOptions
 from workbench.system import build_system
@@ -43,10 +41,7 @@ def main() -> None:
     )
     result.update(model=args.model, temperature=args.temperature, replicas=args.replicas,
                   steps=args.steps)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out is not None:
-        atomic_write_text(Path(args.out), text + "\n")
+    print_json(result, args.out)
 
 
 if __name__ == "__main__":

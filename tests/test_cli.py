@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench.cli import main
+from workbench.cli import main, print_json
 from workbench.models import shipped_model_file, validation_passed
 
 mdtraj = pytest.importorskip("mdtraj")
@@ -260,3 +260,13 @@ def test_unknown_command_is_a_usage_error(capsys):
         main(["fly"])
     assert info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_print_json_prints_and_writes_the_same_document(tmp_path, capsys):
+    out = tmp_path / "result.json"
+    print_json({"a": 1.5, "b": [1, 2]}, str(out))
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(out.read_text()) == {"a": 1.5, "b": [1, 2]}
+    print_json({"c": 3})  # no file: printing only
+    assert json.loads(capsys.readouterr().out) == {"c": 3}
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]

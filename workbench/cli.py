@@ -62,6 +62,14 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def print_json(result: dict, out: str | None = None) -> None:
+    """Print ``result`` as indented JSON and, with ``out``, write it there atomically."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out is not None:
+        atomic_write_text(Path(out), text + "\n")
+
+
 def kernel_options(preset: str, precision: str) -> KernelOptions:
     """Options from a preset name (or technique names joined by ``,`` or ``+``) and a
     precision."""
