@@ -68,7 +68,7 @@ def edge_pairs(src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> EdgePair
     key = torch.where(valid, dst * (n + 1) + src, never)
     order = torch.argsort(key)
     reverse_key = torch.where(valid, src * (n + 1) + dst, never)
-    found = torch.searchsorted(key[order], reverse_key).clamp(max=max(num_edges - 1, 0))
+    found = torch.searchsorted(key[order], reverse_key).clamp(max=num_edges - 1)
     reverse = torch.where(valid, order[found], ids)
     upper = valid & (src < dst)
     rank = torch.cumsum(upper, 0) - 1
