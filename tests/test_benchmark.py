@@ -16,7 +16,8 @@ def test_record_and_table(tmp_path):
     assert record["options"]["fused_message_passing"] is False
     assert record["model"] == "demo"  # the protocol's near-native potential, not a shipped one
     assert 100 < record["edges_per_replica"] < 49 * 48
-    assert record["peak_memory_gb"] is None and "launches" not in record
+    assert record["peak_memory_gb"] is None and record["peak_memory_setup_gb"] is None
+    assert "launches" not in record
     table = markdown_table([record])
     assert "| cln025 | 49 | 2 | baseline |" in table and table.rstrip().endswith("| – |")
     json_path, md_path = write_results([record], tmp_path / "bench", "workbench bench")
@@ -47,3 +48,10 @@ def test_demo_model_is_chosen_over_a_shipped_one(monkeypatch):
     assert "validated against its teacher" in notice and shipped.metadata["trained"]
     demo, notice = choose_potential(system, DEMO_MODEL)
     assert "Untrained demo model" in notice and not demo.metadata.get("trained")
+
+
+@pytest.mark.gpu
+def test_setup_peak_includes_the_graph_capture():
+    case = BenchCase("cln025", 4, "tables+graph", bench_options("tables+graph"))
+    record = run_case(case, device="cuda", steps=4, warmup=3, repeats=1)
+    assert 0 < record["peak_memory_gb"] <= record["peak_memory_setup_gb"]

@@ -4,9 +4,11 @@ Per configuration: a fresh simulation, warm-up steps (compilation, autotuning,
 allocator growth) excluded, then ``repeats`` timed windows of ``steps`` whole
 MD steps (neighbour list, forces, integrator); the median window gives
 timestep·mol/s. Peak memory is ``torch.cuda.max_memory_allocated`` over the
-timed windows. The step-time breakdown times the neighbour-list update, the
-energy (forward) and the energy plus forces (forward + backward) on the same
-state; the integrator's share is the remainder of the whole step.
+timed windows (``peak_memory_gb``) and over set-up and warm-up, graph capture included
+(``peak_memory_setup_gb``, what a GPU must hold to start the run). The step-time
+breakdown times the neighbour-list update, the energy (forward) and the energy plus
+forces (forward + backward) on the same state; the integrator's share is the remainder
+of the whole step.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 import torch
 
 from workbench.model.options import KernelOptions
-from workbench.runner import DEMO_MODEL, RunSettings, prepare_run
+from workbench.runner import DEMO_MODEL, RunSettings, prepare_run, resolve_device
 from workbench.units import ns_per_day
 
 
@@ -153,12 +155,17 @@ def run_case(
         device=device,
         options=case.options,
     )
+    target, _ = resolve_device(device)
+    if target.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(target)
     prepared = prepare_run(settings)
     sim = prepared.simulation
     dev = sim.device
     sim.step(warmup)
     _sync(dev)
+    setup_peak = None
     if dev.type == "cuda":
+        setup_peak = torch.cuda.max_memory_allocated(dev) / 1e9
         torch.cuda.reset_peak_memory_stats(dev)
     windows = []
     for _ in range(repeats):
@@ -181,6 +188,7 @@ def run_case(
         "peak_memory_gb": torch.cuda.max_memory_allocated(dev) / 1e9
         if dev.type == "cuda"
         else None,
+        "peak_memory_setup_gb": setup_peak,
         "edges_per_replica": _edges_within_cutoff(sim) / case.replicas,
         "frozen_replicas": len(sim.frozen_report()),
     }
