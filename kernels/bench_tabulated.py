@@ -135,6 +135,15 @@ def main(argv=None):
         rows.append((f"tabulated fwd {name}",
                      _bench(lambda x=x: TABULATED(pos, x, src, dst, csr, table))))
         rows.append((f"tabulated fwd+bwd {name}", _bench(fwd_bwd(TABULATED, x, table))))
+    # the benchmark graph is symmetric and sorted by (dst, src): the engine's walk
+    symmetric = _from_positions(edge_distances, lambda *a: tabulated_cfconv(
+        *a, symmetric=True, slots_are_edges=True))
+    got = _grads(symmetric, pos, xs, graph, csr, table, gu)
+    print(f"kernel fp32 xs, symmetric walk vs float64 reference: {_errs(got, ref)}", flush=True)
+    rows.append(("tabulated fwd fp32 xs, slots are edges",
+                 _bench(lambda: symmetric(pos, xs, src, dst, csr, table))))
+    rows.append(("tabulated fwd+bwd fp32 xs, symmetric walk", _bench(fwd_bwd(symmetric, xs,
+                                                                              table))))
     tab_mod = importlib.import_module("kernels.tabulated")
     for kern in ("_tab_fwd_kernel", "_tab_bwd_kernel"):
         k = getattr(tab_mod, kern)

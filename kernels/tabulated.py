@@ -63,6 +63,14 @@ tile it evaluates ``W`` and ``W'`` from the same four coefficient rows and produ
 ``g`` is the gradient of the lengths; `kernels.edge_distances` turns the sum over all
 blocks into position gradients (deterministic). The table gets no gradient.
 
+On a symmetric graph (``symmetric=True``: ``j -> i`` is an edge exactly when ``i -> j`` is,
+with the same length) the backward walks the destination layout, as the forward does: the
+edges into ``j`` are the reverses of the edges out of ``j``, and each reverse's gradient is
+written at the edge visited. The source layout's permutation, and the scattered endpoint,
+length and gradient accesses it causes, are gone; on a searched graph
+(``slots_are_edges=True``) both kernels also skip the identity permutation, so every
+per-edge access is contiguous.
+
 Padding: edges outside every CSR segment (see `kernels.csr`) are never visited.
 """
 
@@ -221,17 +229,24 @@ def _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f,
 
 
 @triton.jit
-def _edge_tile(perm_ptr, other_ptr, dist_ptr, p0, end, BLOCK_E: tl.constexpr):
+def _edge_tile(perm_ptr, other_ptr, dist_ptr, p0, end, BLOCK_E: tl.constexpr,
+               SLOTS_ARE_EDGES: tl.constexpr):
     """CSR slots ``p0 .. p0+BLOCK_E`` (mask ``< end``): edge ids, other endpoints, lengths.
 
     The kernels load the next tile's indices and lengths before they evaluate the current
     one (a software pipeline one tile deep), so that chain of dependent loads overlaps the
     table and feature loads instead of preceding them: -17 % forward time on the 1ENH x 64
     graph (H100). A tile past ``end`` is fully masked and loads nothing.
+    ``SLOTS_ARE_EDGES``: the layout's permutation is the identity on its segments (a
+    searched graph), so slot ``p`` is edge ``p`` and the permutation is not read: one link
+    less in the chain, and the endpoint and length loads are contiguous.
     """
     p = p0 + tl.arange(0, BLOCK_E)
     pmask = p < end
-    e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
+    if SLOTS_ARE_EDGES:
+        e = p.to(tl.int64)
+    else:
+        e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
     return (pmask, e, tl.load(other_ptr + e, mask=pmask, other=0),
             tl.load(dist_ptr + e, mask=pmask, other=0.0))
 
@@ -259,7 +274,8 @@ BACKWARD_SLICE = 64
 @triton.jit
 def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_ptr,
                     scale_ptr, out_ptr, num_nodes, num_intervals, inv_h, cutoff,
-                    F: tl.constexpr, FS: tl.constexpr, BLOCK_E: tl.constexpr):
+                    F: tl.constexpr, FS: tl.constexpr, BLOCK_E: tl.constexpr,
+                    SLOTS_ARE_EDGES: tl.constexpr):
     """``out[i, f] = sum_{e in dst segment i} xs[src_e, f] * W_f(d_e)`` for one node ``i``
     (grid axis 0) and one slice of ``FS`` feature columns ``f`` (axis 1).
 
@@ -269,8 +285,9 @@ def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_p
     table (`FilterTable` coeffs01 float32 [G-1, 2, F], coeffs23 float16 [G-1, 2, F], scale23
     float32 [F]); out_ptr: float32 [N, F]; num_nodes: N (autotune key); num_intervals: G-1;
     inv_h: 1/h; cutoff: r_c; F: feature width (power of two); FS: columns per program (a
-    power of two dividing F); BLOCK_E: edges per tile. Messages accumulate per tile lane in
-    FP32 registers and are summed over the lanes once, at the end.
+    power of two dividing F); BLOCK_E: edges per tile; SLOTS_ARE_EDGES: ``perm_ptr`` is the
+    identity on the segments and is not read (`_edge_tile`). Messages accumulate per tile
+    lane in FP32 registers and are summed over the lanes once, at the end.
     """
     node = tl.program_id(0).to(tl.int64)
     f = tl.program_id(1) * FS + tl.arange(0, FS)
@@ -279,10 +296,11 @@ def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_p
     acc = tl.zeros([BLOCK_E, FS], dtype=tl.float32)
     start = tl.load(ptr_ptr + node)
     # (no "_" here: Triton would carry it through the loop with the type of its next use)
-    pmask, _first_ids, j, d = _edge_tile(perm_ptr, src_ptr, dist_ptr, start, end, BLOCK_E)
+    pmask, _first_ids, j, d = _edge_tile(perm_ptr, src_ptr, dist_ptr, start, end, BLOCK_E,
+                                         SLOTS_ARE_EDGES)
     for p0 in range(start, end, BLOCK_E):
         pmask_n, _next_ids, j_n, d_n = _edge_tile(perm_ptr, src_ptr, dist_ptr, p0 + BLOCK_E,
-                                                  end, BLOCK_E)
+                                                  end, BLOCK_E, SLOTS_ARE_EDGES)
         valid = pmask & (d < cutoff)
         w, _ = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f, F)
         x = tl.load(xs_ptr + j.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
@@ -294,19 +312,23 @@ def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_p
 
 @triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
 @triton.jit
-def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, dst_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_ptr,
-                    scale_ptr, gxs_ptr, g_ptr, num_nodes, num_edges, num_intervals, inv_h,
-                    cutoff, F: tl.constexpr, FS: tl.constexpr, BLOCK_E: tl.constexpr):
+def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, other_ptr, ptr_ptr, perm_ptr, c01_ptr,
+                    c23_ptr, scale_ptr, gxs_ptr, g_ptr, num_nodes, num_edges, num_intervals,
+                    inv_h, cutoff, F: tl.constexpr, FS: tl.constexpr, BLOCK_E: tl.constexpr,
+                    SLOTS_ARE_EDGES: tl.constexpr):
     """``grad_xs[j, f]`` and the slice's part of ``g_e = dE/dd_e`` for the edges out of ``j``
     (grid axis 0), on one slice of ``FS`` feature columns ``f`` (axis 1).
 
     dist_ptr: float32 [E]; xs_ptr: float32/float16/bfloat16 [P', F]; gu_ptr: float32 grad_u
-    [N, F]; dst_ptr: int64 [E]; ptr_ptr, perm_ptr: int32 source CSR (``src_ptr``,
-    ``src_perm``); c01_ptr, c23_ptr, scale_ptr: the table, as in `_tab_fwd_kernel`;
-    gxs_ptr: grad_xs [P', F] in xs's dtype (rows < N written); g_ptr: float32 [F // FS, E],
-    row ``s`` the sum over slice ``s``'s columns (edges in a segment written, 0 for d >= r_c);
-    num_edges: E (the row stride of g); num_nodes, num_intervals, inv_h, cutoff, F, FS,
-    BLOCK_E: as in `_tab_fwd_kernel`.
+    [N, F]; other_ptr, ptr_ptr, perm_ptr: either ``dst`` (int64 [E]) with the source CSR
+    (``src_ptr``, ``src_perm``, int32), or, for a symmetric graph, ``src`` with the
+    destination CSR: node ``j``'s edges ``i -> j`` stand for their reverses ``j -> i``
+    (same length, other endpoint ``i``), and the slice's part of the reverse's gradient is
+    written at the edge visited; c01_ptr, c23_ptr, scale_ptr: the table, as in
+    `_tab_fwd_kernel`; gxs_ptr: grad_xs [P', F] in xs's dtype (rows < N written); g_ptr:
+    float32 [F // FS, E], row ``s`` the sum over slice ``s``'s columns (edges in a segment
+    written, 0 for d >= r_c); num_edges: E (the row stride of g); num_nodes, num_intervals,
+    inv_h, cutoff, F, FS, BLOCK_E, SLOTS_ARE_EDGES: as in `_tab_fwd_kernel`.
     """
     node = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
@@ -317,10 +339,11 @@ def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, dst_ptr, ptr_ptr, perm_ptr, c01_pt
     g_row = g_ptr + part.to(tl.int64) * num_edges
     acc = tl.zeros([BLOCK_E, FS], dtype=tl.float32)
     start = tl.load(ptr_ptr + node)
-    pmask, e, i, d = _edge_tile(perm_ptr, dst_ptr, dist_ptr, start, end, BLOCK_E)
+    pmask, e, i, d = _edge_tile(perm_ptr, other_ptr, dist_ptr, start, end, BLOCK_E,
+                                SLOTS_ARE_EDGES)
     for p0 in range(start, end, BLOCK_E):
-        pmask_n, e_n, i_n, d_n = _edge_tile(perm_ptr, dst_ptr, dist_ptr, p0 + BLOCK_E, end,
-                                            BLOCK_E)
+        pmask_n, e_n, i_n, d_n = _edge_tile(perm_ptr, other_ptr, dist_ptr, p0 + BLOCK_E, end,
+                                            BLOCK_E, SLOTS_ARE_EDGES)
         valid = pmask & (d < cutoff)
         w, dw = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f, F)
         gu = tl.load(gu_ptr + i.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
@@ -371,22 +394,30 @@ def _table_args(table: FilterTable, feature_slice: int) -> dict:
 
 class _TabulatedCFConv(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, dist, xs, src, dst, csr, table, configs):
+    def forward(ctx, dist, xs, src, dst, csr, table, configs, symmetric, slots_are_edges):
         dist, xs = dist.contiguous(), xs.contiguous()
         _check(dist, xs, table)
         n = csr.num_nodes
         out = torch.empty(n, xs.shape[1], dtype=torch.float32, device=xs.device)
         _launch(_tab_fwd_kernel, configs[0], n,
                 dict(dist_ptr=dist, xs_ptr=xs, src_ptr=src, ptr_ptr=csr.dst_ptr,
-                     perm_ptr=csr.dst_perm, out_ptr=out, **_table_args(table, FORWARD_SLICE)))
-        ctx.save_for_backward(dist, xs, dst, *csr)
+                     perm_ptr=csr.dst_perm, out_ptr=out, SLOTS_ARE_EDGES=slots_are_edges,
+                     **_table_args(table, FORWARD_SLICE)))
+        ctx.save_for_backward(dist, xs, src, dst, *csr)
         ctx.table, ctx.configs = table, configs
+        ctx.symmetric, ctx.slots_are_edges = symmetric, slots_are_edges
         return out
 
     @staticmethod
     def backward(ctx, grad_u):
-        dist, xs, dst, *csr = ctx.saved_tensors
+        dist, xs, src, dst, *csr = ctx.saved_tensors
         csr = GraphCSR(*csr)
+        if ctx.symmetric:  # the edges into each node, standing for those out of it
+            walk = dict(other_ptr=src, ptr_ptr=csr.dst_ptr, perm_ptr=csr.dst_perm,
+                        SLOTS_ARE_EDGES=ctx.slots_are_edges)
+        else:
+            walk = dict(other_ptr=dst, ptr_ptr=csr.src_ptr, perm_ptr=csr.src_perm,
+                        SLOTS_ARE_EDGES=False)
         args = _table_args(ctx.table, BACKWARD_SLICE)
         grad_xs = torch.empty_like(xs)  # the kernel writes rows < N; zero the rest
         grad_xs[csr.num_nodes:].zero_()
@@ -395,12 +426,12 @@ class _TabulatedCFConv(torch.autograd.Function):
                         device=xs.device)
         _launch(_tab_bwd_kernel, ctx.configs[1], csr.num_nodes,
                 dict(dist_ptr=dist, xs_ptr=xs, gu_ptr=grad_u.contiguous().float(),
-                     dst_ptr=dst, ptr_ptr=csr.src_ptr, perm_ptr=csr.src_perm, gxs_ptr=grad_xs,
-                     g_ptr=g, num_edges=dist.numel(), **args))
-        return g.sum(0), grad_xs, None, None, None, None, None
+                     gxs_ptr=grad_xs, g_ptr=g, num_edges=dist.numel(), **walk, **args))
+        return g.sum(0), grad_xs, None, None, None, None, None, None, None
 
 
-def tabulated_cfconv(dist, xs, src, dst, csr: GraphCSR, table: FilterTable):
+def tabulated_cfconv(dist, xs, src, dst, csr: GraphCSR, table: FilterTable, *,
+                     symmetric: bool = False, slots_are_edges: bool = False):
     """Continuous-filter convolution with a tabulated filter, fused forward and backward.
 
     Parameters
@@ -421,6 +452,18 @@ def tabulated_cfconv(dist, xs, src, dst, csr: GraphCSR, table: FilterTable):
         segment and contribute nothing.
     table : FilterTable
         The block's filter (`build_filter_table`); edges with ``d >= table.cutoff`` add 0.
+    symmetric : bool
+        The caller guarantees that the valid edges are closed under reversal and that
+        ``dist`` is the same number for both directions of a pair (every graph the engine
+        builds, with lengths from `kernels.edge_distances`). The backward then walks the
+        destination layout for the source layout's work as well: the edges into ``j``,
+        reversed, are the edges out of ``j``. Each pair's two entries of the length
+        gradient come back swapped, which gives the same position gradients (the two
+        lengths are one function of the positions). Not checked (that would synchronise
+        with the host); a graph that is not symmetric gives wrong gradients.
+    slots_are_edges : bool
+        The caller guarantees that ``csr.dst_perm`` is the identity on the segments (a
+        searched graph, `kernels.pair_search_csr`): the kernels skip reading it.
 
     Returns
     -------
@@ -429,7 +472,8 @@ def tabulated_cfconv(dist, xs, src, dst, csr: GraphCSR, table: FilterTable):
         exact derivative of the interpolated filter) and ``xs``; the table gets none.
         Deterministic (no atomics).
     """
-    return _TabulatedCFConv.apply(dist, xs, src, dst, csr, table, (None, None))
+    return _TabulatedCFConv.apply(dist, xs, src, dst, csr, table, (None, None),
+                                  bool(symmetric), bool(slots_are_edges))
 
 
 def evaluate_table(table: FilterTable, d):
@@ -455,12 +499,15 @@ def evaluate_table(table: FilterTable, d):
     return torch.where((d < table.cutoff)[:, None], w, 0.0)
 
 
-def tabulated_cfconv_reference(dist, xs, src, dst, csr: GraphCSR, table: FilterTable):
+def tabulated_cfconv_reference(dist, xs, src, dst, csr: GraphCSR, table: FilterTable, *,
+                               symmetric: bool = False, slots_are_edges: bool = False):
     """PyTorch reference of `tabulated_cfconv` (autograd; materialises E x F).
 
     Computes in ``dist.dtype`` (float64 lengths, e.g. `edge_distances_reference` of float64
     positions, give a float64 evaluation of the same stored table, for finite-difference
-    checks) with `evaluate_table`.
+    checks) with `evaluate_table`. ``symmetric`` and ``slots_are_edges`` describe how the
+    kernels may walk the graph; the reference's result does not depend on them (its length
+    gradient is the unswapped one).
     """
     valid = valid_edge_mask(csr)
     n = csr.num_nodes

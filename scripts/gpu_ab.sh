@@ -75,7 +75,9 @@ fi
 if [ "$DEVICE" = cuda ]; then
   log "profile"
   PYTHONPATH=. timeout 100 python scripts/profile_step.py --protein 1enh --kernels "$CONFIG" \
-    --out "$OUT/profile.json" 2>&1 | grep -v -i warn | head -16
+    --out "$OUT/profile.json" > "$OUT/profile.log" 2>&1 || log "profile: failed (see profile.log)"
+  grep -v -i warn "$OUT/profile.log" | head -24
+  grep "^autotuned" "$OUT/profile.log"
   log "force error"
   PYTHONPATH=. timeout 150 python scripts/force_error.py --protein 1enh \
     --configs "$CONFIG,$CONFIG-fp16" --out "$OUT/force_error.json" > "$OUT/force_error.log" 2>&1 \

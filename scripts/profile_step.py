@@ -7,13 +7,16 @@
 
 Builds the benchmark's simulation (demo model, 300 K, dt 4 fs), runs 30 warm-up steps,
 profiles ``--steps`` more with torch.profiler and prints the kernels sorted by time per
-step (and writes them as JSON with ``--out``). Needs a CUDA GPU.
+step, then the configuration each autotuned Triton kernel chose (all written as JSON with
+``--out``). Needs a CUDA GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import pkgutil
 from pathlib import Path
 
 import torch
@@ -44,6 +47,22 @@ def kernel_table(protein: str, replicas: int, steps: int, kernels: str) -> dict:
             "kernels_per_step": sum(r[1] for r in rows), "rows": rows}
 
 
+def autotuner_choices() -> dict:
+    """``{"module.kernel": {autotune key: chosen config}}`` of the Triton kernels in
+    ``kernels`` that have been autotuned in this process."""
+    from triton.runtime.autotuner import Autotuner
+
+    import kernels
+
+    chosen = {}
+    for info in pkgutil.iter_modules(kernels.__path__):
+        module = importlib.import_module(f"kernels.{info.name}")
+        for name, obj in vars(module).items():
+            if isinstance(obj, Autotuner) and obj.cache:
+                chosen[f"{info.name}.{name}"] = {str(k): str(v) for k, v in obj.cache.items()}
+    return chosen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--protein", default="1enh")
@@ -57,6 +76,10 @@ def main() -> None:
           f"{table['kernels_per_step']:.0f} kernels per step")
     for name, count, time in table["rows"][:40]:
         print(f"{time:9.1f} us  x{count:5.1f}  {name[:120]}")
+    table["autotuned"] = autotuner_choices()
+    for name, configs in table["autotuned"].items():
+        for key, config in configs.items():
+            print(f"autotuned {name} {key}: {config}")
     if args.out:
         atomic_write_text(Path(args.out), json.dumps(table, indent=1))
 

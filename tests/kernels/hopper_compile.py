@@ -32,12 +32,14 @@ TILES = ({"BLOCK_E": 4}, {"BLOCK_E": 16})
 KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "tabulated forward": (
         tabulated._tab_fwd_kernel, dict(TABLE, src_ptr="*i64", out_ptr="*fp32"),
-        [dict(t, F=128, FS=tabulated.FORWARD_SLICE) for t in TILES]),
+        [dict(t, F=128, FS=tabulated.FORWARD_SLICE, SLOTS_ARE_EDGES=s) for t in TILES
+         for s in (False, True)]),
     "tabulated backward": (
         tabulated._tab_bwd_kernel,
-        dict(TABLE, gu_ptr="*fp32", dst_ptr="*i64", gxs_ptr="*fp32", g_ptr="*fp32",
+        dict(TABLE, gu_ptr="*fp32", other_ptr="*i64", gxs_ptr="*fp32", g_ptr="*fp32",
              num_edges="i32"),
-        [dict(t, F=128, FS=tabulated.BACKWARD_SLICE) for t in TILES]),
+        [dict(t, F=128, FS=tabulated.BACKWARD_SLICE, SLOTS_ARE_EDGES=s) for t in TILES
+         for s in (False, True)]),
     "edge lengths": (
         _distance_kernel,
         {"pos_ptr": "*fp32", "src_ptr": "*i64", "ptr_ptr": "*i32", "perm_ptr": "*i32",

@@ -21,7 +21,9 @@ computes, with each technique of :class:`KernelOptions` switched on or off:
   cubic Hermite table (spacing ``TABLE_SPACING``) built from the loaded weights, with
   exact slopes; forces are the exact derivative of the interpolated filter. The edge
   lengths are computed once (``kernels.edge_distances``) and shared by all blocks, so one
-  position-gradient pass serves them all.
+  position-gradient pass serves them all. The engine's graphs are symmetric, so the
+  table's backward walks the same destination layout as its forward (contiguous on a
+  searched graph).
 
 Edges at or beyond the cutoff (and padding slots) are turned into padding before
 the CSR layouts are built, so every kernel sees only real edges while the edge
@@ -178,15 +180,16 @@ def build_filter_tables(schnet, device: torch.device) -> list:
 def real_edge_graph(schnet, pos: torch.Tensor, graph: Graph):
     """Edge arrays in which edges at or beyond the cutoff and padding slots point at node N.
 
-    Returns ``(src, dst, csr)`` with int64 ``[E]`` arrays and both CSR layouts; no host
-    synchronisation. A neighbour list's graph (``graph.sorted_pairs``) gets its layouts
-    from a prefix sum and binary searches instead of atomic counting and ranking; a
-    searched graph (``graph.csr`` at this model's cutoff) is used as it is.
+    Returns ``(src, dst, csr, searched)`` with int64 ``[E]`` arrays, both CSR layouts and
+    whether the graph is a searched one; no host synchronisation. A neighbour list's graph
+    (``graph.sorted_pairs``) gets its layouts from a prefix sum and binary searches instead
+    of atomic counting and ranking; a searched graph (``graph.csr`` at this model's cutoff)
+    is used as it is, and its destination layout's permutation is the identity.
     """
     from kernels import build_csr, build_csr_sorted_pairs
 
     if graph.csr is not None and graph.cutoff == schnet.cutoff:
-        return graph.src, graph.dst, graph.csr
+        return graph.src, graph.dst, graph.csr, True
     n = graph.num_nodes
     src, dst = graph.src, graph.dst
     valid = (src < n) & (dst < n)
@@ -199,7 +202,7 @@ def real_edge_graph(schnet, pos: torch.Tensor, graph: Graph):
     pad = torch.full_like(src, n)
     src, dst = torch.where(real, src, pad), torch.where(real, dst, pad)
     build = build_csr_sorted_pairs if graph.sorted_pairs else build_csr
-    return src, dst, build(src, dst, n)
+    return src, dst, build(src, dst, n), False
 
 
 def _mlp_linear(x, packed, tanh_input: bool):
@@ -234,7 +237,7 @@ def fused_node_energies(
     packed = packed_weights(schnet, precision)
     sixteen = precision != "fp32"
     node_kernels = options.fused_update or sixteen
-    src, dst, csr = real_edge_graph(schnet, pos, graph)
+    src, dst, csr, searched = real_edge_graph(schnet, pos, graph)
     tables = filter_tables(schnet, packed, pos.device) if options.tabulated_filter else None
     if tables is not None:  # lengths once for all blocks (one position-gradient pass)
         dist = edge_distances(pos, src, dst, csr)
@@ -263,7 +266,8 @@ def fused_node_energies(
         conv = block.conv
         xs = _mlp_linear(h, packed.conv_inputs[b], False) if node_kernels else conv.lin1(h)
         if tables is not None:
-            u = tabulated_cfconv(dist, xs, src, dst, csr, tables[b])
+            u = tabulated_cfconv(dist, xs, src, dst, csr, tables[b],
+                                 symmetric=graph.sorted_pairs, slots_are_edges=searched)
         elif options.fused_message_passing:
             u = cfconv(pos, xs, src, dst, csr, packed.filters[b], packed.spec)
         else:
