@@ -8,7 +8,8 @@
 # 2. The five proteins with $CONFIG (SKIP_FIVE=1 skips).
 # 3. The 1ENH replica sweep; 16,384 replicas in a process of their own (a case after others
 #    can run out of memory that it alone does not need). SKIP_SWEEP=1 skips.
-# 4. The 1ENH step profile and the force error of $CONFIG and its 16-bit variants.
+# 4. The 1ENH step profile and the force error of $CONFIG and its 16-bit variants
+#    (SKIP_PROFILE=1 skips).
 # Every step has a time limit; a step that fails is reported and the next one runs. Lines
 # the bench prints for failed or out-of-memory cases are kept in the output.
 set -uo pipefail
@@ -72,7 +73,7 @@ if [ -z "${SKIP_SWEEP:-}" ]; then
   bench "$root" sweep16k "${SWEEP_TIMEOUT:-150}" --proteins 1enh --replicas 16384 --steps 20 \
     --repeats 1 --warmup 5 --configs "$CONFIG"
 fi
-if [ "$DEVICE" = cuda ]; then
+if [ "$DEVICE" = cuda ] && [ -z "${SKIP_PROFILE:-}" ]; then
   log "profile"
   PYTHONPATH=. timeout 100 python scripts/profile_step.py --protein 1enh --kernels "$CONFIG" \
     --out "$OUT/profile.json" > "$OUT/profile.log" 2>&1 || log "profile: failed (see profile.log)"

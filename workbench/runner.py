@@ -137,15 +137,37 @@ DEMO_MODEL = "demo"
 TEACHER_MODEL = "teacher"
 
 
+def teacher_epsilon_of(model: str | None) -> float | None:
+    """ε of a ``"teacher:EPS"`` model name (the teacher with another contact depth, to
+    calibrate it in long runs), else None.
+
+    Raises ValueError when EPS is not a positive number of kcal/mol.
+    """
+    prefix = TEACHER_MODEL + ":"
+    if model is None or not model.startswith(prefix):
+        return None
+    text = model[len(prefix):]
+    try:
+        epsilon = float(text)
+    except ValueError:
+        epsilon = float("nan")
+    if not epsilon > 0 or epsilon == float("inf"):
+        raise ValueError(f"--model {model}: the teacher's ε must be a positive number of "
+                         f"kcal/mol, got {text!r}")
+    return epsilon
+
+
 def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, str | None]:
     """The potential for a run and a notice about it (None for a model file given).
 
     ``model``: a file, :data:`DEMO_MODEL` for the untrained demo model,
-    :data:`TEACHER_MODEL` for the protein's teacher, or None for the shipped model of the
-    protein (the demo model where none has passed its validation).
+    :data:`TEACHER_MODEL` for the protein's teacher (``"teacher:0.25"``: with contact
+    depth ε = 0.25 kcal/mol instead of its calibrated one), or None for the shipped model
+    of the protein (the demo model where none has passed its validation).
     """
-    if model == TEACHER_MODEL:
-        teacher = teacher_potential(system)
+    epsilon = teacher_epsilon_of(model)
+    if model == TEACHER_MODEL or epsilon is not None:
+        teacher = teacher_potential(system, epsilon)
         return teacher, (
             f"Structure-based teacher of {system.name} (ε {teacher.metadata['epsilon']:g} "
             "kcal/mol): the classical reference the trained models are validated against."
@@ -196,7 +218,7 @@ class PreparedRun:
 
 def _imported_model(settings: RunSettings):
     """System, potential and starting positions of an mlcg checkpoint, or None if not one."""
-    if settings.model in (None, DEMO_MODEL, TEACHER_MODEL):
+    if settings.model in (None, DEMO_MODEL, TEACHER_MODEL) or teacher_epsilon_of(settings.model):
         return None
     if settings.structures is None:
         try:

@@ -214,6 +214,25 @@ def test_the_teacher_runs_as_a_model():
     assert "Structure-based teacher of cln025" in notice
 
 
+def test_the_teacher_runs_with_another_contact_depth():
+    from workbench.runner import choose_potential
+
+    default, _ = choose_potential(tiny_system(), "teacher")
+    deeper, notice = choose_potential(tiny_system(), "teacher:0.5")
+    assert deeper.metadata["epsilon"] == 0.5 != default.metadata["epsilon"]
+    assert "(ε 0.5 kcal/mol)" in notice
+    pos = tiny_system().native_positions[None]
+    assert not torch.equal(deeper.energy(pos, None), default.energy(pos, None))
+    from workbench.runner import RunSettings, prepare_run
+
+    run = prepare_run(RunSettings(protein="cln025", model="teacher:0.5", replicas=2,
+                                  steps=1, device="cpu"))
+    assert run.simulation.potential.metadata["epsilon"] == 0.5
+    for bad in ("teacher:", "teacher:-1", "teacher:deep", "teacher:inf"):
+        with pytest.raises(ValueError, match="teacher's ε must be a positive number"):
+            choose_potential(tiny_system(), bad)
+
+
 def test_long_run_plot_is_optional(tmp_path, monkeypatch):
     import builtins
 
