@@ -136,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--model", default=None,
         help="saved potential (.pt), an mlcg CGSchNet checkpoint, 'teacher' (the protein's "
-        "structure-based teacher; 'teacher:0.25' with contact depth 0.25 kcal/mol), or "
+        "structure-based teacher; 'teacher:0.25' with contact depth 0.25 kcal/mol, "
+        "'teacher:0.25:0.5' also with dihedral strength 0.5 ε), or "
         "'demo' (the untrained "
         "demo model); default: the shipped model of --protein",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -137,40 +138,50 @@ DEMO_MODEL = "demo"
 TEACHER_MODEL = "teacher"
 
 
-def teacher_epsilon_of(model: str | None) -> float | None:
-    """ε of a ``"teacher:EPS"`` model name (the teacher with another contact depth, to
-    calibrate it in long runs), else None.
+def teacher_variant(model: str | None) -> tuple[float, float | None] | None:
+    """``(ε, dihedral ratio or None)`` of a ``"teacher:EPS"`` or ``"teacher:EPS:RATIO"``
+    model name (the teacher with another contact depth, and dihedral strength ``RATIO · ε``
+    instead of the fixed default: variants to calibrate in long runs), else None.
 
-    Raises ValueError when EPS is not a positive number of kcal/mol.
+    Raises ValueError when EPS or RATIO is not a positive number.
     """
     prefix = TEACHER_MODEL + ":"
     if model is None or not model.startswith(prefix):
         return None
-    text = model[len(prefix):]
-    try:
-        epsilon = float(text)
-    except ValueError:
-        epsilon = float("nan")
-    if not epsilon > 0 or epsilon == float("inf"):
-        raise ValueError(f"--model {model}: the teacher's ε must be a positive number of "
-                         f"kcal/mol, got {text!r}")
-    return epsilon
+    parts = model[len(prefix):].split(":")
+    values = []
+    for text in parts:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (value > 0 and math.isfinite(value)) or len(parts) > 2:
+            raise ValueError(f"--model {model}: give teacher:EPS or teacher:EPS:RATIO with "
+                             f"positive numbers (ε in kcal/mol, dihedral strength RATIO · ε)")
+        values.append(value)
+    return values[0], (values[1] if len(values) == 2 else None)
+
+
+def _dihedral_note(teacher: Potential) -> str:
+    ratio = teacher.metadata["dihedral_ratio"]
+    return "" if ratio is None else f", dihedral strength {ratio:g} ε"
 
 
 def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, str | None]:
     """The potential for a run and a notice about it (None for a model file given).
 
     ``model``: a file, :data:`DEMO_MODEL` for the untrained demo model,
-    :data:`TEACHER_MODEL` for the protein's teacher (``"teacher:0.25"``: with contact
-    depth ε = 0.25 kcal/mol instead of its calibrated one), or None for the shipped model
-    of the protein (the demo model where none has passed its validation).
+    :data:`TEACHER_MODEL` for the protein's teacher (a variant: `teacher_variant`), or None
+    for the shipped model of the protein (the demo model where none has passed its
+    validation).
     """
-    epsilon = teacher_epsilon_of(model)
-    if model == TEACHER_MODEL or epsilon is not None:
-        teacher = teacher_potential(system, epsilon)
+    variant = teacher_variant(model)
+    if model == TEACHER_MODEL or variant is not None:
+        teacher = teacher_potential(system, *(variant or ()))
         return teacher, (
             f"Structure-based teacher of {system.name} (ε {teacher.metadata['epsilon']:g} "
-            "kcal/mol): the classical reference the trained models are validated against."
+            f"kcal/mol{_dihedral_note(teacher)}): the classical reference the trained models "
+            "are validated against."
         )
     if model is not None and model != DEMO_MODEL:
         return load_potential(model), None
@@ -218,7 +229,7 @@ class PreparedRun:
 
 def _imported_model(settings: RunSettings):
     """System, potential and starting positions of an mlcg checkpoint, or None if not one."""
-    if settings.model in (None, DEMO_MODEL, TEACHER_MODEL) or teacher_epsilon_of(settings.model):
+    if settings.model in (None, DEMO_MODEL, TEACHER_MODEL) or teacher_variant(settings.model):
         return None
     if settings.structures is None:
         try:

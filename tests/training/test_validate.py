@@ -228,8 +228,13 @@ def test_the_teacher_runs_with_another_contact_depth():
     run = prepare_run(RunSettings(protein="cln025", model="teacher:0.5", replicas=2,
                                   steps=1, device="cpu"))
     assert run.simulation.potential.metadata["epsilon"] == 0.5
-    for bad in ("teacher:", "teacher:-1", "teacher:deep", "teacher:inf"):
-        with pytest.raises(ValueError, match="teacher's ε must be a positive number"):
+    softer, notice = choose_potential(tiny_system(), "teacher:0.5:0.25")
+    assert softer.metadata["dihedral_ratio"] == 0.25 and "dihedral strength 0.25 ε" in notice
+    bent = pos + 0.3 * torch.randn(pos.shape, generator=torch.Generator().manual_seed(0))
+    assert not torch.equal(softer.energy(bent, None), deeper.energy(bent, None))
+    for bad in ("teacher:", "teacher:-1", "teacher:deep", "teacher:inf", "teacher:0.5:0",
+                "teacher:0.5:1:2"):
+        with pytest.raises(ValueError, match="give teacher:EPS or teacher:EPS:RATIO"):
             choose_potential(tiny_system(), bad)
 
 
