@@ -265,9 +265,12 @@ _INTERPRET_CONFIG = _cfg(16, 4)
 #: interval and more of them hit in L1. On the 1ENH x 64 graph (H100, G = 2001, pipelined
 #: loops) the forward took 0.213 ms with 32 of 128 columns, 0.237 with 64 and 0.258 with
 #: all 128 (unpipelined); the backward 0.296 with 64 and 0.294 with 32, where 32 would
-#: also double the partial ``g`` rows to sum.
+#: also double the partial ``g`` rows to sum. In the captured 1ENH x 64 step with the
+#: symmetric walk (H100, three blocks): forward slices of 16 / 32 / 64 columns 767 / 589 /
+#: 652 us; backward slices of 128 columns 753 us against 756 with 64, and a single ``g``
+#: row needs no sum kernel (whole step 2,068 -> 2,053 us with the sum still in).
 FORWARD_SLICE = 32
-BACKWARD_SLICE = 64
+BACKWARD_SLICE = 128
 
 
 @triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
@@ -427,7 +430,8 @@ class _TabulatedCFConv(torch.autograd.Function):
         _launch(_tab_bwd_kernel, ctx.configs[1], csr.num_nodes,
                 dict(dist_ptr=dist, xs_ptr=xs, gu_ptr=grad_u.contiguous().float(),
                      gxs_ptr=grad_xs, g_ptr=g, num_edges=dist.numel(), **walk, **args))
-        return g.sum(0), grad_xs, None, None, None, None, None, None, None
+        grad_dist = g[0] if g.shape[0] == 1 else g.sum(0)
+        return grad_dist, grad_xs, None, None, None, None, None, None, None
 
 
 def tabulated_cfconv(dist, xs, src, dst, csr: GraphCSR, table: FilterTable, *,
