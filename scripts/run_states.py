@@ -5,7 +5,7 @@
 Each RUN is a ``workbench run`` output folder (or its ``metrics.csv``). For every run it
 prints the simulated time, the folded (Q > 0.8) and unfolded (Q < 0.4) fractions over all
 replicas and saves, the mean Q, the folding and unfolding events (with hysteresis,
-`workbench.training.validate.count_transitions`) and a ten-bin Q histogram. It is the
+`workbench.training.validate.run_states`) and a ten-bin Q histogram. It is the
 table used to calibrate a teacher in long runs (``workbench run --model teacher:EPS:RATIO``):
 a two-state protein shows two separated peaks, a downhill one a single broad peak.
 """
@@ -16,29 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
-import torch
-
 from workbench.cli import atomic_write_text
-from workbench.training.validate import (
-    UNFOLDED_Q,
-    count_transitions,
-    folded_fraction,
-    series_from_metrics,
-)
-
-
-def run_states(path: str | Path) -> dict:
-    """The populations, events and Q histogram of one run (folder or metrics CSV)."""
-    path = Path(path)
-    q, _, time_ps = series_from_metrics(path / "metrics.csv" if path.is_dir() else path)
-    folding, unfolding = count_transitions(q)
-    histogram = torch.histc(q.double(), bins=10, min=0.0, max=1.0)
-    return {
-        "run": str(path), "replicas": q.shape[0], "saves": q.shape[1], "time_ps": time_ps,
-        "folded": folded_fraction(q), "unfolded": float((q < UNFOLDED_Q).double().mean()),
-        "mean_q": float(q.double().mean()), "folding_events": folding,
-        "unfolding_events": unfolding, "q_histogram": [int(c) for c in histogram.tolist()],
-    }
+from workbench.training.validate import run_states
 
 
 def main() -> None:
@@ -47,8 +26,8 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="JSON file for the table")
     args = parser.parse_args()
     table = [run_states(run) for run in args.runs]
-    print("| run | ps | folded | unfolded | mean Q | events (fold, unfold) | Q histogram, 0.1 bins |")
-    print("|---|---|---|---|---|---|---|")
+    print("| run | ps | folded | unfolded | mean Q | events (fold, unfold) | Q histogram, 0.1 "
+          "bins |\n|---|---|---|---|---|---|---|")
     for row in table:
         print(f"| {row['run']} | {row['time_ps']:,.0f} | {row['folded']:.3f} | "
               f"{row['unfolded']:.3f} | {row['mean_q']:.3f} | ({row['folding_events']}, "

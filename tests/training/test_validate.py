@@ -238,6 +238,18 @@ def test_the_teacher_runs_with_another_contact_depth():
             choose_potential(tiny_system(), bad)
 
 
+def test_run_states_counts_populations_events_and_histogram(tmp_path):
+    from workbench.training.validate import run_states
+
+    q = torch.tensor([[0.9, 0.3, 0.9, 0.55], [0.55, 0.55, 0.85, 0.85]])
+    states = run_states(write_metrics(tmp_path / "run" / "metrics.csv", q).parent)
+    assert states["replicas"] == 2 and states["saves"] == 4
+    assert states["folded"] == 0.5 and states["unfolded"] == 0.125
+    assert states["mean_q"] == pytest.approx(float(q.double().mean()))
+    assert (states["folding_events"], states["unfolding_events"]) == (1, 1)
+    assert states["q_histogram"] == [0, 0, 0, 1, 0, 3, 0, 0, 4, 0]
+
+
 def test_long_run_plot_is_optional(tmp_path, monkeypatch):
     import builtins
 

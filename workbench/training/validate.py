@@ -87,6 +87,35 @@ def count_transitions(
     return folding, unfolding
 
 
+def run_states(path: str | Path) -> dict:
+    """Populations, events and Q histogram of one run, to calibrate a teacher in long runs.
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``workbench run`` output folder or its ``metrics.csv``.
+
+    Returns
+    -------
+    dict
+        ``run``, ``replicas``, ``saves``, ``time_ps``; ``folded`` (Q > ``FOLDED_Q``) and
+        ``unfolded`` (Q < ``UNFOLDED_Q``) fractions and ``mean_q`` over all replicas and
+        saves; ``folding_events`` and ``unfolding_events`` (`count_transitions`);
+        ``q_histogram``, counts in ten bins of 0.1 over [0, 1]. A two-state protein shows
+        two separated peaks, a downhill one a single broad peak.
+    """
+    path = Path(path)
+    q, _, time_ps = series_from_metrics(path / "metrics.csv" if path.is_dir() else path)
+    folding, unfolding = count_transitions(q)
+    histogram = torch.histc(q.double(), bins=10, min=0.0, max=1.0)
+    return {
+        "run": str(path), "replicas": q.shape[0], "saves": q.shape[1], "time_ps": time_ps,
+        "folded": folded_fraction(q), "unfolded": float((q < UNFOLDED_Q).double().mean()),
+        "mean_q": float(q.double().mean()), "folding_events": folding,
+        "unfolding_events": unfolding, "q_histogram": [int(c) for c in histogram.tolist()],
+    }
+
+
 def pearson(x: torch.Tensor, y: torch.Tensor) -> float:
     """Pearson correlation of two equally long sample sets (NaN if one is constant)."""
     x, y = x.double().flatten(), y.double().flatten()
