@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", default=None,
         help="saved potential (.pt), an mlcg CGSchNet checkpoint, 'teacher' (the protein's "
         "structure-based teacher; 'teacher:0.25' with contact depth 0.25 kcal/mol, "
-        "'teacher:0.25:0.5' also with dihedral strength 0.5 ε), or "
+        "'teacher:0.25:0.5' also with dihedral strength 0.5 ε, 'teacher:0.25::5' with "
+        "contacts only between residues 5 or more apart), or "
         "'demo' (the untrained "
         "demo model); default: the shipped model of --protein",
     )
@@ -668,7 +669,8 @@ def cmd_train(args) -> int:
     sampler = None
     if args.data is not None:
         data, metadata = load_teacher_data(args.data)
-        teacher = teacher_potential(system, metadata["epsilon"], metadata["dihedral_ratio"])
+        teacher = teacher_potential(system, metadata["epsilon"], metadata["dihedral_ratio"],
+                                    metadata.get("contact_separation"))
     else:
         epsilon = args.epsilon
         if args.calibrate is not None:
@@ -783,7 +785,8 @@ def cmd_validate(args) -> int:
     if not isinstance(teacher_meta, dict) or "epsilon" not in teacher_meta:
         raise UsageError(f"{args.model} has no teacher in its metadata (not made by train)")
     system = build_system(potential.metadata["protein"])
-    teacher = teacher_potential(system, teacher_meta["epsilon"], teacher_meta.get("dihedral_ratio"))
+    teacher = teacher_potential(system, teacher_meta["epsilon"], teacher_meta.get("dihedral_ratio"),
+                                teacher_meta.get("contact_separation"))
     if args.runs is not None:
         return _validate_long_run(
             Path(args.model), *args.runs, plot=args.plot, ends=(system, potential, teacher)

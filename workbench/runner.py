@@ -138,33 +138,47 @@ DEMO_MODEL = "demo"
 TEACHER_MODEL = "teacher"
 
 
-def teacher_variant(model: str | None) -> tuple[float, float | None] | None:
-    """``(ε, dihedral ratio or None)`` of a ``"teacher:EPS"`` or ``"teacher:EPS:RATIO"``
-    model name (the teacher with another contact depth, and dihedral strength ``RATIO · ε``
-    instead of the fixed default: variants to calibrate in long runs), else None.
+def teacher_variant(model: str | None) -> dict | None:
+    """The `teacher_potential` arguments of a ``"teacher:EPS[:RATIO[:SEP]]"`` model name,
+    else None.
 
-    Raises ValueError when EPS or RATIO is not a positive number.
+    EPS is the contact depth ε (kcal/mol), RATIO sets the dihedral strength to
+    ``RATIO · ε`` and SEP is the smallest residue separation of a contact; an empty RATIO
+    keeps the default dihedrals (``teacher:0.2::5``). These are the variants to calibrate
+    in long runs.
+
+    Raises ValueError when a field is not a positive number (SEP: a positive integer).
     """
     prefix = TEACHER_MODEL + ":"
     if model is None or not model.startswith(prefix):
         return None
     parts = model[len(prefix):].split(":")
+    error = ValueError(f"--model {model}: give teacher:EPS, teacher:EPS:RATIO or "
+                       f"teacher:EPS:RATIO:SEP with positive numbers (ε in kcal/mol, "
+                       f"dihedral strength RATIO · ε, RATIO may be empty; SEP residues)")
+    if len(parts) > 3:
+        raise error
     values = []
-    for text in parts:
+    for index, text in enumerate(parts):
+        if index == 1 and text == "" and len(parts) == 3:
+            values.append(None)
+            continue
         try:
             value = float(text)
         except ValueError:
-            value = float("nan")
-        if not (value > 0 and math.isfinite(value)) or len(parts) > 2:
-            raise ValueError(f"--model {model}: give teacher:EPS or teacher:EPS:RATIO with "
-                             f"positive numbers (ε in kcal/mol, dihedral strength RATIO · ε)")
-        values.append(value)
-    return values[0], (values[1] if len(values) == 2 else None)
+            raise error from None
+        if not (value > 0 and math.isfinite(value)) or (index == 2 and value != int(value)):
+            raise error
+        values.append(int(value) if index == 2 else value)
+    names = ("epsilon", "dihedral_ratio", "contact_separation")
+    return dict(zip(names, values, strict=False))
 
 
-def _dihedral_note(teacher: Potential) -> str:
+def _variant_note(teacher: Potential) -> str:
     ratio = teacher.metadata["dihedral_ratio"]
-    return "" if ratio is None else f", dihedral strength {ratio:g} ε"
+    separation = teacher.metadata["contact_separation"]
+    return ("" if ratio is None else f", dihedral strength {ratio:g} ε") + (
+        "" if separation is None else f", contacts {separation}+ residues apart")
 
 
 def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, str | None]:
@@ -177,10 +191,10 @@ def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, st
     """
     variant = teacher_variant(model)
     if model == TEACHER_MODEL or variant is not None:
-        teacher = teacher_potential(system, *(variant or ()))
+        teacher = teacher_potential(system, **(variant or {}))
         return teacher, (
             f"Structure-based teacher of {system.name} (ε {teacher.metadata['epsilon']:g} "
-            f"kcal/mol{_dihedral_note(teacher)}): the classical reference the trained models "
+            f"kcal/mol{_variant_note(teacher)}): the classical reference the trained models "
             "are validated against."
         )
     if model is not None and model != DEMO_MODEL:

@@ -53,7 +53,10 @@ FOLDED_Q = 0.8
 
 
 def teacher_potential(
-    system: CGSystem, epsilon: float | None = None, dihedral_ratio: float | None = None
+    system: CGSystem,
+    epsilon: float | None = None,
+    dihedral_ratio: float | None = None,
+    contact_separation: int | None = None,
 ) -> Potential:
     """The structure-based teacher of ``system`` (a prior-only potential).
 
@@ -67,12 +70,16 @@ def teacher_potential(
     dihedral_ratio : float, optional
         When given, the dihedral strength is ``dihedral_ratio · ε`` (kcal/mol); otherwise
         the fixed default of :func:`native_priors`.
+    contact_separation : int, optional
+        Smallest residue separation of a native contact; default that of
+        :func:`native_priors` (3).
 
     Returns
     -------
     Potential
         Terms ``bonds``, ``angles``, ``dihedrals``, ``repulsion`` and ``contacts``;
-        ``metadata`` records ``teacher``, ``epsilon`` and ``dihedral_ratio``.
+        ``metadata`` records ``teacher``, ``epsilon``, ``dihedral_ratio`` and
+        ``contact_separation``.
     """
     if epsilon is None:
         epsilon = TEACHER_EPSILON.get(system.name, DEFAULT_EPSILON)
@@ -81,6 +88,11 @@ def teacher_potential(
     options = {"contact_epsilon": float(epsilon)}
     if dihedral_ratio is not None:
         options["dihedral_k"] = float(dihedral_ratio) * float(epsilon)
+    if contact_separation is not None:
+        if contact_separation < 1:
+            raise ValueError(f"contact separation must be at least 1 residue, got "
+                             f"{contact_separation}")
+        options["contact_separation"] = int(contact_separation)
     potential = Potential(system.bead_types, None, native_priors(system, **options))
     potential.metadata = {
         "teacher": "structure-based (Go-like) potential of the native structure",
@@ -88,6 +100,7 @@ def teacher_potential(
         "mapping": system.mapping,
         "epsilon": float(epsilon),
         "dihedral_ratio": dihedral_ratio,
+        "contact_separation": contact_separation,
     }
     return potential
 

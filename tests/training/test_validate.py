@@ -232,9 +232,13 @@ def test_the_teacher_runs_with_another_contact_depth():
     assert softer.metadata["dihedral_ratio"] == 0.25 and "dihedral strength 0.25 ε" in notice
     bent = pos + 0.3 * torch.randn(pos.shape, generator=torch.Generator().manual_seed(0))
     assert not torch.equal(softer.energy(bent, None), deeper.energy(bent, None))
+    local, notice = choose_potential(tiny_system(), "teacher:0.5::6")
+    assert local.metadata["dihedral_ratio"] is None and local.metadata["contact_separation"] == 6
+    assert "contacts 6+ residues apart" in notice
+    assert 0 < len(local.priors["contacts"].index) < len(deeper.priors["contacts"].index)
     for bad in ("teacher:", "teacher:-1", "teacher:deep", "teacher:inf", "teacher:0.5:0",
-                "teacher:0.5:1:2"):
-        with pytest.raises(ValueError, match="give teacher:EPS or teacher:EPS:RATIO"):
+                "teacher:0.5:", "teacher:0.5:1:2.5", "teacher:0.5:1:0", "teacher:0.5:1:2:3"):
+        with pytest.raises(ValueError, match="give teacher:EPS, teacher:EPS:RATIO or"):
             choose_potential(tiny_system(), bad)
 
 

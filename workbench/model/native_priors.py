@@ -34,6 +34,7 @@ def native_priors(
     sigma: float = 3.5,
     contact_epsilon: float = 0.5,
     contact_cutoff: float = 6.5,
+    contact_separation: int = 3,
 ) -> dict[str, torch.nn.Module]:
     """Priors whose minima lie at the native structure.
 
@@ -52,6 +53,9 @@ def native_priors(
         Depth of each native-contact well, kcal/mol (0 leaves contacts out).
     contact_cutoff : float
         Native bead distance below which a pair is a contact, Å.
+    contact_separation : int
+        Smallest residue separation of a contact (closer pairs repel): larger values leave
+        the local contacts of helices and turns out, which makes folding more cooperative.
 
     Returns
     -------
@@ -67,7 +71,7 @@ def native_priors(
     pair_native = bond_lengths(native, pairs)[0]
     residue = system.bead_residue
     in_contact = (pair_native < contact_cutoff) & (
-        (residue[pairs[:, 1]] - residue[pairs[:, 0]]).abs() >= 3
+        (residue[pairs[:, 1]] - residue[pairs[:, 0]]).abs() >= contact_separation
     )
     if contact_epsilon <= 0:
         in_contact = torch.zeros_like(in_contact)
