@@ -16,7 +16,9 @@ Forms (``E`` in kcal/mol, ``d`` the pair distance in Å, per-pair parameters ``a
 * ``"cutoff_power6"``: ``(a/d)⁶ − (a/b)⁶ + 6 (a/b)⁶ (d − b)/b`` for ``d < b``, else 0
   (``a = σ``, ``b = r_x``; energy and force continuous at ``r_x``),
 * ``"lj12_10"``: ``E = b [5 (a/d)¹² − 6 (a/d)¹⁰]`` (``a = r0``, ``b = ε``),
-* ``"harmonic"``: ``E = b (d − a)²`` (``a = x0``, ``b = k``; the bonds).
+* ``"harmonic"``: ``E = b (d − a)²`` (``a = x0``, ``b = k``; the bonds),
+* ``"gaussian"``: ``E = b exp(−(d − a)² / (2 w²))`` with ``w = BARRIER_WIDTH`` (``a`` the
+  centre, ``b`` the height; the desolvation barriers of a teacher's contacts).
 """
 
 from __future__ import annotations
@@ -33,16 +35,20 @@ from kernels.term_rows import (
     term_tile,
 )
 
-__all__ = ["PAIR_FORMS", "pair_term", "pair_energies", "pair_energies_reference"]
+__all__ = ["BARRIER_WIDTH", "PAIR_FORMS", "pair_term", "pair_energies",
+           "pair_energies_reference"]
 
 #: Names of the forms and their code in the kernel.
-PAIR_FORMS = {"power6": 0, "cutoff_power6": 1, "lj12_10": 2, "harmonic": 3}
+PAIR_FORMS = {"power6": 0, "cutoff_power6": 1, "lj12_10": 2, "harmonic": 3, "gaussian": 4}
+
+#: Width ``w`` of the ``"gaussian"`` form, Å.
+BARRIER_WIDTH = 0.5
 
 
 @triton.jit
 def _pair_kernel(pos_ptr, index_ptr, a_ptr, b_ptr, partial_ptr, partial_stride, grad_ptr, P, R, n,
                  FORM: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_R: tl.constexpr,
-                 F64: tl.constexpr):
+                 F64: tl.constexpr, WIDTH: tl.constexpr):
     """One tile of pairs × replicas (`kernels.term_rows`).
 
     pos_ptr : [R, n, 3]; index_ptr : int [P, 2] (pairs ``(i, j)``, row-major); a_ptr, b_ptr : [P];
@@ -51,6 +57,7 @@ def _pair_kernel(pos_ptr, index_ptr, a_ptr, b_ptr, partial_ptr, partial_stride, 
     grad_ptr : [P, 1, R, 3] (``dE/dx_j`` of each pair; ``dE/dx_i`` is its negative).
     P, R, n : pairs, replicas, beads per replica. FORM : code of `PAIR_FORMS`.
     BLOCK_P, BLOCK_R : tile shape. F64 : float64 positions (tests), else float32.
+    WIDTH : ``BARRIER_WIDTH`` (the ``"gaussian"`` form's width, Å).
     """
     p, r, pmask, mask = term_tile(P, R, BLOCK_P, BLOCK_R)
     xi, yi, zi = term_bead(pos_ptr, index_ptr, p, r, n, pmask, mask, 0, 2)
@@ -61,7 +68,11 @@ def _pair_kernel(pos_ptr, index_ptr, a_ptr, b_ptr, partial_ptr, partial_stride, 
     dy = yj - yi
     dz = zj - zi
     d = sqrt_rounded(dx * dx + dy * dy + dz * dz, F64)
-    if FORM == 3:
+    if FORM == 4:
+        z = (d - a) / WIDTH
+        energy = b * tl.exp(-0.5 * z * z)
+        de_dd = -energy * z / WIDTH
+    elif FORM == 3:
         energy = b * (d - a) * (d - a)
         de_dd = 2.0 * b * (d - a)
     elif FORM == 2:
@@ -96,7 +107,7 @@ def pair_term(index, a, b, form: str) -> TermSpec:
 
     def launch(x, partial, stride, grad, grid, meta):
         _pair_kernel[grid](x, index, a, b, partial, stride, grad, index.shape[0], x.shape[0],
-                           x.shape[1], FORM=PAIR_FORMS[form], **meta)
+                           x.shape[1], FORM=PAIR_FORMS[form], WIDTH=BARRIER_WIDTH, **meta)
 
     return TermSpec(launch, index, 1)
 
@@ -133,6 +144,8 @@ def pair_energies_reference(pos, index, a, b, form: str, layout=None):
     d = (pos[:, index[:, 1]] - pos[:, index[:, 0]]).norm(dim=-1)
     if form == "harmonic":
         return (b * (d - a) ** 2).sum(-1)
+    if form == "gaussian":
+        return (b * torch.exp(-0.5 * ((d - a) / BARRIER_WIDTH) ** 2)).sum(-1)
     if form == "lj12_10":
         x2 = (a / d) ** 2
         return (b * x2**5 * (5.0 * x2 - 6.0)).sum(-1)

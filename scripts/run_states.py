@@ -6,7 +6,8 @@ Each RUN is a ``workbench run`` output folder (or its ``metrics.csv``). For ever
 prints the simulated time, the folded (Q > 0.8) and unfolded (Q < 0.4) fractions over all
 replicas and saves, the mean Q, the folding and unfolding events (with hysteresis,
 `workbench.training.validate.run_states`) and a ten-bin Q histogram. It is the
-table used to calibrate a teacher in long runs (``workbench run --model teacher:EPS:RATIO``):
+table used to calibrate a teacher in long runs (``workbench run --model
+teacher:eps=0.3,barrier=0.5``):
 a two-state protein shows two separated peaks, a downhill one a single broad peak.
 """
 

@@ -136,9 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--model", default=None,
         help="saved potential (.pt), an mlcg CGSchNet checkpoint, 'teacher' (the protein's "
-        "structure-based teacher; 'teacher:0.25' with contact depth 0.25 kcal/mol, "
-        "'teacher:0.25:0.5' also with dihedral strength 0.5 ε, 'teacher:0.25::5' with "
-        "contacts only between residues 5 or more apart), or "
+        "structure-based teacher; a variant: 'teacher:eps=0.25,dihedral=0.5,separation=4,"
+        "barrier=0.3' sets any of contact depth ε (kcal/mol), dihedral strength (× ε), "
+        "smallest contact separation (residues) and desolvation barrier height (× ε)), or "
         "'demo' (the untrained "
         "demo model); default: the shipped model of --protein",
     )
@@ -199,6 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--save-data", default=None, help="also save generated data here")
     train.add_argument("--epsilon", type=float, default=None, help="teacher ε, kcal/mol")
     train.add_argument("--dihedral-ratio", type=float, default=None)
+    train.add_argument(
+        "--contact-separation", type=int, default=None,
+        help="teacher: smallest residue separation of a native contact (default 3)",
+    )
+    train.add_argument(
+        "--contact-barrier", type=float, default=None,
+        help="teacher: desolvation barrier height of every native contact, as a multiple "
+        "of ε (default none)",
+    )
     train.add_argument(
         "--calibrate", type=float, default=None, metavar="TARGET",
         help="first calibrate ε to this folded fraction at the first temperature",
@@ -670,7 +679,8 @@ def cmd_train(args) -> int:
     if args.data is not None:
         data, metadata = load_teacher_data(args.data)
         teacher = teacher_potential(system, metadata["epsilon"], metadata["dihedral_ratio"],
-                                    metadata.get("contact_separation"))
+                                    metadata.get("contact_separation"),
+                                    metadata.get("contact_barrier"))
     else:
         epsilon = args.epsilon
         if args.calibrate is not None:
@@ -679,10 +689,13 @@ def cmd_train(args) -> int:
                 dihedral_ratio=args.dihedral_ratio, replicas=args.calibrate_replicas,
                 steps=args.calibrate_steps, iterations=args.calibrate_iterations,
                 native_fraction=args.calibrate_native_fraction,
+                contact_separation=args.contact_separation,
+                contact_barrier=args.contact_barrier,
             )
             epsilon = calibration.epsilon
             print(f"calibrated ε = {epsilon:.4f} kcal/mol (ε, folded: {calibration.history})")
-        teacher = teacher_potential(system, epsilon, args.dihedral_ratio)
+        teacher = teacher_potential(system, epsilon, args.dihedral_ratio,
+                                    args.contact_separation, args.contact_barrier)
         data = generate_teacher_data(
             system, teacher, temperatures, args.replicas, args.steps, args.save_every,
             device, args.seed, args.equilibration, progress=not args.quiet,
@@ -786,7 +799,8 @@ def cmd_validate(args) -> int:
         raise UsageError(f"{args.model} has no teacher in its metadata (not made by train)")
     system = build_system(potential.metadata["protein"])
     teacher = teacher_potential(system, teacher_meta["epsilon"], teacher_meta.get("dihedral_ratio"),
-                                teacher_meta.get("contact_separation"))
+                                teacher_meta.get("contact_separation"),
+                                teacher_meta.get("contact_barrier"))
     if args.runs is not None:
         return _validate_long_run(
             Path(args.model), *args.runs, plot=args.plot, ends=(system, potential, teacher)

@@ -138,47 +138,56 @@ DEMO_MODEL = "demo"
 TEACHER_MODEL = "teacher"
 
 
+#: Fields of a teacher variant (``teacher:KEY=VALUE,...``) and their `teacher_potential`
+#: arguments.
+TEACHER_FIELDS = {"eps": "epsilon", "dihedral": "dihedral_ratio",
+                  "separation": "contact_separation", "barrier": "contact_barrier"}
+
+
 def teacher_variant(model: str | None) -> dict | None:
-    """The `teacher_potential` arguments of a ``"teacher:EPS[:RATIO[:SEP]]"`` model name,
-    else None.
+    """The `teacher_potential` arguments of a ``"teacher:KEY=VALUE,..."`` model name, else
+    None.
 
-    EPS is the contact depth ε (kcal/mol), RATIO sets the dihedral strength to
-    ``RATIO · ε`` and SEP is the smallest residue separation of a contact; an empty RATIO
-    keeps the default dihedrals (``teacher:0.2::5``). These are the variants to calibrate
-    in long runs.
+    Keys (`TEACHER_FIELDS`): ``eps`` the contact depth ε (kcal/mol), ``dihedral`` the
+    dihedral strength as a multiple of ε, ``separation`` the smallest residue separation
+    of a contact, ``barrier`` the height of each contact's desolvation barrier as a
+    multiple of ε. These are the variants to calibrate in long runs, for example
+    ``teacher:eps=0.3,barrier=0.5``.
 
-    Raises ValueError when a field is not a positive number (SEP: a positive integer).
+    Raises ValueError naming the field that is unknown, repeated or not a positive
+    number (``separation``: a positive integer; ``barrier`` may be 0).
     """
     prefix = TEACHER_MODEL + ":"
     if model is None or not model.startswith(prefix):
         return None
-    parts = model[len(prefix):].split(":")
-    error = ValueError(f"--model {model}: give teacher:EPS, teacher:EPS:RATIO or "
-                       f"teacher:EPS:RATIO:SEP with positive numbers (ε in kcal/mol, "
-                       f"dihedral strength RATIO · ε, RATIO may be empty; SEP residues)")
-    if len(parts) > 3:
-        raise error
-    values = []
-    for index, text in enumerate(parts):
-        if index == 1 and text == "" and len(parts) == 3:
-            values.append(None)
-            continue
+    out = {}
+    for item in model[len(prefix):].split(","):
+        key, _, text = item.partition("=")
+        if key not in TEACHER_FIELDS or key in out:
+            raise ValueError(f"--model {model}: {key!r} is not a field of a teacher variant "
+                             f"(or is given twice); use {', '.join(TEACHER_FIELDS)}, e.g. "
+                             f"teacher:eps=0.3,barrier=0.5")
         try:
             value = float(text)
         except ValueError:
-            raise error from None
-        if not (value > 0 and math.isfinite(value)) or (index == 2 and value != int(value)):
-            raise error
-        values.append(int(value) if index == 2 else value)
-    names = ("epsilon", "dihedral_ratio", "contact_separation")
-    return dict(zip(names, values, strict=False))
+            value = float("nan")
+        lowest_ok = value >= 0 if key == "barrier" else value > 0
+        integral = key != "separation" or value == int(value)
+        if not (lowest_ok and math.isfinite(value) and integral):
+            raise ValueError(f"--model {model}: {key} must be a "
+                             + ("positive integer" if key == "separation" else
+                                "non-negative number" if key == "barrier" else
+                                "positive number") + f", got {text!r}")
+        out[key] = int(value) if key == "separation" else value
+    return {TEACHER_FIELDS[key]: value for key, value in out.items()}
 
 
 def _variant_note(teacher: Potential) -> str:
-    ratio = teacher.metadata["dihedral_ratio"]
-    separation = teacher.metadata["contact_separation"]
-    return ("" if ratio is None else f", dihedral strength {ratio:g} ε") + (
-        "" if separation is None else f", contacts {separation}+ residues apart")
+    meta = teacher.metadata
+    notes = [(meta["dihedral_ratio"], "dihedral strength {:g} ε"),
+             (meta["contact_separation"], "contacts {}+ residues apart"),
+             (meta["contact_barrier"], "desolvation barriers {:g} ε")]
+    return "".join(", " + text.format(value) for value, text in notes if value is not None)
 
 
 def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, str | None]:

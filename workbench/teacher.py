@@ -57,6 +57,7 @@ def teacher_potential(
     epsilon: float | None = None,
     dihedral_ratio: float | None = None,
     contact_separation: int | None = None,
+    contact_barrier: float | None = None,
 ) -> Potential:
     """The structure-based teacher of ``system`` (a prior-only potential).
 
@@ -73,13 +74,16 @@ def teacher_potential(
     contact_separation : int, optional
         Smallest residue separation of a native contact; default that of
         :func:`native_priors` (3).
+    contact_barrier : float, optional
+        Height of each contact's desolvation barrier as a multiple of ε (see
+        :func:`native_priors`); default none.
 
     Returns
     -------
     Potential
         Terms ``bonds``, ``angles``, ``dihedrals``, ``repulsion`` and ``contacts``;
-        ``metadata`` records ``teacher``, ``epsilon``, ``dihedral_ratio`` and
-        ``contact_separation``.
+        ``metadata`` records ``teacher``, ``epsilon``, ``dihedral_ratio``,
+        ``contact_separation`` and ``contact_barrier``.
     """
     if epsilon is None:
         epsilon = TEACHER_EPSILON.get(system.name, DEFAULT_EPSILON)
@@ -93,6 +97,11 @@ def teacher_potential(
             raise ValueError(f"contact separation must be at least 1 residue, got "
                              f"{contact_separation}")
         options["contact_separation"] = int(contact_separation)
+    if contact_barrier is not None:
+        if not (contact_barrier >= 0 and math.isfinite(contact_barrier)):
+            raise ValueError(f"contact barrier must be non-negative and finite, got "
+                             f"{contact_barrier}")
+        options["contact_barrier"] = float(contact_barrier)
     potential = Potential(system.bead_types, None, native_priors(system, **options))
     potential.metadata = {
         "teacher": "structure-based (Go-like) potential of the native structure",
@@ -101,6 +110,7 @@ def teacher_potential(
         "epsilon": float(epsilon),
         "dihedral_ratio": dihedral_ratio,
         "contact_separation": contact_separation,
+        "contact_barrier": contact_barrier,
     }
     return potential
 
@@ -239,6 +249,8 @@ def calibrate_epsilon(
     dihedral_ratio: float | None = None,
     folded_q: float = FOLDED_Q,
     native_fraction: float = 0.5,
+    contact_separation: int | None = None,
+    contact_barrier: float | None = None,
 ) -> Calibration:
     """ε whose teacher has folded fraction ``target`` at ``temperature``, by bisection.
 
@@ -269,6 +281,8 @@ def calibrate_epsilon(
         As in :func:`teacher_potential` and :func:`folded_fraction`.
     native_fraction : float
         Share of the replicas started from the native structure, in [0, 1].
+    contact_separation, contact_barrier
+        The teacher variant, as in :func:`teacher_potential`.
 
     Returns
     -------
@@ -293,7 +307,8 @@ def calibrate_epsilon(
         starts = torch.cat([starts, unfolded])
     result = Calibration(math.sqrt(low * high))
     for _ in range(iterations):
-        teacher = teacher_potential(system, result.epsilon, dihedral_ratio)
+        teacher = teacher_potential(system, result.epsilon, dihedral_ratio,
+                                    contact_separation, contact_barrier)
         fraction = folded_fraction(
             system, teacher, temperature, starts, steps, device, seed + 1, folded_q
         )

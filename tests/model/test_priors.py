@@ -25,7 +25,7 @@ from workbench.model import (
 )
 from workbench.model.geometry import angle_cosines, bond_lengths, torsions
 from workbench.model.native_priors import native_priors
-from workbench.model.priors import PRIOR_CLASSES, NativeContacts
+from workbench.model.priors import PRIOR_CLASSES, ContactBarriers, NativeContacts
 from workbench.system.topology import nonbonded_pairs
 
 
@@ -51,11 +51,13 @@ def random_priors(seed: int = 0) -> dict[str, torch.nn.Module]:
                                            cutoff=rand(len(pairs), lo=6.0, hi=9.0)),
         "NativeContacts": NativeContacts(pairs[:40], r0=rand(40, lo=4.0, hi=6.0),
                                          epsilon=rand(40, lo=0.2, hi=1.0)),
+        "ContactBarriers": ContactBarriers(pairs[:40], center=rand(40, lo=4.0, hi=7.0),
+                                           height=rand(40, lo=0.1, hi=0.5)),
     }
 
 
 CORE_PRIORS = ("HarmonicBonds", "HarmonicAngles", "FourierDihedrals", "Repulsion",
-               "CutoffRepulsion", "NativeContacts")
+               "CutoffRepulsion", "NativeContacts", "ContactBarriers")
 
 
 def test_core_prior_classes_are_registered_for_loading():
@@ -149,6 +151,20 @@ def test_native_contact_well_minimum():
     assert float(d[energy.argmin()]) == pytest.approx(r0)
     assert float(energy.min()) == pytest.approx(-eps)
     assert float(energy[-1]) < 0 and float(energy[-1]) > -0.2 * eps  # decays to zero outside
+
+
+def test_contact_barrier_peaks_at_its_center():
+    center, height = 6.5, 0.3
+    term = ContactBarriers(torch.tensor([[0, 1]]), center=torch.tensor([center]),
+                           height=torch.tensor([height])).double()
+    d = torch.linspace(4.0, 9.0, 501, dtype=torch.float64)
+    pos = torch.zeros(len(d), 2, 3, dtype=torch.float64)
+    pos[:, 1, 0] = d
+    energy = term(pos)
+    assert float(d[energy.argmax()]) == pytest.approx(center)
+    assert float(energy.max()) == pytest.approx(height)
+    half = float(energy[(d - (center + 0.5)).abs().argmin()])  # one width out: e^-1/2
+    assert half == pytest.approx(height * math.exp(-0.5), rel=1e-3)
 
 
 def test_geometry_matches_mdtraj():

@@ -247,13 +247,15 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
     data_file = tmp_path / "teacher.pt"
     assert main(["train", "--generate", "--replicas", "2", "--steps", "40", "--save-every",
                  "10", "--equilibration", "0", "--save-data", str(data_file),
-                 "--repulsion", "cutoff", "--out", str(tmp_path / "a"), *common]) == 0
+                 "--repulsion", "cutoff", "--contact-barrier", "0.4",
+                 "--out", str(tmp_path / "a"), *common]) == 0
     assert json.loads((tmp_path / "a" / "cln025.json").read_text())["priors"]["repulsion"] == (
         "cutoff"
     )
     assert "cutoff" in load_potential(tmp_path / "a" / "cln025.pt").priors["repulsion"].state_dict()
     data, metadata = load_teacher_data(data_file)
     assert data["positions"].shape[0] == 8 and "epsilon" in metadata
+    assert metadata["contact_barrier"] == 0.4  # the teacher variant travels with the data
     assert main(["train", "--data", str(data_file), "--out", str(tmp_path / "b"), *common,
                  "--select-every", "1", "--select-steps", "20", "--select-replicas", "2",
                  "--energy-weight", "0.5"]) == 0

@@ -214,31 +214,40 @@ def test_the_teacher_runs_as_a_model():
     assert "Structure-based teacher of cln025" in notice
 
 
-def test_the_teacher_runs_with_another_contact_depth():
-    from workbench.runner import choose_potential
+def test_teacher_variants():
+    from workbench.runner import RunSettings, choose_potential, prepare_run
 
     default, _ = choose_potential(tiny_system(), "teacher")
-    deeper, notice = choose_potential(tiny_system(), "teacher:0.5")
+    deeper, notice = choose_potential(tiny_system(), "teacher:eps=0.5")
     assert deeper.metadata["epsilon"] == 0.5 != default.metadata["epsilon"]
     assert "(ε 0.5 kcal/mol)" in notice
     pos = tiny_system().native_positions[None]
     assert not torch.equal(deeper.energy(pos, None), default.energy(pos, None))
-    from workbench.runner import RunSettings, prepare_run
-
-    run = prepare_run(RunSettings(protein="cln025", model="teacher:0.5", replicas=2,
+    run = prepare_run(RunSettings(protein="cln025", model="teacher:eps=0.5", replicas=2,
                                   steps=1, device="cpu"))
     assert run.simulation.potential.metadata["epsilon"] == 0.5
-    softer, notice = choose_potential(tiny_system(), "teacher:0.5:0.25")
-    assert softer.metadata["dihedral_ratio"] == 0.25 and "dihedral strength 0.25 ε" in notice
     bent = pos + 0.3 * torch.randn(pos.shape, generator=torch.Generator().manual_seed(0))
+    softer, notice = choose_potential(tiny_system(), "teacher:eps=0.5,dihedral=0.25")
+    assert softer.metadata["dihedral_ratio"] == 0.25 and "dihedral strength 0.25 ε" in notice
     assert not torch.equal(softer.energy(bent, None), deeper.energy(bent, None))
-    local, notice = choose_potential(tiny_system(), "teacher:0.5::6")
+    local, notice = choose_potential(tiny_system(), "teacher:separation=6,eps=0.5")
     assert local.metadata["dihedral_ratio"] is None and local.metadata["contact_separation"] == 6
     assert "contacts 6+ residues apart" in notice
     assert 0 < len(local.priors["contacts"].index) < len(deeper.priors["contacts"].index)
-    for bad in ("teacher:", "teacher:-1", "teacher:deep", "teacher:inf", "teacher:0.5:0",
-                "teacher:0.5:", "teacher:0.5:1:2.5", "teacher:0.5:1:0", "teacher:0.5:1:2:3"):
-        with pytest.raises(ValueError, match="give teacher:EPS, teacher:EPS:RATIO or"):
+    barred, notice = choose_potential(tiny_system(), "teacher:eps=0.5,barrier=0.4")
+    assert "desolvation barriers 0.4 ε" in notice and "barriers" not in deeper.priors
+    contacts, barriers = barred.priors["contacts"], barred.priors["barriers"]
+    assert torch.equal(barriers.index, contacts.index)
+    torch.testing.assert_close(barriers.center, contacts.r0 + 1.5)
+    assert torch.all(barriers.height == 0.2)
+    for bad, field in (("teacher:", "''"), ("teacher:eps=-1", "eps must be a positive"),
+                       ("teacher:eps=deep", "eps must be"), ("teacher:eps=inf", "eps must"),
+                       ("teacher:dihedral=0", "dihedral must"),
+                       ("teacher:separation=2.5", "separation must be a positive integer"),
+                       ("teacher:barrier=-0.1", "barrier must be a non-negative"),
+                       ("teacher:eps=1,eps=2", "'eps' is not a field"),
+                       ("teacher:depth=1", "'depth' is not a field")):
+        with pytest.raises(ValueError, match=field):
             choose_potential(tiny_system(), bad)
 
 

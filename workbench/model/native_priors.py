@@ -15,6 +15,7 @@ import torch
 from workbench.model.geometry import angle_cosines, bond_lengths, torsions
 from workbench.model.potential import Potential
 from workbench.model.priors import (
+    ContactBarriers,
     FourierDihedrals,
     HarmonicAngles,
     HarmonicBonds,
@@ -24,6 +25,10 @@ from workbench.model.priors import (
 from workbench.model.schnet import CGSchNet, SchNetConfig
 from workbench.system.cg_system import CGSystem
 from workbench.system.topology import nonbonded_pairs
+
+#: Distance of a contact's desolvation barrier beyond its native distance, Å (about one
+#: water layer's half-width; the barrier's width is 0.5 Å).
+BARRIER_OFFSET = 1.5
 
 
 def native_priors(
@@ -35,6 +40,7 @@ def native_priors(
     contact_epsilon: float = 0.5,
     contact_cutoff: float = 6.5,
     contact_separation: int = 3,
+    contact_barrier: float = 0.0,
 ) -> dict[str, torch.nn.Module]:
     """Priors whose minima lie at the native structure.
 
@@ -56,12 +62,16 @@ def native_priors(
     contact_separation : int
         Smallest residue separation of a contact (closer pairs repel): larger values leave
         the local contacts of helices and turns out, which makes folding more cooperative.
+    contact_barrier : float
+        Height of a desolvation barrier (:class:`ContactBarriers`) ``BARRIER_OFFSET``
+        beyond each contact's native distance, as a multiple of ``contact_epsilon``
+        (0: none).
 
     Returns
     -------
     dict of str to PriorTerm
         ``bonds``, ``angles``, ``dihedrals``, ``repulsion`` and, when
-        ``contact_epsilon > 0``, ``contacts``.
+        ``contact_epsilon > 0``, ``contacts`` (and ``barriers`` with a ``contact_barrier``).
     """
     native = system.native_positions[None].double()
     r0 = bond_lengths(native, system.bonds)[0]
@@ -94,6 +104,11 @@ def native_priors(
         terms["contacts"] = NativeContacts(
             pairs[in_contact], r0=r0, epsilon=torch.full_like(r0, contact_epsilon)
         )
+        if contact_barrier > 0:
+            terms["barriers"] = ContactBarriers(
+                pairs[in_contact], center=r0 + BARRIER_OFFSET,
+                height=torch.full_like(r0, contact_barrier * contact_epsilon),
+            )
     return terms
 
 

@@ -222,12 +222,35 @@ class NativeContacts(PairPrior):
         return self.epsilon * x10 * (5.0 * x2 - 6.0)
 
 
+class ContactBarriers(PairPrior):
+    """Gaussian desolvation barriers: ``E = h exp(−(r − c)² / (2 w²))``.
+
+    Placed just outside native contacts (centre ``c`` beyond the well's ``r0``), they make
+    a contact cost energy before it pays: partly formed contacts are penalised, so
+    contacts form together and folding becomes more cooperative. Buffers ``center`` (Å)
+    and ``height`` (kcal/mol), shape (P,); the width ``w`` is
+    ``kernels.pair_terms.BARRIER_WIDTH`` (0.5 Å).
+    """
+
+    parameter_names = ("center", "height")
+    pair_form = "gaussian"
+
+    def pair_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.center, self.height
+
+    def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
+        from kernels.pair_terms import BARRIER_WIDTH
+
+        z = (bond_lengths(pos, self.index) - self.center) / BARRIER_WIDTH
+        return self.height * torch.exp(-0.5 * z**2)
+
+
 #: Prior classes by name, for saving and loading.
 PRIOR_CLASSES: dict[str, type[PriorTerm]] = {
     cls.__name__: cls
     for cls in (
         HarmonicBonds, HarmonicAngles, FourierDihedrals, Repulsion, CutoffRepulsion,
-        NativeContacts,
+        NativeContacts, ContactBarriers,
     )
 }
 
