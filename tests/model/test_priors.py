@@ -140,14 +140,19 @@ def test_cutoff_repulsion_is_shifted_to_zero_at_its_cutoff():
     assert energy(sigma) > 0.0 and energy(2.0) > energy(sigma)
 
 
+def energy_curve(term, lo, hi, points):
+    """A one-pair term's energy at ``points`` distances from ``lo`` to ``hi`` (float64)."""
+    d = torch.linspace(lo, hi, points, dtype=torch.float64)
+    pos = torch.zeros(len(d), 2, 3, dtype=torch.float64)
+    pos[:, 1, 0] = d
+    return d, term.double()(pos)
+
+
 def test_native_contact_well_minimum():
     r0, eps = 5.0, 0.7
     term = NativeContacts(torch.tensor([[0, 1]]), r0=torch.tensor([r0]),
-                          epsilon=torch.tensor([eps])).double()
-    d = torch.linspace(4.0, 8.0, 401, dtype=torch.float64)
-    pos = torch.zeros(len(d), 2, 3, dtype=torch.float64)
-    pos[:, 1, 0] = d
-    energy = term(pos)
+                          epsilon=torch.tensor([eps]))
+    d, energy = energy_curve(term, 4.0, 8.0, 401)
     assert float(d[energy.argmin()]) == pytest.approx(r0)
     assert float(energy.min()) == pytest.approx(-eps)
     assert float(energy[-1]) < 0 and float(energy[-1]) > -0.2 * eps  # decays to zero outside
@@ -156,11 +161,8 @@ def test_native_contact_well_minimum():
 def test_contact_barrier_peaks_at_its_center():
     center, height = 6.5, 0.3
     term = ContactBarriers(torch.tensor([[0, 1]]), center=torch.tensor([center]),
-                           height=torch.tensor([height])).double()
-    d = torch.linspace(4.0, 9.0, 501, dtype=torch.float64)
-    pos = torch.zeros(len(d), 2, 3, dtype=torch.float64)
-    pos[:, 1, 0] = d
-    energy = term(pos)
+                           height=torch.tensor([height]))
+    d, energy = energy_curve(term, 4.0, 9.0, 501)
     assert float(d[energy.argmax()]) == pytest.approx(center)
     assert float(energy.max()) == pytest.approx(height)
     half = float(energy[(d - (center + 0.5)).abs().argmin()])  # one width out: e^-1/2
