@@ -57,6 +57,11 @@ train() {  # protein, training seconds, extra arguments
   # replicas start from a run's checkpoint (with SAMPLER_START, both ensembles equilibrated)
   [ -n "${ENSEMBLE_TEMPERATURES:-}" ] && set -- "$@" --ensemble-temperatures "$ENSEMBLE_TEMPERATURES"
   [ -n "${TEACHER_START:-}" ] && set -- "$@" --teacher-start "$TEACHER_START"
+  # EPSILON=E, CONTACT_BARRIER=B, CONTACT_SEPARATION=S: a teacher variant (see
+  # scripts/teacher_scan.sh) instead of the calibrated teacher of TEACHER_EPSILON
+  [ -n "${EPSILON:-}" ] && set -- "$@" --epsilon "$EPSILON"
+  [ -n "${CONTACT_BARRIER:-}" ] && set -- "$@" --contact-barrier "$CONTACT_BARRIER"
+  [ -n "${CONTACT_SEPARATION:-}" ] && set -- "$@" --contact-separation "$CONTACT_SEPARATION"
   timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
     --temperatures 300,330,360 --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 \
     --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" --lr "${LR:-1e-3}" --patience 8 \
