@@ -161,6 +161,9 @@ class CapturedSteps:
         main.wait_stream(side)
         sim.generator.set_state(rng)
         self.cuda_graph = None  # free the old graph's memory before capturing again
+        # The warm-up's last neighbour graph (edge arrays and CSR layouts, ~25 bytes per
+        # slot: 9 GB at 1ENH × 16,384) is not needed any more: let it go with the rest.
+        self._graph = None
         # The eager warm-up's intermediates sit in the allocator's cache, where the graph's
         # private pool cannot use them: hand them back first, or a large ensemble (1ENH ×
         # 16,384) holds the step's working memory twice.
