@@ -68,8 +68,9 @@ with the same length) the backward walks the destination layout, as the forward 
 edges into ``j`` are the reverses of the edges out of ``j``, and each reverse's gradient is
 written at the edge visited. The source layout's permutation, and the scattered endpoint,
 length and gradient accesses it causes, are gone; on a searched graph
-(``slots_are_edges=True``) both kernels also skip the identity permutation, so every
-per-edge access is contiguous.
+(``slots_are_edges=True``) both kernels also skip the identity permutation, so the
+endpoint and length loads and the gradient stores are contiguous (feature rows are still
+gathered).
 
 Padding: edges outside every CSR segment (see `kernels.csr`) are never visited.
 """

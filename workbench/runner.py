@@ -138,10 +138,12 @@ DEMO_MODEL = "demo"
 TEACHER_MODEL = "teacher"
 
 
-#: Fields of a teacher variant (``teacher:KEY=VALUE,...``) and their `teacher_potential`
-#: arguments.
-TEACHER_FIELDS = {"eps": "epsilon", "dihedral": "dihedral_ratio",
-                  "separation": "contact_separation", "barrier": "contact_barrier"}
+#: Fields of a teacher variant (``teacher:KEY=VALUE,...``): their `teacher_potential`
+#: argument, the smallest value allowed and whether the value is an integer.
+TEACHER_FIELDS = {"eps": ("epsilon", "positive", False),
+                  "dihedral": ("dihedral_ratio", "positive", False),
+                  "separation": ("contact_separation", "positive", True),
+                  "barrier": ("contact_barrier", "non-negative", False)}
 
 
 def teacher_variant(model: str | None) -> dict | None:
@@ -163,23 +165,21 @@ def teacher_variant(model: str | None) -> dict | None:
     out = {}
     for item in model[len(prefix):].split(","):
         key, _, text = item.partition("=")
-        if key not in TEACHER_FIELDS or key in out:
+        if key not in TEACHER_FIELDS or TEACHER_FIELDS[key][0] in out:
             raise ValueError(f"--model {model}: {key!r} is not a field of a teacher variant "
                              f"(or is given twice); use {', '.join(TEACHER_FIELDS)}, e.g. "
                              f"teacher:eps=0.3,barrier=0.5")
+        argument, lowest, integer = TEACHER_FIELDS[key]
         try:
             value = float(text)
         except ValueError:
             value = float("nan")
-        lowest_ok = value >= 0 if key == "barrier" else value > 0
-        integral = key != "separation" or value == int(value)
-        if not (lowest_ok and math.isfinite(value) and integral):
-            raise ValueError(f"--model {model}: {key} must be a "
-                             + ("positive integer" if key == "separation" else
-                                "non-negative number" if key == "barrier" else
-                                "positive number") + f", got {text!r}")
-        out[key] = int(value) if key == "separation" else value
-    return {TEACHER_FIELDS[key]: value for key, value in out.items()}
+        in_range = value > 0 or (lowest == "non-negative" and value == 0)
+        if not (in_range and math.isfinite(value)) or (integer and value != int(value)):
+            kind = "integer" if integer else "number"
+            raise ValueError(f"--model {model}: {key} must be a {lowest} {kind}, got {text!r}")
+        out[argument] = int(value) if integer else value
+    return out
 
 
 def _variant_note(teacher: Potential) -> str:
