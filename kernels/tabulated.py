@@ -263,15 +263,27 @@ _INTERPRET_CONFIG = _cfg(16, 4)
 
 #: Feature columns per program, forward and backward. Programs of one slice run together
 #: (the slice is the grid's slow axis), so the table rows in flight are ``12 * FS`` bytes per
-#: interval and more of them hit in L1. On the 1ENH x 64 graph (H100, G = 2001, pipelined
-#: loops) the forward took 0.213 ms with 32 of 128 columns, 0.237 with 64 and 0.258 with
-#: all 128 (unpipelined); the backward 0.296 with 64 and 0.294 with 32, where 32 would
-#: also double the partial ``g`` rows to sum. In the captured 1ENH x 64 step with the
-#: symmetric walk (H100, three blocks): forward slices of 16 / 32 / 64 columns 767 / 589 /
-#: 652 us; backward slices of 128 columns 753 us against 756 with 64, and a single ``g``
-#: row needs no sum kernel (whole step 2,068 -> 2,053 us with the sum still in).
+#: interval and more of them hit in L1. In the captured 1ENH x 64 step with the symmetric
+#: walk (H100, three blocks, docs/KERNELS-NOTES.md): forward slices of 16 / 32 / 64 columns
+#: take 767 / 589 / 652 us at G = 2001. Backward slices of 32 / 64 / 128 columns take 674 /
+#: 750 / 751 us at G = 2001 and 589 / 681 / 694 us at G = 1001 (the engine's table); the
+#: whole step gains less (1,891 against 1,904 us at G = 1001, same run), since 32-column
+#: slices write four partial ``g`` rows that one more kernel sums. (Launching the slices
+#: one after another, each adding into one row, was slower: 733 against 625 us.)
 FORWARD_SLICE = 32
-BACKWARD_SLICE = 128
+BACKWARD_SLICE = 32
+#: Largest size of the backward's partial ``g`` rows, bytes. Above it (1ENH x 16,384: four
+#: rows of 300M edges, 4.8 GB, which ran out of memory on an 80 GB GPU) the backward takes
+#: all columns in one slice and writes a single row.
+PARTIAL_ROWS_BYTES = 2 << 30
+
+
+def backward_slice(num_features: int, num_edges: int) -> int:
+    """Feature columns per backward program: `BACKWARD_SLICE`, or all ``num_features`` when
+    the partial ``g`` rows of ``num_edges`` float32 entries would exceed
+    `PARTIAL_ROWS_BYTES`."""
+    rows = max(num_features // BACKWARD_SLICE, 1)
+    return BACKWARD_SLICE if rows * num_edges * 4 <= PARTIAL_ROWS_BYTES else num_features
 
 
 @triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
@@ -422,7 +434,7 @@ class _TabulatedCFConv(torch.autograd.Function):
         else:
             walk = dict(other_ptr=dst, ptr_ptr=csr.src_ptr, perm_ptr=csr.src_perm,
                         SLOTS_ARE_EDGES=False)
-        args = _table_args(ctx.table, BACKWARD_SLICE)
+        args = _table_args(ctx.table, backward_slice(ctx.table.num_features, dist.numel()))
         grad_xs = torch.empty_like(xs)  # the kernel writes rows < N; zero the rest
         grad_xs[csr.num_nodes:].zero_()
         # one row per feature slice; padding edges are in no segment and stay 0

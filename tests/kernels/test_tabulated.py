@@ -169,6 +169,22 @@ def test_matches_reference(device, cfg, feature_slice, monkeypatch):
     assert (gp[g["num_nodes"]:] == 0).all() and (gx[g["num_nodes"]:] == 0).all()
 
 
+def test_backward_takes_one_slice_when_partial_rows_are_too_large(device, monkeypatch):
+    """Above `PARTIAL_ROWS_BYTES` the backward writes one row; the gradients stay the
+    reference's either way."""
+    monkeypatch.setattr(tabulated, "BACKWARD_SLICE", 8)
+    g, table, xs, gu = _setup(device)
+    num_edges = g["src"].numel()
+    assert tabulated.backward_slice(32, num_edges) == 8
+    sliced = _run(KERNEL, g["pos"], xs, g, table, gu)
+    monkeypatch.setattr(tabulated, "PARTIAL_ROWS_BYTES", 4 * 4 * num_edges - 1)
+    assert tabulated.backward_slice(32, num_edges) == 32
+    whole = _run(KERNEL, g["pos"], xs, g, table, gu)
+    reference = _run(REFERENCE, g["pos"].double(), xs.double(), g, table, gu)
+    for a, b, r in zip(sliced, whole, reference):
+        assert rel_err(a, r) < 1e-5 and rel_err(b, r) < 1e-5
+
+
 @pytest.mark.parametrize(("symmetric", "slots_are_edges"),
                          [(False, True), (True, False), (True, True)])
 def test_symmetric_walk_and_identity_slots(device, symmetric, slots_are_edges):

@@ -46,7 +46,7 @@ CASES = [(name, "gaussian") for name in sorted(FP32_OPTIONS)] + [
 ]
 
 
-# Tables hold the filter on a 0.005 Å grid: the table error (~4e-7 here, float16 c2, c3
+# Tables hold the filter on a 0.01 Å grid: the table error (~4e-7 here, float16 c2, c3
 # included) is far inside the 1e-4 relative bound asserted for tabulated forces; exact
 # techniques get 1e-5.
 BOUNDS = {"tabulated": 1e-4}
