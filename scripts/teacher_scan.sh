@@ -2,8 +2,9 @@
 # Long runs of teacher variants, one after another on one GPU, and their populations:
 #   PROTEIN=2jof VARIANTS="eps=0.3,barrier=0.5 eps=0.35,barrier=1" bash scripts/teacher_scan.sh
 # Each variant (`workbench run --model teacher:VARIANT`: eps, dihedral, separation, barrier)
-# runs REPLICAS replicas from the native structure for STEPS steps (default 250,000: 1 ns at
-# 4 fs), at most LIMIT seconds each; its metrics are kept even when the limit cuts it off.
+# runs REPLICAS replicas for STEPS steps (default 250,000: 1 ns at 4 fs), at most LIMIT
+# seconds each; its metrics are kept even when the limit cuts it off. The replicas start
+# native, or a share DENATURED of them (e.g. 0.5) from denatured chains.
 # Then `scripts/run_states.py` prints folded and unfolded fractions, events and the Q
 # histogram of every run. Results: $OUT/states.json, $OUT/states.md and $OUT/runs.tgz (the
 # runs' metrics and logs, one archive: the device tool returns at most 8 files).
@@ -21,6 +22,7 @@ for variant in $VARIANTS; do
   timeout "${LIMIT:-60}" python -m workbench.cli run --protein "$PROTEIN" \
     --model "teacher:$variant" --replicas "${REPLICAS:-64}" --steps "${STEPS:-250000}" \
     --kernels cuda_graph --save-interval 2500 --no-trajectory --quiet --out "$WORK/$name" \
+    --denatured-fraction "${DENATURED:-0}" \
     > "$WORK/$name.log" 2>&1
   echo "$variant: exit code $?"
   [ -f "$WORK/$name/metrics.csv" ] && runs+=("$name")

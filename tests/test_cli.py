@@ -153,6 +153,9 @@ def test_resume_continues_bitwise_like_one_long_run(run_copy, tmp_path, capsys):
         (["--ladder", "300-400"], "--ladder must be T_MIN:T_MAX:LEVELS"),
         (["--ladder", "400:300:2"], "--ladder: the highest temperature must exceed the lowest"),
         (["--ladder", "300:400:2", "--exchange-every", "0"], "--exchange-every must be at least"),
+        (["--denatured-fraction", "1.5"], "--denatured-fraction must be in [0, 1], got 1.5"),
+        (["--denatured-fraction", "0.5", "--denature-steps", "0"],
+         "--denature-steps must be at least 1"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_clear_message(extra, message, capsys):
@@ -270,3 +273,21 @@ def test_print_json_prints_and_writes_the_same_document(tmp_path, capsys):
     print_json({"c": 3})  # no file: printing only
     assert json.loads(capsys.readouterr().out) == {"c": 3}
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+def test_denatured_fraction_starts_that_share_of_replicas_unfolded():
+    """The last round(f R) replicas start from chains run without contact wells: far from
+    native (low Q); the others start native; the same seed gives the same starts."""
+    from workbench.runner import RunSettings, mixed_starts, prepare_run
+
+    settings = RunSettings(protein="cln025", replicas=4, steps=0, device="cpu", model="teacher",
+                           denatured_fraction=0.5, denature_steps=3000, seed=3)
+    sim = prepare_run(settings).simulation
+    native = sim.system.native_positions
+    assert torch.equal(sim.positions[:2], native.expand(2, -1, -1))
+    q = sim.native_q()
+    assert (q[:2] > 0.9).all() and (q[2:] < 0.5).all(), q
+    again = mixed_starts(sim.system, settings, torch.device("cpu"))
+    assert torch.equal(again, sim.positions)
+    assert mixed_starts(sim.system, RunSettings(denatured_fraction=0.1, replicas=4),
+                        torch.device("cpu")) is None  # round(0.4) = 0: all native

@@ -134,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--device", default="auto", help="auto, cpu or cuda")
     run.add_argument(
+        "--denatured-fraction", type=float, default=0.0,
+        help="share of the replicas that start denatured (the rest native), in [0, 1]",
+    )
+    run.add_argument(
+        "--denature-steps", type=int, default=25_000,
+        help="steps without contact wells that make the denatured starts",
+    )
+    run.add_argument(
         "--model", default=None,
         help="saved potential (.pt), an mlcg CGSchNet checkpoint, 'teacher' (the protein's "
         "structure-based teacher; a variant: 'teacher:eps=0.25,dihedral=0.5,separation=4,"
@@ -380,6 +388,8 @@ def _settings(args) -> RunSettings:
         mapping=args.mapping,
         options=kernel_options(args.kernels, args.mlp_precision),
         neighbors=NeighborSettings(skin=args.skin, exclude_bonded=args.exclude_bonded),
+        denatured_fraction=args.denatured_fraction,
+        denature_steps=args.denature_steps,
     )
 
 

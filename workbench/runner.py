@@ -19,7 +19,7 @@ from workbench.model.potential import Potential
 from workbench.models import shipped_model_file, shipped_model_path
 from workbench.system import build_system
 from workbench.system.cg_system import CGSystem
-from workbench.teacher import teacher_potential
+from workbench.teacher import denatured_positions, teacher_potential
 from workbench.units import FS_PER_PS, ns_per_day
 
 #: Files of a run with a temperature ladder: exchange state and exchange log.
@@ -64,6 +64,14 @@ class RunSettings:
         Index of this run's first replica in a larger ensemble of which it is one shard
         (``workbench.distributed``): replica r starts from structure
         ``(first_replica + r) mod`` the number of ``structures``.
+    denatured_fraction : float
+        Share of this run's replicas, in [0, 1], that start from denatured structures
+        (the last ``round(denatured_fraction * replicas)``; the others start native), to
+        watch folding as well as unfolding. Not with an mlcg model, whose structures are
+        its own.
+    denature_steps : int
+        Steps of the chain without contact wells (`workbench.teacher.denatured_positions`,
+        at ``temperature``) that make the denatured structures.
     """
 
     protein: str = "cln025"
@@ -83,6 +91,8 @@ class RunSettings:
     options: KernelOptions = field(default_factory=KernelOptions)
     neighbors: NeighborSettings = field(default_factory=NeighborSettings)
     first_replica: int = 0
+    denatured_fraction: float = 0.0
+    denature_steps: int = 25_000
 
     def validate(self) -> None:
         """Raise ValueError with a specific message for impossible settings."""
@@ -102,6 +112,12 @@ class RunSettings:
             raise ValueError(f"first replica must be non-negative, got {self.first_replica}")
         if self.structures is not None and self.model is None:
             raise ValueError("--structures needs --model (an mlcg checkpoint)")
+        if not 0.0 <= self.denatured_fraction <= 1.0:
+            raise ValueError(
+                f"--denatured-fraction must be in [0, 1], got {self.denatured_fraction}"
+            )
+        if self.denature_steps < 1:
+            raise ValueError(f"--denature-steps must be at least 1, got {self.denature_steps}")
         if self.exchange_every < 1:
             raise ValueError(f"--exchange-every must be at least 1, got {self.exchange_every}")
         if self.ladder is not None:
@@ -268,6 +284,25 @@ def _imported_model(settings: RunSettings):
     return system, potential, positions
 
 
+def mixed_starts(system: CGSystem, settings: RunSettings,
+                 device: torch.device) -> torch.Tensor | None:
+    """Starting positions with the run's share of denatured replicas, or None (all native).
+
+    Returns
+    -------
+    Tensor, float32 [replicas, n, 3] on ``device``, or None
+        Native structures first, then ``round(denatured_fraction * replicas)`` denatured
+        ones (seeded by the run's seed).
+    """
+    denatured = round(settings.denatured_fraction * settings.replicas)
+    if not denatured:
+        return None
+    native = system.native_positions.to(device).expand(settings.replicas - denatured, -1, -1)
+    unfolded = denatured_positions(system, settings.temperature, denatured,
+                                   settings.denature_steps, device, settings.seed)
+    return torch.cat([native, unfolded])
+
+
 def prepare_run(settings: RunSettings) -> PreparedRun:
     """Validate settings, build system, potential and simulation."""
     settings.validate()
@@ -276,6 +311,9 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
     positions = None
     neighbors = settings.neighbors
     if imported is not None:
+        if settings.denatured_fraction:
+            raise ValueError("--denatured-fraction does not apply to an mlcg model: its "
+                             "configurations are the starting structures")
         system, potential, positions = imported
         model_notice = (
             f"Published CGSchNet checkpoint {settings.model}: the system comes from its "
@@ -287,6 +325,7 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
     else:
         system = build_system(settings.protein, mapping=settings.mapping)
         potential, model_notice = choose_potential(system, settings.model)
+        positions = mixed_starts(system, settings, device)
     integrator = LangevinIntegrator(
         settings.timestep_fs / FS_PER_PS, settings.friction, settings.temperature
     )

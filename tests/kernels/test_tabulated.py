@@ -181,7 +181,7 @@ def test_backward_takes_one_slice_when_partial_rows_are_too_large(device, monkey
     assert tabulated.backward_slice(32, num_edges) == 32
     whole = _run(KERNEL, g["pos"], xs, g, table, gu)
     reference = _run(REFERENCE, g["pos"].double(), xs.double(), g, table, gu)
-    for a, b, r in zip(sliced, whole, reference):
+    for a, b, r in zip(sliced, whole, reference, strict=True):
         assert rel_err(a, r) < 1e-5 and rel_err(b, r) < 1e-5
 
 
