@@ -74,8 +74,12 @@ def test_invalid_settings_are_refused_with_a_message(fake_run):
     panel.timestep.value = 0.01
     panel.save_interval.value = 1
     panel.seed.value = 3
+    panel.denatured.value = 0.5
     settings = panel.settings()
     assert (settings.timestep_fs, settings.save_interval, settings.seed) == (0.01, 1, 3)
+    assert settings.denatured_fraction == 0.5
+    panel.denatured.value = 1.5  # the field keeps to [0, 1]
+    assert panel.settings().denatured_fraction == 1.0
     panel.initial.friction = -1.0
     assert panel.start() is None
     assert "friction" in panel.status.value

@@ -153,6 +153,16 @@ class LaunchPanel(LivePanel):
             style=style,
         )
         self.seed = ipw.IntText(value=s.seed, description="seed", layout=narrow, style=style)
+        self.denatured = ipw.BoundedFloatText(
+            value=s.denatured_fraction,
+            min=0.0,
+            max=1.0,
+            step=0.05,
+            description="start unfolded",
+            tooltip="share of the replicas that start from denatured chains (the rest native)",
+            layout=narrow,
+            style=style,
+        )
         self.device = ipw.Dropdown(
             options=DEVICES,
             value=s.device if s.device in DEVICES else "auto",
@@ -194,6 +204,7 @@ class LaunchPanel(LivePanel):
             ipw.HTML("<b>Launch</b>"),
             ipw.HBox([self.protein, self.upload]),
             ipw.HBox([self.replicas, self.temperature]),
+            self.denatured,
             ipw.HBox([self.ladder, self.levels]),
             ipw.HBox([self.t_min, self.t_max]),
             self.exchange_every,
@@ -232,6 +243,7 @@ class LaunchPanel(LivePanel):
             timestep_fs=self.timestep.value,
             save_interval=self.save_interval.value,
             seed=self.seed.value,
+            denatured_fraction=self.denatured.value,
             device=self.device.value,
             model=self.model.value.strip() or None,
             options=self.options_source(),
