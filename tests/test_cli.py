@@ -9,6 +9,7 @@ import io
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -278,7 +279,8 @@ def test_print_json_prints_and_writes_the_same_document(tmp_path, capsys):
 def test_denatured_fraction_starts_that_share_of_replicas_unfolded():
     """The last round(f R) replicas start from chains run without contact wells: far from
     native (low Q); the others start native; the same seed gives the same starts."""
-    from workbench.runner import RunSettings, mixed_starts, prepare_run
+    from workbench.runner import RunSettings, prepare_run
+    from workbench.teacher import mixed_starts
 
     settings = RunSettings(protein="cln025", replicas=4, steps=0, device="cpu", model="teacher",
                            denatured_fraction=0.5, denature_steps=3000, seed=3)
@@ -287,7 +289,6 @@ def test_denatured_fraction_starts_that_share_of_replicas_unfolded():
     assert torch.equal(sim.positions[:2], native.expand(2, -1, -1))
     q = sim.native_q()
     assert (q[:2] > 0.9).all() and (q[2:] < 0.5).all(), q
-    again = mixed_starts(sim.system, settings, torch.device("cpu"))
-    assert torch.equal(again, sim.positions)
-    assert mixed_starts(sim.system, RunSettings(denatured_fraction=0.1, replicas=4),
-                        torch.device("cpu")) is None  # round(0.4) = 0: all native
+    assert torch.equal(mixed_starts(sim.system, 300.0, 4, 2, 3000, "cpu", 3), sim.positions)
+    few = prepare_run(replace(settings, denatured_fraction=0.1)).simulation  # round(0.4) = 0
+    assert torch.equal(few.positions, native.expand(4, -1, -1))

@@ -19,7 +19,7 @@ from workbench.model.potential import Potential
 from workbench.models import shipped_model_file, shipped_model_path
 from workbench.system import build_system
 from workbench.system.cg_system import CGSystem
-from workbench.teacher import denatured_positions, teacher_potential
+from workbench.teacher import mixed_starts, teacher_potential
 from workbench.units import FS_PER_PS, ns_per_day
 
 #: Files of a run with a temperature ladder: exchange state and exchange log.
@@ -284,25 +284,6 @@ def _imported_model(settings: RunSettings):
     return system, potential, positions
 
 
-def mixed_starts(system: CGSystem, settings: RunSettings,
-                 device: torch.device) -> torch.Tensor | None:
-    """Starting positions with the run's share of denatured replicas, or None (all native).
-
-    Returns
-    -------
-    Tensor, float32 [replicas, n, 3] on ``device``, or None
-        Native structures first, then ``round(denatured_fraction * replicas)`` denatured
-        ones (seeded by the run's seed).
-    """
-    denatured = round(settings.denatured_fraction * settings.replicas)
-    if not denatured:
-        return None
-    native = system.native_positions.to(device).expand(settings.replicas - denatured, -1, -1)
-    unfolded = denatured_positions(system, settings.temperature, denatured,
-                                   settings.denature_steps, device, settings.seed)
-    return torch.cat([native, unfolded])
-
-
 def prepare_run(settings: RunSettings) -> PreparedRun:
     """Validate settings, build system, potential and simulation."""
     settings.validate()
@@ -325,7 +306,10 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
     else:
         system = build_system(settings.protein, mapping=settings.mapping)
         potential, model_notice = choose_potential(system, settings.model)
-        positions = mixed_starts(system, settings, device)
+        denatured = round(settings.denatured_fraction * settings.replicas)
+        if denatured:
+            positions = mixed_starts(system, settings.temperature, settings.replicas, denatured,
+                                     settings.denature_steps, device, settings.seed)
     integrator = LangevinIntegrator(
         settings.timestep_fs / FS_PER_PS, settings.friction, settings.temperature
     )

@@ -184,6 +184,32 @@ def denatured_positions(
     return sim.positions
 
 
+def mixed_starts(
+    system: CGSystem,
+    temperature: float,
+    replicas: int,
+    denatured: int,
+    steps: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+) -> torch.Tensor:
+    """Starting structures: ``replicas - denatured`` native ones, then ``denatured`` from
+    :func:`denatured_positions` (``steps`` steps at ``temperature``, seeded by ``seed``).
+
+    Returns
+    -------
+    torch.Tensor, shape (replicas, n, 3), float32
+        On ``device``.
+    """
+    if not 0 <= denatured <= replicas:
+        raise ValueError(f"denatured starts must be in [0, {replicas}], got {denatured}")
+    starts = system.native_positions.to(device).expand(replicas - denatured, -1, -1)
+    if denatured:
+        unfolded = denatured_positions(system, temperature, denatured, steps, device, seed)
+        starts = torch.cat([starts, unfolded])
+    return starts
+
+
 def folded_fraction(
     system: CGSystem,
     teacher: Potential,
@@ -298,13 +324,8 @@ def calibrate_epsilon(
         raise ValueError(f"calibration needs at least 2 replicas, got {replicas}")
     if not 0.0 <= native_fraction <= 1.0:
         raise ValueError(f"native_fraction must be in [0, 1], got {native_fraction}")
-    from_native = round(native_fraction * replicas)
-    starts = system.native_positions.to(device).expand(from_native, -1, -1)
-    if from_native < replicas:
-        unfolded = denatured_positions(
-            system, temperature, replicas - from_native, steps, device, seed
-        )
-        starts = torch.cat([starts, unfolded])
+    starts = mixed_starts(system, temperature, replicas,
+                          replicas - round(native_fraction * replicas), steps, device, seed)
     result = Calibration(math.sqrt(low * high))
     for _ in range(iterations):
         teacher = teacher_potential(system, result.epsilon, dihedral_ratio,

@@ -17,7 +17,7 @@ from workbench.model.potential import Potential
 from workbench.model.priors import PriorTerm
 from workbench.model.schnet import CGSchNet
 from workbench.system.cg_system import CGSystem
-from workbench.teacher import denatured_positions, folded_fraction
+from workbench.teacher import folded_fraction, mixed_starts
 
 
 def folded_fraction_gap(
@@ -62,10 +62,8 @@ def folded_fraction_gap(
     """
     if replicas < 2 or steps < 2:
         raise ValueError(f"need replicas >= 2 and steps >= 2, got {replicas} and {steps}")
-    native = system.native_positions.to(device).expand(replicas // 2, -1, -1)
-    unfolded = denatured_positions(system, temperature, replicas - replicas // 2, steps,
-                                   device, seed)
-    starts = torch.cat([native, unfolded])
+    starts = mixed_starts(system, temperature, replicas, replicas - replicas // 2, steps,
+                          device, seed)
     target = folded_fraction(system, teacher, temperature, starts, steps, device, seed)
 
     def score() -> float:
