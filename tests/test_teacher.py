@@ -15,8 +15,8 @@ from helpers import (
 from workbench.teacher import (
     TEACHER_EPSILON,
     calibrate_epsilon,
-    denatured_positions,
     folded_fraction,
+    mixed_starts,
     teacher_potential,
 )
 from workbench.training.data import generate_teacher_data
@@ -56,8 +56,8 @@ def test_teacher_data_are_teacher_forces_at_the_frames():
 
 def test_folded_fraction_grows_with_epsilon_and_calibration_stays_in_bounds():
     sys = tiny_system()
-    unfolded = denatured_positions(sys, 300.0, 3, 300, seed=0)
-    starts = torch.cat([sys.native_positions.expand(3, -1, -1), unfolded])
+    starts = mixed_starts(sys, 300.0, 6, 3, 300, seed=0)
+    assert torch.equal(starts[:3], sys.native_positions.expand(3, -1, -1))
     weak, strong = (
         folded_fraction(sys, teacher_potential(sys, eps), 300.0, starts, 200, seed=2)
         for eps in (0.01, 3.0)

@@ -70,8 +70,8 @@ class RunSettings:
         watch folding as well as unfolding. Not with an mlcg model, whose structures are
         its own.
     denature_steps : int
-        Steps of the chain without contact wells (`workbench.teacher.denatured_positions`,
-        at ``temperature``) that make the denatured structures.
+        Steps of the chain without contact wells (`workbench.teacher.mixed_starts`, at
+        ``temperature``) that make the denatured structures.
     """
 
     protein: str = "cln025"

@@ -161,29 +161,6 @@ def fastest_options(device: str | torch.device) -> KernelOptions:
     return KernelOptions.baseline()
 
 
-def denatured_positions(
-    system: CGSystem,
-    temperature: float,
-    replicas: int,
-    steps: int,
-    device: str | torch.device = "cpu",
-    seed: int = 0,
-) -> torch.Tensor:
-    """Unfolded structures: the chain without contact wells, run from the native structure.
-
-    Returns
-    -------
-    torch.Tensor, shape (replicas, n, 3), float32
-        On ``device``.
-    """
-    native = system.native_positions.expand(replicas, -1, -1)
-    sim = langevin_simulation(
-        system, teacher_potential(system, 0.0), temperature, native, device, seed
-    )
-    sim.step(steps)
-    return sim.positions
-
-
 def mixed_starts(
     system: CGSystem,
     temperature: float,
@@ -193,8 +170,9 @@ def mixed_starts(
     device: str | torch.device = "cpu",
     seed: int = 0,
 ) -> torch.Tensor:
-    """Starting structures: ``replicas - denatured`` native ones, then ``denatured`` from
-    :func:`denatured_positions` (``steps`` steps at ``temperature``, seeded by ``seed``).
+    """Starting structures: ``replicas - denatured`` native ones, then ``denatured`` unfolded
+    ones: native chains run ``steps`` steps at ``temperature`` without contact wells (the
+    teacher at ε = 0), seeded by ``seed``.
 
     Returns
     -------
@@ -205,8 +183,11 @@ def mixed_starts(
         raise ValueError(f"denatured starts must be in [0, {replicas}], got {denatured}")
     starts = system.native_positions.to(device).expand(replicas - denatured, -1, -1)
     if denatured:
-        unfolded = denatured_positions(system, temperature, denatured, steps, device, seed)
-        starts = torch.cat([starts, unfolded])
+        chains = langevin_simulation(system, teacher_potential(system, 0.0), temperature,
+                                     system.native_positions.expand(denatured, -1, -1), device,
+                                     seed)
+        chains.step(steps)
+        starts = torch.cat([starts, chains.positions])
     return starts
 
 
@@ -281,7 +262,7 @@ def calibrate_epsilon(
     """ε whose teacher has folded fraction ``target`` at ``temperature``, by bisection.
 
     A share ``native_fraction`` of the replicas starts from the native structure, the
-    rest from denatured structures (:func:`denatured_positions`, made once); every ε is
+    rest from denatured structures (:func:`mixed_starts`, made once); every ε is
     run with the same starts and seed, so the estimate is smooth in ε. The folded
     fraction grows with ε, so bisection on ``log ε`` within ``bounds`` converges to the
     crossing. Small, fast-folding proteins want mixed starts; for larger ones, whose
