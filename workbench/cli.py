@@ -9,6 +9,7 @@ import platform
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -443,7 +444,9 @@ def cmd_run(args) -> int:
     out = _prepare_output(args)
     if out is not None and args.resume:
         _check_ladder_files(args, out)
-    prepared = prepare_run(settings)
+    # a resumed run takes its positions from the checkpoint: make no denatured starts
+    prepared = prepare_run(replace(settings, denatured_fraction=0.0) if args.resume
+                           else settings)
     sim, tempering = prepared.simulation, prepared.tempering
     for notice in prepared.notices:
         print(f"NOTE: {notice}")
