@@ -62,6 +62,7 @@ from kernels.segment_reduce import (
 )
 from kernels.tabulated import (
     FilterTable,
+    LengthGradient,
     build_filter_table,
     tabulated_cfconv,
     tabulated_cfconv_reference,
@@ -70,6 +71,7 @@ from kernels.tabulated import (
 __all__ = [
     "OPS", "Op", "get_op", "triton_available",
     "GraphCSR", "RadialSpec", "FilterParams", "PackedLinear", "FilterTable",
+    "LengthGradient",
     "pack_filter", "pack_linear", "channel_scales", "valid_edge_mask", "build_filter_table",
     "build_csr", "build_csr_sorted_pairs", "radial_basis", "segment_sum",
     "edge_grad_to_positions", "edge_distances", "cfconv",

@@ -61,7 +61,9 @@ tile it evaluates ``W`` and ``W'`` from the same four coefficient rows and produ
   FP32 scalar per edge and slice; the slices' rows are summed into ``g`` (fixed order).
 
 ``g`` is the gradient of the lengths; `kernels.edge_distances` turns the sum over all
-blocks into position gradients (deterministic). The table gets no gradient.
+blocks into position gradients (deterministic). Blocks that share a `LengthGradient` write
+their rows into one buffer, and one kernel sums all of them (no zero fill on a searched
+graph, no per-block sums, no adds between blocks). The table gets no gradient.
 
 On a symmetric graph (``symmetric=True``: ``j -> i`` is an edge exactly when ``i -> j`` is,
 with the same length) the backward walks the destination layout, as the forward does: the
@@ -85,8 +87,8 @@ import torch
 from kernels._triton import check_no_grad, pick_configs, tl, torch_to_tl_dtype, triton
 from kernels.csr import GraphCSR, valid_edge_mask
 
-__all__ = ["FilterTable", "build_filter_table", "tabulate_filter", "evaluate_table",
-           "tabulated_cfconv", "tabulated_cfconv_reference"]
+__all__ = ["FilterTable", "LengthGradient", "build_filter_table", "tabulate_filter",
+           "evaluate_table", "tabulated_cfconv", "tabulated_cfconv_reference"]
 
 
 @dataclass(frozen=True)
@@ -272,18 +274,99 @@ _INTERPRET_CONFIG = _cfg(16, 4)
 #: one after another, each adding into one row, was slower: 733 against 625 us.)
 FORWARD_SLICE = 32
 BACKWARD_SLICE = 32
-#: Largest size of the backward's partial ``g`` rows, bytes. Above it (1ENH x 16,384: four
-#: rows of 300M edges, 4.8 GB, which ran out of memory on an 80 GB GPU) the backward takes
-#: all columns in one slice and writes a single row.
+#: Largest size of the backward's partial ``g`` rows (all blocks sharing one
+#: `LengthGradient`), bytes. Above it (1ENH x 16,384: four rows of 300M edges per block,
+#: 4.8 GB each, which ran out of memory on an 80 GB GPU) the backward takes all columns in
+#: one slice and writes a single row per block.
 PARTIAL_ROWS_BYTES = 2 << 30
 
 
-def backward_slice(num_features: int, num_edges: int) -> int:
+def backward_slice(num_features: int, num_edges: int, blocks: int = 1) -> int:
     """Feature columns per backward program: `BACKWARD_SLICE`, or all ``num_features`` when
-    the partial ``g`` rows of ``num_edges`` float32 entries would exceed
-    `PARTIAL_ROWS_BYTES`."""
-    rows = max(num_features // BACKWARD_SLICE, 1)
+    the partial ``g`` rows of ``blocks`` blocks, ``num_edges`` float32 entries each, would
+    exceed `PARTIAL_ROWS_BYTES`."""
+    rows = max(num_features // BACKWARD_SLICE, 1) * blocks
     return BACKWARD_SLICE if rows * num_edges * 4 <= PARTIAL_ROWS_BYTES else num_features
+
+
+@triton.jit
+def _row_sum_kernel(rows_ptr, out_ptr, ptr_ptr, num_nodes, num_rows, num_edges,
+                    SEARCHED: tl.constexpr, BLOCK: tl.constexpr):
+    """``out[e] = sum_r rows[r, e]``, rows added in order (deterministic).
+
+    rows_ptr: float32 [num_rows, num_edges]; out_ptr: float32 [num_edges]; ptr_ptr: int32
+    destination CSR bounds [num_nodes + 1]; SEARCHED: the slots ``< ptr[num_nodes]`` are
+    exactly the edges in a segment (a searched graph: every one of them was written), so
+    ``out`` is 0 beyond them and the rows there are never read (they need no zero fill);
+    otherwise every entry is summed (rows zero-filled where no segment writes). BLOCK:
+    edges per program.
+    """
+    e = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inb = e < num_edges
+    live = inb
+    if SEARCHED:
+        live = inb & (e < tl.load(ptr_ptr + num_nodes).to(tl.int64))
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for r in range(num_rows):
+        acc += tl.load(rows_ptr + r * num_edges + e, mask=live, other=0.0)
+    tl.store(out_ptr + e, acc, mask=inb)
+
+
+class LengthGradient:
+    """The length gradients of the blocks that share one ``dist`` (one step), summed once.
+
+    Without it every block's backward would zero-fill its partial ``g`` rows, sum them into
+    ``dE_b/dd`` [E], and autograd would add the blocks' vectors: ``3 B`` kernels for ``B``
+    blocks. Here every block writes its rows into one buffer ``[B * F/FS, E]``; the block
+    that ran first in the forward, whose backward runs last (every later block depends on
+    its output), sums all rows in one kernel and returns ``dE/dd``; the others return no
+    gradient for ``dist``. Create one per forward pass and pass it to every block's
+    `tabulated_cfconv` (with ``slots_are_edges`` the same for all).
+
+    Parameters
+    ----------
+    num_blocks : int
+        ``B``, the calls that will share it.
+    """
+
+    def __init__(self, num_blocks: int):
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be positive, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.registered = 0
+        self.rows = None  # float32 [B, F/FS, E], allocated by the first backward
+        self.written: set[int] = set()
+
+    def register(self) -> int:
+        """The next block's index (forward order)."""
+        if self.registered == self.num_blocks:
+            raise RuntimeError(f"LengthGradient for {self.num_blocks} blocks got one more")
+        self.registered += 1
+        return self.registered - 1
+
+    def block_rows(self, block, num_rows, num_edges, device, zeroed) -> torch.Tensor:
+        """Block ``block``'s ``[num_rows, num_edges]`` rows of the shared buffer."""
+        shape = (self.num_blocks, num_rows, num_edges)
+        if self.rows is None or tuple(self.rows.shape) != shape:
+            make = torch.zeros if zeroed else torch.empty
+            self.rows = make(shape, dtype=torch.float32, device=device)
+        self.written.add(block)
+        return self.rows[block]
+
+    def total(self, csr: GraphCSR, searched: bool) -> torch.Tensor:
+        """``dE/dd`` [E]: the sum of every row written since the last total (float32)."""
+        if self.written != set(range(self.registered)):
+            raise RuntimeError(f"length gradients of blocks {sorted(self.written)} of "
+                               f"{self.registered} were written; the first block's backward "
+                               f"must run last")
+        rows = self.rows.reshape(-1, self.rows.shape[-1])
+        out = torch.empty(rows.shape[1], dtype=torch.float32, device=rows.device)
+        block = 1024
+        _row_sum_kernel[(triton.cdiv(rows.shape[1], block),)](
+            rows, out, csr.dst_ptr, csr.num_nodes, rows.shape[0], rows.shape[1],
+            SEARCHED=searched, BLOCK=block, num_warps=4)
+        self.written = set()
+        return out
 
 
 @triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
@@ -410,7 +493,8 @@ def _table_args(table: FilterTable, feature_slice: int) -> dict:
 
 class _TabulatedCFConv(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, dist, xs, src, dst, csr, table, configs, symmetric, slots_are_edges):
+    def forward(ctx, dist, xs, src, dst, csr, table, configs, symmetric, slots_are_edges,
+                shared):
         dist, xs = dist.contiguous(), xs.contiguous()
         _check(dist, xs, table)
         n = csr.num_nodes
@@ -422,6 +506,8 @@ class _TabulatedCFConv(torch.autograd.Function):
         ctx.save_for_backward(dist, xs, src, dst, *csr)
         ctx.table, ctx.configs = table, configs
         ctx.symmetric, ctx.slots_are_edges = symmetric, slots_are_edges
+        ctx.shared = shared
+        ctx.block = None if shared is None else shared.register()
         return out
 
     @staticmethod
@@ -434,21 +520,33 @@ class _TabulatedCFConv(torch.autograd.Function):
         else:
             walk = dict(other_ptr=dst, ptr_ptr=csr.src_ptr, perm_ptr=csr.src_perm,
                         SLOTS_ARE_EDGES=False)
-        args = _table_args(ctx.table, backward_slice(ctx.table.num_features, dist.numel()))
+        shared = ctx.shared
+        blocks = 1 if shared is None else shared.num_blocks
+        args = _table_args(ctx.table,
+                           backward_slice(ctx.table.num_features, dist.numel(), blocks))
         grad_xs = torch.empty_like(xs)  # the kernel writes rows < N; zero the rest
         grad_xs[csr.num_nodes:].zero_()
-        # one row per feature slice; padding edges are in no segment and stay 0
-        g = torch.zeros(args["F"] // args["FS"], dist.numel(), dtype=torch.float32,
-                        device=xs.device)
+        # one row per feature slice; padding edges are in no segment and stay 0 (or, on a
+        # searched graph, are not summed)
+        num_rows = args["F"] // args["FS"]
+        if shared is None:
+            g = torch.zeros(num_rows, dist.numel(), dtype=torch.float32, device=xs.device)
+        else:
+            g = shared.block_rows(ctx.block, num_rows, dist.numel(), xs.device,
+                                  zeroed=not ctx.slots_are_edges)
         _launch(_tab_bwd_kernel, ctx.configs[1], csr.num_nodes,
                 dict(dist_ptr=dist, xs_ptr=xs, gu_ptr=grad_u.contiguous().float(),
                      gxs_ptr=grad_xs, g_ptr=g, num_edges=dist.numel(), **walk, **args))
-        grad_dist = g[0] if g.shape[0] == 1 else g.sum(0)
-        return grad_dist, grad_xs, None, None, None, None, None, None, None
+        if shared is not None:
+            grad_dist = shared.total(csr, ctx.slots_are_edges) if ctx.block == 0 else None
+        else:
+            grad_dist = g[0] if num_rows == 1 else g.sum(0)
+        return grad_dist, grad_xs, None, None, None, None, None, None, None, None
 
 
 def tabulated_cfconv(dist, xs, src, dst, csr: GraphCSR, table: FilterTable, *,
-                     symmetric: bool = False, slots_are_edges: bool = False):
+                     symmetric: bool = False, slots_are_edges: bool = False,
+                     length_grad: LengthGradient | None = None):
     """Continuous-filter convolution with a tabulated filter, fused forward and backward.
 
     Parameters
@@ -481,6 +579,10 @@ def tabulated_cfconv(dist, xs, src, dst, csr: GraphCSR, table: FilterTable, *,
     slots_are_edges : bool
         The caller guarantees that ``csr.dst_perm`` is the identity on the segments (a
         searched graph, `kernels.pair_search_csr`): the kernels skip reading it.
+    length_grad : LengthGradient, optional
+        Shared by every block that reads this ``dist``: the blocks' length gradients are
+        collected in one buffer and summed once, by the backward of the block that called
+        first (see `LengthGradient`); the other blocks return no gradient for ``dist``.
 
     Returns
     -------
@@ -490,7 +592,7 @@ def tabulated_cfconv(dist, xs, src, dst, csr: GraphCSR, table: FilterTable, *,
         Deterministic (no atomics).
     """
     return _TabulatedCFConv.apply(dist, xs, src, dst, csr, table, (None, None),
-                                  bool(symmetric), bool(slots_are_edges))
+                                  bool(symmetric), bool(slots_are_edges), length_grad)
 
 
 def evaluate_table(table: FilterTable, d):

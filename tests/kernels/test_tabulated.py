@@ -70,7 +70,8 @@ def _run(ops, pos, xs, g, table, gu):
 
 def _with_config(cfg):
     """`KERNEL` with the convolution's autotuner bypassed by ``cfg`` (both kernels)."""
-    return edge_distances, lambda *args: _TabulatedCFConv.apply(*args, (cfg, cfg), False, False)
+    return edge_distances, lambda *args: _TabulatedCFConv.apply(*args, (cfg, cfg), False,
+                                                                 False, None)
 
 
 def _hermite(values, slopes, h, d):
@@ -207,6 +208,59 @@ def test_symmetric_walk_and_identity_slots(device, symmetric, slots_are_edges):
     # position gradients add the pairs' terms in another order
     assert torch.equal(u, general[0]) and torch.equal(gx, general[2])
     assert rel_err(gp, general[1]) < 1e-6
+
+
+def _three_blocks(g, table, xs, gu, slots_are_edges, length_grad, prefill=None):
+    """Three convolutions chained through ``tanh`` that read one set of lengths, as the
+    model's blocks do. Returns the gradients of ``sum(u_2 * gu)`` for positions, ``xs``
+    and the lengths."""
+    pos = g["pos"].clone().requires_grad_()
+    xs = xs.clone().requires_grad_()
+    dist = edge_distances(pos, g["src"], g["dst"], g["csr"])
+    if prefill is not None:  # rows left over in the buffer: must never reach the result
+        length_grad.rows = torch.full(prefill, float("nan"), device=pos.device)
+    h = xs
+    for _ in range(3):
+        u = tabulated_cfconv(dist, h, g["src"], g["dst"], g["csr"], table, symmetric=True,
+                             slots_are_edges=slots_are_edges, length_grad=length_grad)
+        h = torch.cat([torch.tanh(u), h[u.shape[0]:]])
+    return torch.autograd.grad((u * gu).sum(), (pos, xs, dist))
+
+
+@pytest.mark.parametrize("slots_are_edges", [False, True])
+def test_shared_length_gradient_sums_the_blocks_once(device, slots_are_edges):
+    """Blocks sharing a `LengthGradient` give the gradients of separate backward passes
+    (the sum's order differs: within 1e-6); on a searched graph the rows beyond the last
+    segment are never read, so whatever the buffer held there stays out."""
+    g = make_graph(device=device, seed=4, drop=0)
+    _, table, xs, gu = _setup(device)
+    separate = _three_blocks(g, table, xs, gu, slots_are_edges, None)
+    num_edges = g["src"].numel()
+    shared = tabulated.LengthGradient(3)
+    rows = 32 // tabulated.backward_slice(32, num_edges, 3)
+    prefill = (3, rows, num_edges) if slots_are_edges else None
+    together = _three_blocks(g, table, xs, gu, slots_are_edges, shared, prefill)
+    for a, b in zip(together, separate, strict=True):
+        assert torch.isfinite(a).all() and rel_err(a, b) < 1e-6
+    n_real = int(g["num_edges"][0])
+    assert not together[2][n_real:].any() and together[2][:n_real].any()
+    assert shared.written == set()  # summed and reset: a second pass starts afresh
+
+
+def test_shared_length_gradient_refuses_a_block_left_out(device):
+    """If a block registered in the forward never ran its backward, the sum would lack its
+    rows: the first block's backward refuses instead of returning a wrong gradient."""
+    g = make_graph(device=device, seed=4, drop=0)
+    _, table, xs, gu = _setup(device)
+    shared = tabulated.LengthGradient(2)
+    pos = g["pos"].clone().requires_grad_()
+    dist = edge_distances(pos, g["src"], g["dst"], g["csr"])
+    first = tabulated_cfconv(dist, xs, g["src"], g["dst"], g["csr"], table, length_grad=shared)
+    tabulated_cfconv(dist, xs, g["src"], g["dst"], g["csr"], table, length_grad=shared)
+    with pytest.raises(RuntimeError, match="must run last"):
+        torch.autograd.grad((first * gu).sum(), pos)
+    with pytest.raises(RuntimeError, match="one more"):
+        tabulated_cfconv(dist, xs, g["src"], g["dst"], g["csr"], table, length_grad=shared)
 
 
 def test_half_precision_features(device):

@@ -21,7 +21,8 @@ computes, with each technique of :class:`KernelOptions` switched on or off:
   cubic Hermite table (spacing ``TABLE_SPACING``) built from the loaded weights, with
   exact slopes; forces are the exact derivative of the interpolated filter. The edge
   lengths are computed once (``kernels.edge_distances``) and shared by all blocks, so one
-  position-gradient pass serves them all. The engine's graphs are symmetric, so the
+  position-gradient pass serves them all; the blocks' length gradients go into one buffer
+  and are summed once (``kernels.LengthGradient``). The engine's graphs are symmetric, so the
   table's backward walks the same destination layout as its forward (contiguous on a
   searched graph).
 
@@ -230,6 +231,7 @@ def fused_node_energies(
 ) -> torch.Tensor:
     """Per-node energies ``(N,)`` through the kernels that ``options`` switch on."""
     from kernels import (
+        LengthGradient,
         cfconv,
         edge_distances,
         radial_basis,
@@ -244,8 +246,9 @@ def fused_node_energies(
     node_kernels = options.fused_update or sixteen
     src, dst, csr, searched = real_edge_graph(schnet, pos, graph)
     tables = filter_tables(schnet, packed, pos.device) if options.tabulated_filter else None
-    if tables is not None:  # lengths once for all blocks (one position-gradient pass)
-        dist = edge_distances(pos, src, dst, csr)
+    if tables is not None:  # lengths once for all blocks (one position-gradient pass),
+        dist = edge_distances(pos, src, dst, csr)  # their gradients summed once
+        length_grad = LengthGradient(len(schnet.interaction_blocks))
     n = graph.num_nodes
     materialised = tables is None and not options.fused_message_passing
     if materialised:  # only the edge-tensor paths gather with these indices
@@ -272,7 +275,8 @@ def fused_node_energies(
         xs = _mlp_linear(h, packed.conv_inputs[b], False) if node_kernels else conv.lin1(h)
         if tables is not None:
             u = tabulated_cfconv(dist, xs, src, dst, csr, tables[b],
-                                 symmetric=graph.sorted_pairs, slots_are_edges=searched)
+                                 symmetric=graph.sorted_pairs, slots_are_edges=searched,
+                                 length_grad=length_grad)
         elif options.fused_message_passing:
             u = cfconv(pos, xs, src, dst, csr, packed.filters[b], packed.spec)
         else:
