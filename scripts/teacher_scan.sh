@@ -5,6 +5,8 @@
 # runs REPLICAS replicas for STEPS steps (default 250,000: 1 ns at 4 fs), at most LIMIT
 # seconds each; its metrics are kept even when the limit cuts it off. The replicas start
 # native, or a share DENATURED of them (e.g. 0.5) from denatured chains.
+# PARALLEL=K runs K variants at a time (the teacher's step is small and launch bound, so
+# several runs share one GPU well).
 # Then `scripts/run_states.py` prints folded and unfolded fractions, events and the Q
 # histogram of every run. Results: $OUT/states.json, $OUT/states.md and $OUT/runs.tgz (the
 # runs' metrics and logs, one archive: the device tool returns at most 8 files).
@@ -16,15 +18,24 @@ WORK=$(mktemp -d /tmp/teacher-scan.XXXXXX)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 export PYTHONPATH="$(pwd):${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-runs=()
+run_variant() {  # $1: variant, $2: run name
+  timeout "${LIMIT:-60}" python -m workbench.cli run --protein "$PROTEIN" \
+    --model "teacher:$1" --replicas "${REPLICAS:-64}" --steps "${STEPS:-250000}" \
+    --kernels cuda_graph --save-interval 2500 --no-trajectory --quiet --out "$WORK/$2" \
+    --denatured-fraction "${DENATURED:-0}" \
+    > "$WORK/$2.log" 2>&1
+  echo "$1: exit code $?"
+}
+names=()
 for variant in $VARIANTS; do
   name=$(echo "$variant" | tr ',=' '_-')
-  timeout "${LIMIT:-60}" python -m workbench.cli run --protein "$PROTEIN" \
-    --model "teacher:$variant" --replicas "${REPLICAS:-64}" --steps "${STEPS:-250000}" \
-    --kernels cuda_graph --save-interval 2500 --no-trajectory --quiet --out "$WORK/$name" \
-    --denatured-fraction "${DENATURED:-0}" \
-    > "$WORK/$name.log" 2>&1
-  echo "$variant: exit code $?"
+  names+=("$name")
+  run_variant "$variant" "$name" &
+  while [ "$(jobs -rp | wc -l)" -ge "${PARALLEL:-1}" ]; do wait -n; done
+done
+wait
+runs=()
+for name in "${names[@]}"; do
   [ -f "$WORK/$name/metrics.csv" ] && runs+=("$name")
 done
 [ ${#runs[@]} -gt 0 ] && (cd "$WORK" && python "$OLDPWD/scripts/run_states.py" "${runs[@]}" \
