@@ -13,6 +13,7 @@ from helpers import (
 )
 
 from workbench.teacher import (
+    TEACHER_BARRIER,
     TEACHER_EPSILON,
     calibrate_epsilon,
     folded_fraction,
@@ -80,3 +81,19 @@ def test_calibration_from_native_starts_only():
     assert result.history[1][0] < result.history[0][0]
     with pytest.raises(ValueError, match="native_fraction"):
         calibrate_epsilon(sys, 300.0, 0.5, native_fraction=1.5)
+
+
+def test_the_2jof_teacher_has_desolvation_barriers_by_default():
+    """`TEACHER_BARRIER` gives 2JOF's teacher its barriers unless the caller sets them;
+    proteins without an entry have none."""
+    from workbench.system.builder import build_system
+
+    trp_cage = build_system("2jof")
+    default = teacher_potential(trp_cage)
+    assert default.metadata["contact_barrier"] == TEACHER_BARRIER["2jof"] > 0
+    barriers = default.priors["barriers"]
+    assert torch.equal(barriers.index, default.priors["contacts"].index)
+    assert torch.allclose(barriers.height, torch.tensor(TEACHER_BARRIER["2jof"]
+                                                        * TEACHER_EPSILON["2jof"]))
+    assert "barriers" not in teacher_potential(trp_cage, contact_barrier=0.0).priors
+    assert "barriers" not in teacher_potential(tiny_system()).priors
