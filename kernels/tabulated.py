@@ -619,14 +619,16 @@ def evaluate_table(table: FilterTable, d):
 
 
 def tabulated_cfconv_reference(dist, xs, src, dst, csr: GraphCSR, table: FilterTable, *,
-                               symmetric: bool = False, slots_are_edges: bool = False):
+                               symmetric: bool = False, slots_are_edges: bool = False,
+                               length_grad: LengthGradient | None = None):
     """PyTorch reference of `tabulated_cfconv` (autograd; materialises E x F).
 
     Computes in ``dist.dtype`` (float64 lengths, e.g. `edge_distances_reference` of float64
     positions, give a float64 evaluation of the same stored table, for finite-difference
     checks) with `evaluate_table`. ``symmetric`` and ``slots_are_edges`` describe how the
-    kernels may walk the graph; the reference's result does not depend on them (its length
-    gradient is the unswapped one).
+    kernels may walk the graph, and ``length_grad`` how they collect the length gradients;
+    the reference's result does not depend on them (its length gradient is the unswapped
+    one, returned by every call).
     """
     valid = valid_edge_mask(csr)
     n = csr.num_nodes

@@ -55,6 +55,69 @@ def test_a_small_capacity_cuts_segments_but_keeps_indices_in_bounds(device):
     assert torch.equal(cut.src, full.src[:capacity]) and torch.equal(cut.dst, full.dst[:capacity])
 
 
+def _cut_reference(full, capacity):
+    """The layouts of ``full`` (the whole graph, from the reference) cut at ``capacity``:
+    segments clamped, ``src_perm[p]`` the slot of the reverse of edge ``p`` where both were
+    stored, ``p`` where the reverse edge fell beyond the capacity."""
+    ptr, _, _, perm = full.csr
+    ids = torch.arange(capacity, dtype=torch.int64, device=ptr.device)
+    perm = perm[:capacity].long()
+    return (full.src[:capacity], full.dst[:capacity], ptr.clamp(max=capacity), ids,
+            ptr.clamp(max=capacity), torch.where(perm < capacity, perm, ids))
+
+
+def _check_source_layout(got, whole):
+    """Position ``p`` of node ``j``'s segment holds the ``p``-th edge into ``j``,
+    ``src[p] -> j``; ``src_perm[p]`` is its reverse ``j -> src[p]`` where that was stored,
+    else ``p`` (only in a cut graph, and only where the reverse was cut off)."""
+    ptr, perm = got.csr.src_ptr.long(), got.csr.src_perm.long()
+    capacity, used = got.src.numel(), int(ptr[-1])
+    assert used == min(int(got.needed), capacity)
+    owner = torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=ptr.device),
+                                    ptr.diff())
+    assert torch.equal(got.dst[:used], owner)
+    slots = torch.arange(capacity, device=ptr.device)
+    moved = perm != slots  # no edge is its own reverse
+    assert not moved[used:].any()
+    p = slots[:used][moved[:used]]
+    k = perm[p]
+    assert torch.equal(got.src[k], got.dst[p]) and torch.equal(got.dst[k], got.src[p])
+    # each node's outgoing edges come in increasing dst
+    same_node = got.dst[p][1:] == got.dst[p][:-1]
+    assert not (same_node & (got.dst[k][1:] <= got.dst[k][:-1])).any()
+    lost = slots[:used][~moved[:used]]
+    assert bool((whole.csr.src_perm.long()[lost] >= capacity).all())  # the reverse was cut
+    if used == int(got.needed):
+        assert lost.numel() == 0
+
+
+@pytest.mark.parametrize("n,capacities", [(45, ("one less",)), (70, ("spare", "two rows"))],
+                         ids=["45", "70"])
+def test_words_across_replicas_match_the_reference_whole_and_cut(device, n, capacities):
+    """``n`` not a multiple of 32, more than one mask word, a dense replica and a sparse
+    one: ranks come from word prefix counts plus popcounts, on both sides of word
+    boundaries and in a later replica. All the outputs match the reference, with room to
+    spare (padding) and cut at the capacity (the last edge only, or all but two rows)."""
+    pos = random_cloud(2, n, box=1.0, seed=n, dtype=torch.float32)
+    pos = (pos * torch.tensor([8.0, 20.0])[:, None, None]).to(device)
+    cutoff = 7.0
+    allowed = _allowed(n, [(0, 31), (31, 32), (5, n - 1), (33, 34)]).to(device)
+    ref = pair_search_csr_reference(pos, allowed, cutoff, 2 * n * n)
+    total = int(ref.needed)
+    degree = torch.bincount(ref.dst[:total] // n, minlength=2) / n
+    assert degree[0] > 0.5 * n and 1 < degree[1] < 0.2 * n  # dense, sparse
+    for name in capacities:
+        capacity = {"spare": total + 37, "one less": total - 1, "two rows": 2 * n + 5}[name]
+        got = pair_search_csr(pos, allowed, cutoff, capacity)
+        assert int(got.needed) == total
+        if capacity >= total:
+            want = pair_search_csr_reference(pos, allowed, cutoff, capacity)
+            assert _same((got.src, got.dst, *got.csr), (want.src, want.dst, *want.csr))
+        else:
+            assert _same((got.src, got.dst, *got.csr), _cut_reference(ref, capacity))
+        _check_source_layout(got, ref)
+
+
 def test_a_replica_with_non_finite_positions_has_no_edges(device):
     pos = random_cloud(3, 16, box=8.0, seed=2, dtype=torch.float32).to(device)
     pos[1, 4, 0] = float("nan")
