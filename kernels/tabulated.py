@@ -274,19 +274,23 @@ _INTERPRET_CONFIG = _cfg(16, 4)
 #: one after another, each adding into one row, was slower: 733 against 625 us.)
 FORWARD_SLICE = 32
 BACKWARD_SLICE = 32
-#: Largest size of the backward's partial ``g`` rows (all blocks sharing one
-#: `LengthGradient`), bytes. Above it (1ENH x 16,384: four rows of 300M edges per block,
-#: 4.8 GB each, which ran out of memory on an 80 GB GPU) the backward takes all columns in
-#: one slice and writes a single row per block.
+#: Largest size of one block's partial ``g`` rows, bytes. Above it (1ENH x 16,384: four
+#: rows of 300M edges, 4.8 GB, which ran out of memory on an 80 GB GPU) the backward takes
+#: all columns in one slice, writes a single row, and returns it on its own (no shared
+#: `LengthGradient` buffer, which would hold every block's row at once).
 PARTIAL_ROWS_BYTES = 2 << 30
 
 
-def backward_slice(num_features: int, num_edges: int, blocks: int = 1) -> int:
-    """Feature columns per backward program: `BACKWARD_SLICE`, or all ``num_features`` when
-    the partial ``g`` rows of ``blocks`` blocks, ``num_edges`` float32 entries each, would
-    exceed `PARTIAL_ROWS_BYTES`."""
-    rows = max(num_features // BACKWARD_SLICE, 1) * blocks
-    return BACKWARD_SLICE if rows * num_edges * 4 <= PARTIAL_ROWS_BYTES else num_features
+def partial_rows_fit(num_features: int, num_edges: int) -> bool:
+    """Whether one block's `BACKWARD_SLICE`-column partial ``g`` rows (``num_edges`` float32
+    entries each) stay within `PARTIAL_ROWS_BYTES`."""
+    return max(num_features // BACKWARD_SLICE, 1) * num_edges * 4 <= PARTIAL_ROWS_BYTES
+
+
+def backward_slice(num_features: int, num_edges: int) -> int:
+    """Feature columns per backward program: `BACKWARD_SLICE` while `partial_rows_fit`,
+    else all ``num_features``."""
+    return BACKWARD_SLICE if partial_rows_fit(num_features, num_edges) else num_features
 
 
 @triton.jit
@@ -321,7 +325,8 @@ class LengthGradient:
     that ran first in the forward, whose backward runs last (every later block depends on
     its output), sums all rows in one kernel and returns ``dE/dd``; the others return no
     gradient for ``dist``. Create one per forward pass and pass it to every block's
-    `tabulated_cfconv` (with ``slots_are_edges`` the same for all).
+    `tabulated_cfconv` (with ``slots_are_edges`` the same for all). On graphs too large for
+    `partial_rows_fit` it is not used: each block then returns its own single row.
 
     Parameters
     ----------
@@ -520,23 +525,22 @@ class _TabulatedCFConv(torch.autograd.Function):
         else:
             walk = dict(other_ptr=dst, ptr_ptr=csr.src_ptr, perm_ptr=csr.src_perm,
                         SLOTS_ARE_EDGES=False)
-        shared = ctx.shared
-        blocks = 1 if shared is None else shared.num_blocks
-        args = _table_args(ctx.table,
-                           backward_slice(ctx.table.num_features, dist.numel(), blocks))
+        F, num_edges = ctx.table.num_features, dist.numel()
+        args = _table_args(ctx.table, backward_slice(F, num_edges))
+        shared = ctx.shared if partial_rows_fit(F, num_edges) else None
         grad_xs = torch.empty_like(xs)  # the kernel writes rows < N; zero the rest
         grad_xs[csr.num_nodes:].zero_()
         # one row per feature slice; padding edges are in no segment and stay 0 (or, on a
         # searched graph, are not summed)
         num_rows = args["F"] // args["FS"]
         if shared is None:
-            g = torch.zeros(num_rows, dist.numel(), dtype=torch.float32, device=xs.device)
+            g = torch.zeros(num_rows, num_edges, dtype=torch.float32, device=xs.device)
         else:
-            g = shared.block_rows(ctx.block, num_rows, dist.numel(), xs.device,
+            g = shared.block_rows(ctx.block, num_rows, num_edges, xs.device,
                                   zeroed=not ctx.slots_are_edges)
         _launch(_tab_bwd_kernel, ctx.configs[1], csr.num_nodes,
                 dict(dist_ptr=dist, xs_ptr=xs, gu_ptr=grad_u.contiguous().float(),
-                     gxs_ptr=grad_xs, g_ptr=g, num_edges=dist.numel(), **walk, **args))
+                     gxs_ptr=grad_xs, g_ptr=g, num_edges=num_edges, **walk, **args))
         if shared is not None:
             grad_dist = shared.total(csr, ctx.slots_are_edges) if ctx.block == 0 else None
         else:

@@ -237,7 +237,7 @@ def test_shared_length_gradient_sums_the_blocks_once(device, slots_are_edges):
     separate = _three_blocks(g, table, xs, gu, slots_are_edges, None)
     num_edges = g["src"].numel()
     shared = tabulated.LengthGradient(3)
-    rows = 32 // tabulated.backward_slice(32, num_edges, 3)
+    rows = 32 // tabulated.backward_slice(32, num_edges)
     prefill = (3, rows, num_edges) if slots_are_edges else None
     together = _three_blocks(g, table, xs, gu, slots_are_edges, shared, prefill)
     for a, b in zip(together, separate, strict=True):
@@ -245,6 +245,20 @@ def test_shared_length_gradient_sums_the_blocks_once(device, slots_are_edges):
     n_real = int(g["num_edges"][0])
     assert not together[2][n_real:].any() and together[2][:n_real].any()
     assert shared.written == set()  # summed and reset: a second pass starts afresh
+
+
+def test_rows_too_large_to_share_are_returned_per_block(device, monkeypatch):
+    """Above `PARTIAL_ROWS_BYTES` no shared buffer is made: every block returns its own
+    single row, and the gradients are those of separate passes."""
+    g = make_graph(device=device, seed=4, drop=0)
+    _, table, xs, gu = _setup(device)
+    separate = _three_blocks(g, table, xs, gu, True, None)
+    monkeypatch.setattr(tabulated, "PARTIAL_ROWS_BYTES", 0)
+    shared = tabulated.LengthGradient(3)
+    together = _three_blocks(g, table, xs, gu, True, shared)
+    assert shared.rows is None
+    for a, b in zip(together, separate, strict=True):
+        assert rel_err(a, b) < 1e-6
 
 
 def test_shared_length_gradient_refuses_a_block_left_out(device):
