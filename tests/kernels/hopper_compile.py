@@ -1,4 +1,4 @@
-"""Compile the tabulated, edge-length and packed-linear kernels for sm_90 (Triton, ptxas).
+"""Compile the tabulated, edge-length, pair-search and packed-linear kernels for sm_90.
 
 Run as a script in a process without ``TRITON_INTERPRET`` (under the interpreter the
 kernels are Python functions and cannot be compiled): ``python hopper_compile.py`` prints
@@ -24,6 +24,7 @@ from triton.runtime.autotuner import Autotuner
 from kernels import tabulated
 from kernels.edge_distances import _distance_kernel
 from kernels.fused_update import _linear_kernel
+from kernels.pair_search import _count_kernel, _fill_kernel
 
 TABLE = {"c01_ptr": "*fp32", "c23_ptr": "*fp16", "scale_ptr": "*fp32", "ptr_ptr": "*i32",
          "perm_ptr": "*i32", "num_nodes": "i32", "num_intervals": "i32", "inv_h": "fp32",
@@ -45,6 +46,22 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
         {"pos_ptr": "*fp32", "src_ptr": "*i64", "ptr_ptr": "*i32", "perm_ptr": "*i32",
          "out_ptr": "*fp32"},
         [{"BLOCK_E": 64}]),
+    "length-gradient row sum": (
+        tabulated._row_sum_kernel,
+        {"rows_ptr": "*fp32", "out_ptr": "*fp32", "ptr_ptr": "*i32", "num_nodes": "i32",
+         "num_rows": "i32", "num_edges": "i32"},
+        [dict(SEARCHED=s, BLOCK=1024) for s in (False, True)]),
+    "pair count": (
+        _count_kernel,
+        {"pos_ptr": "*fp32", "allowed_ptr": "*u8", "count_ptr": "*i32", "mask_ptr": "*i32",
+         "before_ptr": "*i32", "n": "i32", "words": "i32", "cutoff": "fp32"},
+        [{"BLOCK_J": 128}]),
+    "pair fill": (
+        _fill_kernel,
+        {"mask_ptr": "*i32", "before_ptr": "*i32", "ptr_ptr": "*i32", "src_ptr": "*i64",
+         "dst_ptr": "*i64", "src_perm_ptr": "*i32", "n": "i32", "words": "i32",
+         "num_nodes": "i32", "capacity": "i32"},
+        [{"BLOCK_J": 128, "PAD": 256}]),
     "packed linear": (
         _linear_kernel,
         {"a_ptr": "*fp32", "b_ptr": "*fp32", "b_lo_ptr": "*fp32", "kscale_ptr": "*fp32",
