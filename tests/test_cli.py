@@ -292,3 +292,38 @@ def test_denatured_fraction_starts_that_share_of_replicas_unfolded():
     assert torch.equal(mixed_starts(sim.system, 300.0, 4, 2, 3000, "cpu", 3), sim.positions)
     few = prepare_run(replace(settings, denatured_fraction=0.1)).simulation  # round(0.4) = 0
     assert torch.equal(few.positions, native.expand(4, -1, -1))
+
+
+def test_ctrl_c_stops_cleanly_and_the_run_resumes_from_its_last_save(
+    finished_run, tmp_path, monkeypatch, capsys
+):
+    import workbench.cli as cli
+
+    real, calls = cli.timed_steps, []
+
+    def interrupted_on_the_second_chunk(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(*args)
+
+    monkeypatch.setattr(cli, "timed_steps", interrupted_on_the_second_chunk)
+    out = tmp_path / "run"
+    code = main([*RUN, "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 130
+    assert "Traceback" not in captured.err
+    assert "interrupted at step 2; --resume continues from step 2" in captured.err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True and summary["steps"] == 2
+    assert [int(r["step"]) for r in read_rows(out / "metrics.csv")] == [2, 2]
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["step"] == 2
+
+    monkeypatch.setattr(cli, "timed_steps", real)
+    assert main([*RUN, "--steps", "2", "--out", str(out), "--resume"]) == 0
+    capsys.readouterr()
+    assert [int(r["step"]) for r in read_rows(out / "metrics.csv")] == [2, 2, 4, 4]
+    resumed = torch.load(out / "checkpoint.pt", weights_only=True)
+    straight = torch.load(finished_run[0] / "checkpoint.pt", weights_only=True)
+    assert torch.equal(resumed["positions"], straight["positions"])
+    assert not json.loads((out / "summary.json").read_text())["interrupted"]

@@ -489,6 +489,8 @@ def cmd_run(args) -> int:
     chunk = settings.save_interval
     bar = tqdm(total=settings.steps, unit="step", disable=args.quiet, dynamic_ncols=True)
     done = 0
+    interrupted = False
+    saved_step = sim.step_count  # the step the checkpoint on disk holds
     try:
         while done < settings.steps:
             n = min(chunk, settings.steps - done)
@@ -505,6 +507,11 @@ def cmd_run(args) -> int:
                 sim.save_checkpoint(out / "checkpoint.pt")
                 if tempering is not None:
                     tempering.save(out / "tempering.pt")
+                saved_step = sim.step_count
+    except KeyboardInterrupt:
+        # Ctrl-C (or SIGINT from a time limit): stop cleanly. The checkpoint and the
+        # metrics of the last completed save are on disk; --resume continues from there.
+        interrupted = True
     finally:
         bar.close()
         if tempering is not None:
@@ -536,6 +543,7 @@ def cmd_run(args) -> int:
         "frozen_replicas": frozen,
         "tempering": None if tempering is None else tempering.summary(),
         "notices": prepared.notices,
+        "interrupted": interrupted,
     }
     files = []
     if out is not None:
@@ -560,6 +568,15 @@ def cmd_run(args) -> int:
         acceptance = acceptance_text(summary["tempering"]["acceptance"])
         rows.insert(-2, ("exchange acceptance", acceptance))
     print(_summary_table(rows))
+    if interrupted:
+        if out is None:
+            resume = ""
+        elif (out / "checkpoint.pt").exists():
+            resume = f"; --resume continues from step {saved_step}"
+        else:
+            resume = "; no checkpoint was saved yet"
+        print(f"interrupted at step {sim.step_count}{resume}", file=sys.stderr)
+        return 130
     return 0
 
 
