@@ -261,6 +261,23 @@ def test_run_states_counts_populations_events_and_histogram(tmp_path):
     assert states["mean_q"] == pytest.approx(float(q.double().mean()))
     assert (states["folding_events"], states["unfolding_events"]) == (1, 1)
     assert states["q_histogram"] == [0, 0, 0, 1, 0, 3, 0, 0, 4, 0]
+    assert "basin_events" not in states
+
+
+def test_run_states_counts_events_of_a_native_basin_below_the_folded_threshold(tmp_path):
+    from workbench.training.validate import run_states
+
+    # a teacher whose native basin sits at Q 0.55-0.7: no event at 0.8 / 0.4, several at
+    # 0.5 / 0.3
+    q = torch.tensor([[0.55, 0.2, 0.6, 0.25], [0.1, 0.1, 0.7, 0.7]])
+    run = write_metrics(tmp_path / "run" / "metrics.csv", q).parent
+    states = run_states(run, basin=(0.5, 0.3))
+    assert (states["folding_events"], states["unfolding_events"]) == (0, 0)
+    assert states["basin"] == [0.5, 0.3] and states["basin_fraction"] == 0.5
+    assert states["basin_events"] == [2, 2]
+    for bad in ((0.3, 0.5), (0.5, -0.1), (1.5, 0.3)):
+        with pytest.raises(ValueError, match="basin thresholds must satisfy"):
+            run_states(run, basin=bad)
 
 
 def test_long_run_plot_is_optional(tmp_path, monkeypatch):

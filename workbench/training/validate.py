@@ -87,13 +87,17 @@ def count_transitions(
     return folding, unfolding
 
 
-def run_states(path: str | Path) -> dict:
+def run_states(path: str | Path, basin: tuple[float, float] | None = None) -> dict:
     """Populations, events and Q histogram of one run, to calibrate a teacher in long runs.
 
     Parameters
     ----------
     path : str or Path
         A ``workbench run`` output folder or its ``metrics.csv``.
+    basin : (float, float), optional
+        Thresholds ``(high, low)`` of a native basin that sits below ``FOLDED_Q`` (a teacher
+        whose contacts breathe at 300 K): adds ``basin_fraction`` (Q > high) and
+        ``basin_events`` (folding, unfolding) counted with these thresholds.
 
     Returns
     -------
@@ -108,12 +112,20 @@ def run_states(path: str | Path) -> dict:
     q, _, time_ps = series_from_metrics(path / "metrics.csv" if path.is_dir() else path)
     folding, unfolding = count_transitions(q)
     histogram = torch.histc(q.double(), bins=10, min=0.0, max=1.0)
-    return {
+    states = {
         "run": str(path), "replicas": q.shape[0], "saves": q.shape[1], "time_ps": time_ps,
         "folded": folded_fraction(q), "unfolded": float((q < UNFOLDED_Q).double().mean()),
         "mean_q": float(q.double().mean()), "folding_events": folding,
         "unfolding_events": unfolding, "q_histogram": [int(c) for c in histogram.tolist()],
     }
+    if basin is not None:
+        high, low = basin
+        if not 0.0 <= low < high <= 1.0:
+            raise ValueError(f"basin thresholds must satisfy 0 <= low < high <= 1, got {basin}")
+        states["basin"] = [high, low]
+        states["basin_fraction"] = float((q > high).double().mean())
+        states["basin_events"] = list(count_transitions(q, high, low))
+    return states
 
 
 def pearson(x: torch.Tensor, y: torch.Tensor) -> float:
