@@ -50,6 +50,8 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${REPULSION:-}" ] && set -- "$@" --repulsion "$REPULSION"
   # ENERGY_WEIGHT=w: also fit the teacher's energies (less the priors'), weight w Å²/bead
   [ -n "${ENERGY_WEIGHT:-}" ] && set -- "$@" --energy-weight "$ENERGY_WEIGHT"
+  # TF32=1: optimiser steps with TF32 matrix products (validation stays FP32)
+  [ -n "${TF32:-}" ] && set -- "$@" --tf32
   # ENSEMBLE_WEIGHT=w (with SAMPLER=1): the relative-entropy term, the sampler's frames
   # reweighted to the model being trained against the teacher's own frames
   [ -n "${ENSEMBLE_WEIGHT:-}" ] && set -- "$@" --ensemble-weight "$ENSEMBLE_WEIGHT"

@@ -271,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --ensemble-weight: optimiser steps between those checks",
     )
     train.add_argument(
+        "--tf32", action="store_true",
+        help="optimiser steps with TF32 matrix products on tensor cores (CUDA); validation "
+        "stays FP32, and the card records how far TF32 forces are from FP32 ones",
+    )
+    train.add_argument(
         "--ensemble-temperatures", default=None, metavar="KELVIN",
         help="with --ensemble-weight: the temperatures (comma list) whose frames feed the "
         "term (default: all); give those at which the teacher's and the sampler's runs both "
@@ -783,7 +788,7 @@ def cmd_train(args) -> int:
             time_limit=time_limit, select_every=args.select_every,
             energy_weight=args.energy_weight, ensemble_weight=args.ensemble_weight,
             min_sample_fraction=args.min_sample_fraction,
-            ensemble_check_every=args.ensemble_check_every,
+            ensemble_check_every=args.ensemble_check_every, tf32=args.tf32,
         ),
         validation_fraction=args.val_fraction,
         prior_temperature=args.prior_temperature,
@@ -809,6 +814,11 @@ def cmd_train(args) -> int:
         ("epochs", f"{training['epochs_run']} (best {training['best_epoch']})"),
         ("val force RMSE", f"{training['val_force_rmse']:.4f} kcal/mol/Å"),
         ("val energy RMSE", f"{training['val_energy_rmse']:.3f} kcal/mol (centred)"),
+    ]
+    if training["tf32_force_error"] is not None:
+        rows.append(("TF32 steps", f"forces {training['tf32_force_error']:.1e} relative RMS "
+                                   "from FP32 (first validation batch)"))
+    rows += [
         ("files", f"{out}: {system.name}.pt, {system.name}.json, {system.name}.log.csv"),
     ]
     print(_summary_table(rows))

@@ -174,6 +174,46 @@ def test_a_selector_chooses_the_kept_epoch(data, residual, every, scored, scores
     assert any(not torch.equal(kept[k], seen[-1][k]) for k in kept)  # the last ones differ
 
 
+def test_tf32_runs_only_the_optimiser_steps_with_tf32_products(data, residual, monkeypatch):
+    import workbench.training.force_matching as fm
+
+    pos = data["positions"][:20]
+    seen = []  # (create_graph, matmul precision) of every batch-error call
+    real = fm._batch_errors
+
+    def recording(potential, pos, target, energies, create_graph):
+        seen.append((create_graph, torch.get_float32_matmul_precision()))
+        return real(potential, pos, target, energies, create_graph)
+
+    monkeypatch.setattr(fm, "_batch_errors", recording)
+    before = torch.get_float32_matmul_precision()
+    for tf32 in (False, True):
+        seen.clear()
+        result = train_force_matching(
+            small_schnet(**TINY), tiny_system().bead_types, (pos, residual[:20]),
+            (pos, residual[:20]), FitSettings(epochs=2, batch_size=10, tf32=tf32),
+            progress=False,
+        )
+        steps = {p for graph, p in seen if graph}
+        checks = {p for graph, p in seen if not graph}
+        assert steps == {"high" if tf32 else "highest"} and checks == {"highest"}
+        assert torch.get_float32_matmul_precision() == before
+        if tf32:  # measured against FP32 (exactly 0 where the device has no TF32)
+            assert 0.0 <= result.tf32_force_error < 1e-2
+        else:
+            assert result.tf32_force_error is None
+
+
+def test_matmul_precision_is_restored_after_an_error():
+    from workbench.training.force_matching import float32_matmul_precision
+
+    before = torch.get_float32_matmul_precision()
+    with pytest.raises(RuntimeError, match="inside"), float32_matmul_precision("high"):
+        assert torch.get_float32_matmul_precision() == "high"
+        raise RuntimeError("inside")
+    assert torch.get_float32_matmul_precision() == before
+
+
 def test_pipeline_saves_a_loadable_model_and_card(data, tmp_path, monkeypatch):
     sys = tiny_system()
     settings = TrainSettings(
@@ -187,6 +227,8 @@ def test_pipeline_saves_a_loadable_model_and_card(data, tmp_path, monkeypatch):
     assert card_file["training"]["val_force_rmse"] > 0
     assert card_file["training"]["val_energy_rmse"] > 0
     assert card_file["training"]["energy_weight"] == 0.0
+    assert card_file["training"]["tf32"] is False
+    assert card_file["training"]["tf32_force_error"] is None
     assert card_file["validation"]["force_rmse"] > 0
     loaded = load_potential(tmp_path / "cln025.pt")
     assert loaded.metadata["trained"] and set(loaded.priors) == set(potential.priors)

@@ -23,7 +23,8 @@ import csv
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -89,6 +90,11 @@ class FitSettings:
         last check that passed (or those training started from).
     ensemble_check_every : int
         Optimiser steps between those checks.
+    tf32 : bool
+        Run the optimiser steps' float32 matrix products as TF32 on tensor cores
+        (``torch.set_float32_matmul_precision("high")``, CUDA only). Validation, selection
+        and the ensemble checks stay full FP32, so the logged errors are FP32 ones; the
+        result reports how far TF32 forces are from FP32 forces (``FitResult.tf32_force_error``).
     """
 
     epochs: int = 100
@@ -106,6 +112,7 @@ class FitSettings:
     ensemble_weight: float = 0.0
     min_sample_fraction: float = 0.5
     ensemble_check_every: int = 50
+    tf32: bool = False
 
     def __post_init__(self):
         for name in ("energy_weight", "ensemble_weight"):
@@ -143,6 +150,9 @@ class FitResult:
     selection : list of dict
         ``{"epoch", "score"}`` of every scored epoch (empty without a selector); the kept
         epoch is then the lowest-scoring one.
+    tf32_force_error : float or None
+        With ``FitSettings.tf32``: relative RMS difference of the starting model's forces on
+        the first validation batch computed with TF32 products against FP32 (None without).
     """
 
     history: list[dict] = field(default_factory=list)
@@ -151,6 +161,7 @@ class FitResult:
     stopped_by_time: bool = False
     stopped_by_reweighting: bool = False
     selection: list[dict] = field(default_factory=list)
+    tf32_force_error: float | None = None
 
     @property
     def best_val_force_rmse(self) -> float:
@@ -356,6 +367,9 @@ def train_force_matching(
     writer = csv.DictWriter(log, LOG_COLUMNS) if log is not None else None
     if writer is not None:
         writer.writeheader()
+    steps_precision = "high" if settings.tf32 else "highest"
+    if settings.tf32:
+        result.tf32_force_error = _tf32_force_error(potential, validation, settings)
     bar = tqdm(range(1, settings.epochs + 1), disable=not progress, desc="train", unit="epoch")
     began = time.perf_counter()
     try:
@@ -368,21 +382,22 @@ def train_force_matching(
             ):
                 pos = positions[batch].to(settings.device)
                 target = targets[batch].to(settings.device)
-                force_mse, energy_error = _batch_errors(
-                    potential, pos, target,
-                    None if energies is None else energies[batch].to(settings.device),
-                    create_graph=True,
-                )
-                loss = _loss(force_mse, energy_error, settings.energy_weight, pos.shape[1])
-                if ensemble is not None:
-                    frames = _ensemble_batch(ensemble[0][step % len(ensemble[0])],
-                                             settings.batch_size, generator)
-                    change = relative_entropy_change(potential, frames, settings.device)[0]
-                    loss = loss + settings.ensemble_weight * change
+                with float32_matmul_precision(steps_precision):
+                    force_mse, energy_error = _batch_errors(
+                        potential, pos, target,
+                        None if energies is None else energies[batch].to(settings.device),
+                        create_graph=True,
+                    )
+                    loss = _loss(force_mse, energy_error, settings.energy_weight, pos.shape[1])
+                    if ensemble is not None:
+                        frames = _ensemble_batch(ensemble[0][step % len(ensemble[0])],
+                                                 settings.batch_size, generator)
+                        change = relative_entropy_change(potential, frames, settings.device)[0]
+                        loss = loss + settings.ensemble_weight * change
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
                 step += 1
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
                 total += float(loss.detach()) * target.numel()
                 seen += target.numel()
                 if ensemble is not None and step % settings.ensemble_check_every == 0:
@@ -450,6 +465,33 @@ def train_force_matching(
     if best_state is not None:
         schnet.load_state_dict(best_state)
     return result
+
+
+@contextmanager
+def float32_matmul_precision(precision: str) -> Iterator[None]:
+    """Set ``torch.set_float32_matmul_precision`` inside the block and restore the
+    previous setting after it, exceptions included."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def _tf32_force_error(
+    potential: Potential, validation: tuple[torch.Tensor, ...], settings: FitSettings
+) -> float:
+    """Relative RMS difference of forces with TF32 products from FP32 ones, on the first
+    validation batch."""
+    pos = validation[0][: settings.batch_size].to(settings.device)
+    forces = {}
+    for precision in ("highest", "high"):
+        with float32_matmul_precision(precision):
+            forces[precision] = model_forces(potential, pos).double()
+    reference = forces["highest"]
+    scale = float(reference.square().mean().sqrt())
+    return float((forces["high"] - reference).square().mean().sqrt()) / max(scale, 1e-30)
 
 
 def _ensemble_batch(

@@ -217,6 +217,8 @@ def train_potential(
         )
         card["data"].update(settings.data_origin)
         card["training"]["energy_weight"] = settings.fit.energy_weight
+        card["training"]["tf32"] = settings.fit.tf32
+        card["training"]["tf32_force_error"] = fit.tf32_force_error
         if ensemble is not None:
             card["training"]["relative_entropy"] = {
                 "weight": settings.fit.ensemble_weight,
