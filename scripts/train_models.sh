@@ -72,11 +72,12 @@ train() {  # protein, training seconds, extra arguments
   echo "$protein finished with exit code $?"
   # CHECK=S: then run the new model for S seconds (64 replicas from native, fastest path):
   # its metrics and checkpoint ($DEST/<protein>-check/) feed `workbench validate --runs`
-  # and the next round's SAMPLER_START
+  # and the next round's SAMPLER_START; CHECK_DENATURED=F starts that fraction denatured
   if [ -n "${CHECK:-}" ] && [ -f "$DEST/$protein.pt" ]; then
     timeout -s INT "$CHECK" python -m workbench.cli run --protein "$protein" \
       --model "$DEST/$protein.pt" --replicas 64 --steps 100000000 --kernels tables+graph \
-      --save-interval 2500 --no-trajectory --out "$DEST/$protein-check" --quiet \
+      --save-interval 2500 --no-trajectory --denatured-fraction "${CHECK_DENATURED:-0}" \
+      --out "$DEST/$protein-check" --quiet \
       > "$DEST/$protein-check.out" 2>&1
     echo "$protein check run: $(($(wc -l < "$DEST/$protein-check/metrics.csv") / 64)) saves"
   fi
