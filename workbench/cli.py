@@ -829,7 +829,7 @@ def cmd_validate(args) -> int:
     from workbench.model.io import load_potential
     from workbench.runner import resolve_device
     from workbench.system import build_system
-    from workbench.teacher import teacher_potential
+    from workbench.teacher import state_thresholds, teacher_potential
     from workbench.training.model_card import card_path, write_model_card
     from workbench.training.validate import validate_against_teacher
 
@@ -843,7 +843,8 @@ def cmd_validate(args) -> int:
                                 teacher_meta.get("contact_barrier"))
     if args.runs is not None:
         return _validate_long_run(
-            Path(args.model), *args.runs, plot=args.plot, ends=(system, potential, teacher)
+            Path(args.model), *args.runs, state_thresholds(system.name), plot=args.plot,
+            ends=(system, potential, teacher),
         )
     device, notice = resolve_device(args.device)
     if notice:
@@ -878,11 +879,13 @@ def cmd_validate(args) -> int:
 
 
 def _validate_long_run(
-    model: Path, model_run: str, teacher_run: str, plot: str | None = None, ends=None
+    model: Path, model_run: str, teacher_run: str, states: tuple[float, float],
+    plot: str | None = None, ends=None,
 ) -> int:
-    """``validate --runs``: the two runs' comparison into the card as ``long_run``; with
-    ``ends = (system, model potential, teacher)`` and both runs' checkpoints, also the two
-    potentials at the runs' final structures (``long_run["end_structures"]``)."""
+    """``validate --runs``: the two runs' comparison into the card as ``long_run``, states
+    counted with the Q thresholds ``states`` (folded, unfolded); with ``ends = (system,
+    model potential, teacher)`` and both runs' checkpoints, also the two potentials at the
+    runs' final structures (``long_run["end_structures"]``)."""
     from workbench.md.simulation import checkpoint_positions
     from workbench.training.model_card import card_path, write_model_card
     from workbench.training.validate import compare_end_structures, compare_runs, plot_long_runs
@@ -891,9 +894,9 @@ def _validate_long_run(
     for file in files:
         if not file.is_file():
             raise UsageError(f"--runs: no metrics.csv in {file.parent}")
-    long_run = compare_runs(*files)
+    long_run = compare_runs(*files, states=states)
     plot = Path(plot) if plot is not None else model.with_suffix(".long_run.png")
-    if plot_long_runs({"model": files[0]}, files[1], plot):
+    if plot_long_runs({"model": files[0]}, files[1], plot, states):
         long_run["plot"] = str(plot)
     checkpoints = [Path(folder) / "checkpoint.pt" for folder in (model_run, teacher_run)]
     if ends is not None and all(file.is_file() for file in checkpoints):
@@ -910,9 +913,10 @@ def _validate_long_run(
         ("long run", f"{long_run['replicas']} replicas × {long_run['time_ps']:,.0f} ps"),
         ("Q overlap", f"{long_run['q_intersection']:.2f}"),
         ("folded", f"teacher {long_run['folded_teacher']:.2f}, "
-                   f"model {long_run['folded_model']:.2f}"),
+                   f"model {long_run['folded_model']:.2f} (Q > {states[0]:g})"),
         ("events", f"teacher {tuple(long_run['events_teacher'])}, "
-                   f"model {tuple(long_run['events_model'])} (fold, unfold)"),
+                   f"model {tuple(long_run['events_model'])} (fold, unfold; Q "
+                   f"{states[0]:g} / {states[1]:g})"),
         ("verdict", "pass" if not failed else f"FAIL ({', '.join(failed)})"),
     ]
     if "end_structures" in long_run:

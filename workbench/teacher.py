@@ -59,6 +59,19 @@ DEFAULT_EPSILON = 0.2
 
 #: Q above which a structure counts as folded.
 FOLDED_Q = 0.8
+#: Q below which a structure counts as unfolded (hysteresis with ``FOLDED_Q``).
+UNFOLDED_Q = 0.4
+#: Folded and unfolded Q thresholds of the teachers whose native basin lies below
+#: ``FOLDED_Q``. The 2JOF barrier teacher breathes at 300 K: in 5-ns runs its native basin
+#: sits at Q 0.5–0.6 and its unfolded one at 0.1–0.2, and Q > 0.8 holds for 0.4 % of the
+#: samples (docs/models.md), so its states are Q > 0.5 and Q < 0.3.
+NATIVE_BASIN_Q: dict[str, tuple[float, float]] = {"2jof": (0.5, 0.3)}
+
+
+def state_thresholds(protein: str) -> tuple[float, float]:
+    """Q thresholds ``(folded, unfolded)`` that a protein's states and events are counted
+    with: ``NATIVE_BASIN_Q[protein]``, else ``(FOLDED_Q, UNFOLDED_Q)``."""
+    return NATIVE_BASIN_Q.get(protein, (FOLDED_Q, UNFOLDED_Q))
 
 
 def teacher_potential(

@@ -7,13 +7,14 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 
 import pytest
 import torch
 from helpers import tiny_system
 
 from workbench.model.options import KernelOptions
-from workbench.teacher import teacher_potential
+from workbench.teacher import state_thresholds, teacher_potential
 from workbench.training.validate import (
     compare_end_structures,
     compare_force_paths,
@@ -126,6 +127,44 @@ def test_long_runs_pass_only_with_overlap_transitions_and_both_states(tmp_path):
     few[:, 5:] = 0.9  # 4 events per replica: both states, too few transitions
     slow = compare_runs(write_metrics(tmp_path / "slow.csv", few), teacher)
     assert slow["passes"]["both_states"] and not slow["passes"]["transitions"]
+
+
+def test_long_runs_count_states_with_a_native_basins_thresholds(tmp_path):
+    assert state_thresholds("2jof") == (0.5, 0.3) and state_thresholds("cln025") == (0.8, 0.4)
+    breathing = torch.tensor([[0.55, 0.2] * 6] * 2)  # a native basin below Q 0.8
+    teacher = write_metrics(tmp_path / "teacher.csv", breathing)
+    model = write_metrics(tmp_path / "model.csv", breathing)
+    strict = compare_runs(model, teacher)
+    assert strict["states"] == [0.8, 0.4] and strict["events_model"] == (0, 0)
+    assert strict["folded_model"] == 0.0
+    assert not strict["passes"]["transitions"] and not strict["passes"]["both_states"]
+    basin = compare_runs(model, teacher, states=state_thresholds("2jof"))
+    assert basin["states"] == [0.5, 0.3] and basin["folded_model"] == 0.5
+    assert basin["events_model"] == (10, 12) and all(basin["passes"].values())
+
+
+def test_cli_counts_a_proteins_states_with_its_thresholds(tmp_path, capsys):
+    from helpers import small_schnet
+
+    from workbench.cli import main
+    from workbench.model.io import save_potential
+    from workbench.model.potential import Potential
+    from workbench.system import build_system
+
+    model = tmp_path / "2jof.pt"
+    potential = Potential(build_system("2jof").bead_types, small_schnet(hidden=8, filters=8), {})
+    potential.metadata = {"protein": "2jof", "teacher": {"epsilon": 0.15}}
+    save_potential(potential, model)
+    breathing = torch.tensor([[0.55, 0.2] * 6] * 2)
+    for name in ("model", "teacher"):
+        write_metrics(tmp_path / name / "metrics.csv", breathing)
+    args = ["validate", "--model", str(model), "--runs", str(tmp_path / "model"),
+            str(tmp_path / "teacher")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "(10, 12) (fold, unfold; Q 0.5 / 0.3)" in out and re.search(r"verdict +\| pass", out)
+    long_run = json.loads((tmp_path / "2jof.json").read_text())["validation"]["long_run"]
+    assert long_run["states"] == [0.5, 0.3] and all(long_run["passes"].values())
 
 
 def test_cli_records_a_long_run_that_gates_the_default(tmp_path, capsys):

@@ -3,7 +3,8 @@
 Both are run with the same replicas, temperatures and seed; the numbers compared are
 the Q histograms (intersection ≥ 0.8), the folded fractions (within 0.1), the
 correlation of RMSD and Q (negative), the folding and unfolding events (counted with
-hysteresis: folded above Q 0.8, unfolded below Q 0.4) and the force RMSE on held-out
+hysteresis: folded above Q 0.8, unfolded below Q 0.4, or the protein's native-basin
+thresholds, :func:`workbench.teacher.state_thresholds`) and the force RMSE on held-out
 teacher frames. :func:`compare_runs` compares two long runs already made (``workbench
 run`` of the model and of ``--model teacher``) from their metrics files, and
 :func:`compare_end_structures` the two potentials at the structures where those runs
@@ -25,11 +26,9 @@ from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
 from workbench.neighbors import NeighborList
 from workbench.system.cg_system import CGSystem
-from workbench.teacher import FOLDED_Q, langevin_simulation
+from workbench.teacher import FOLDED_Q, UNFOLDED_Q, langevin_simulation, state_thresholds
 from workbench.training.force_matching import potential_labels
 
-#: Q below which a structure counts as unfolded (hysteresis with ``FOLDED_Q``).
-UNFOLDED_Q = 0.4
 #: Pass thresholds.
 MIN_INTERSECTION = 0.8
 MAX_FOLDED_DIFFERENCE = 0.1
@@ -176,7 +175,10 @@ def sample_q_rmsd(
 
 
 def compare_q(
-    q_teacher: torch.Tensor, q_model: torch.Tensor, rmsd_model: torch.Tensor
+    q_teacher: torch.Tensor,
+    q_model: torch.Tensor,
+    rmsd_model: torch.Tensor,
+    states: tuple[float, float] = (FOLDED_Q, UNFOLDED_Q),
 ) -> dict:
     """Validation numbers of one temperature.
 
@@ -184,23 +186,29 @@ def compare_q(
     ----------
     q_teacher : torch.Tensor, shape (R, T), float
     q_model, rmsd_model : torch.Tensor, shape (R, T), float
+    states : (float, float)
+        Q thresholds (folded, unfolded) of the folded fractions and the events
+        (:func:`workbench.teacher.state_thresholds` of the protein).
 
     Returns
     -------
     dict
         ``q_intersection``, ``folded_teacher``, ``folded_model``, ``rmsd_q_correlation``,
-        ``events_teacher`` and ``events_model`` (folding, unfolding), ``passes``.
+        ``events_teacher`` and ``events_model`` (folding, unfolding), ``states`` (the
+        thresholds), ``passes``.
     """
+    folded, unfolded = states
     intersection = histogram_intersection(q_teacher, q_model)
-    folded_t, folded_m = folded_fraction(q_teacher), folded_fraction(q_model)
+    folded_t, folded_m = folded_fraction(q_teacher, folded), folded_fraction(q_model, folded)
     correlation = pearson(rmsd_model, q_model)
     return {
         "q_intersection": intersection,
         "folded_teacher": folded_t,
         "folded_model": folded_m,
         "rmsd_q_correlation": correlation,
-        "events_teacher": count_transitions(q_teacher),
-        "events_model": count_transitions(q_model),
+        "events_teacher": count_transitions(q_teacher, folded, unfolded),
+        "events_model": count_transitions(q_model, folded, unfolded),
+        "states": [folded, unfolded],
         "passes": {
             "q_intersection": intersection >= MIN_INTERSECTION,
             "folded_fraction": abs(folded_t - folded_m) <= MAX_FOLDED_DIFFERENCE,
@@ -238,8 +246,14 @@ def series_from_metrics(path: str | Path) -> tuple[torch.Tensor, torch.Tensor, f
     return q, rmsd, float(rows[steps[-1], replicas[0]]["time_ps"])
 
 
-def compare_runs(model_metrics: str | Path, teacher_metrics: str | Path) -> dict:
+def compare_runs(
+    model_metrics: str | Path,
+    teacher_metrics: str | Path,
+    states: tuple[float, float] = (FOLDED_Q, UNFOLDED_Q),
+) -> dict:
     """Validation numbers of a long model run against a teacher run (their metrics CSVs).
+
+    ``states`` are the Q thresholds (folded, unfolded) of :func:`compare_q`.
 
     Returns
     -------
@@ -247,14 +261,14 @@ def compare_runs(model_metrics: str | Path, teacher_metrics: str | Path) -> dict
         :func:`compare_q`'s numbers and passes, plus ``replicas``, ``saves`` and
         ``time_ps`` of the model run, the two paths, and the passes ``transitions`` (at
         least :data:`MIN_LONG_RUN_TRANSITIONS` folding plus unfolding events) and
-        ``both_states`` (samples folded, Q > 0.8, and unfolded, Q < 0.4).
+        ``both_states`` (samples folded and unfolded, by ``states``).
     """
     q_model, rmsd_model, time_ps = series_from_metrics(model_metrics)
     q_teacher, _, _ = series_from_metrics(teacher_metrics)
-    result = compare_q(q_teacher, q_model, rmsd_model)
+    result = compare_q(q_teacher, q_model, rmsd_model, states)
     events = sum(result["events_model"])
     result["passes"]["transitions"] = events >= MIN_LONG_RUN_TRANSITIONS
-    both = (q_model > FOLDED_Q).any() and (q_model < UNFOLDED_Q).any()
+    both = (q_model > states[0]).any() and (q_model < states[1]).any()
     result["passes"]["both_states"] = bool(both)
     return {
         "model_run": str(model_metrics),
@@ -395,8 +409,9 @@ def validate_against_teacher(
         )
         for name, potential in (("teacher", teacher), ("model", model))
     }
+    states = state_thresholds(system.name)
     results = [
-        compare_q(runs["teacher"][0][i], runs["model"][0][i], runs["model"][1][i])
+        compare_q(runs["teacher"][0][i], runs["model"][0][i], runs["model"][1][i], states)
         for i in range(len(temperatures))
     ]
     summary = {
@@ -467,10 +482,14 @@ def plot_validation(
 
 
 def plot_long_runs(
-    models: dict[str, str | Path], teacher_metrics: str | Path, path: str | Path
+    models: dict[str, str | Path],
+    teacher_metrics: str | Path,
+    path: str | Path,
+    states: tuple[float, float] = (FOLDED_Q, UNFOLDED_Q),
 ) -> bool:
     """Long runs against the teacher's, as PNG: Q histograms over the whole runs, and the
-    folded (Q > 0.8) and unfolded (Q < 0.4) fractions of the replicas against time.
+    folded and unfolded fractions of the replicas against time (Q thresholds ``states``,
+    0.8 and 0.4 by default).
 
     Parameters
     ----------
@@ -496,15 +515,15 @@ def plot_long_runs(
         times = torch.linspace(time_ps / q.shape[1], time_ps, q.shape[1]).numpy()
         line = hist.hist(q.flatten().numpy(), bins=50, range=(0, 1), density=True,
                          histtype="step", label=label)[2][0]
-        folded.plot(times, (q > FOLDED_Q).float().mean(0).numpy(), color=line.get_edgecolor(),
-                    label=label, lw=1)
-        unfolded.plot(times, (q < UNFOLDED_Q).float().mean(0).numpy(),
+        folded.plot(times, (q > states[0]).float().mean(0).numpy(),
+                    color=line.get_edgecolor(), label=label, lw=1)
+        unfolded.plot(times, (q < states[1]).float().mean(0).numpy(),
                       color=line.get_edgecolor(), label=label, lw=1)
     hist.set(xlabel="Q", ylabel="density", title="Q over the whole run")
     folded.set(xlabel="time (ps)", ylabel="fraction of replicas", ylim=(0, 1),
-               title=f"folded (Q > {FOLDED_Q:g})")
+               title=f"folded (Q > {states[0]:g})")
     unfolded.set(xlabel="time (ps)", ylabel="fraction of replicas", ylim=(0, 1),
-                 title=f"unfolded (Q < {UNFOLDED_Q:g})")
+                 title=f"unfolded (Q < {states[1]:g})")
     for axis in (hist, folded, unfolded):
         axis.legend(fontsize="small")
     fig.tight_layout()
