@@ -67,7 +67,7 @@ def test_run_writes_metrics_checkpoint_summary_and_trajectories(finished_run):
     assert summary["protein"] == "cln025" and summary["beads"] == 49
     assert summary["replicas"] == 2 and summary["steps"] == 4
     assert summary["timestep_mol_per_s"] > 0 and summary["frozen_replicas"] == []
-    assert 0.0 <= summary["q_mean"] <= 1.0
+    assert 0.0 <= summary["q_mean"] <= 1.0 and summary["folded_q"] == 0.8
 
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=True)
     assert checkpoint["step"] == 4 and checkpoint["positions"].shape == (2, 49, 3)
@@ -242,6 +242,16 @@ def test_model_option_uses_a_saved_potential(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Untrained demo model" not in out
     assert not (tmp_path / "r" / "trajectory").exists()
+
+
+def test_folded_fraction_uses_the_proteins_native_basin(tmp_path, capsys):
+    out = tmp_path / "r"
+    args = ["run", "--protein", "2jof", "--model", "teacher", "--replicas", "2", "--steps", "2",
+            "--device", "cpu", "--quiet", "--no-trajectory", "--out", str(out)]
+    assert main(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["folded_q"] == 0.5 and summary["folded_fraction"] == 1.0  # native starts
+    assert "folded (Q > 0.5) | 100%" in capsys.readouterr().out
 
 
 def test_run_without_out_writes_nothing(tmp_path, monkeypatch, capsys):

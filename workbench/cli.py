@@ -30,6 +30,7 @@ from workbench.runner import (
     prepare_run,
     timed_steps,
 )
+from workbench.teacher import state_thresholds
 
 KERNEL_PRESETS = {
     "baseline": KernelOptions.baseline,
@@ -44,7 +45,6 @@ KERNEL_PRESETS = {
                                           fused_pair_search=True, fused_integrator=True,
                                           fused_update=True),
 }
-FOLDED_Q = 0.8
 
 
 class UsageError(Exception):
@@ -531,6 +531,7 @@ def cmd_run(args) -> int:
     q, r = metrics["q"], metrics["rmsd"]
     frozen = sim.frozen_report()
     peak = meter.peak_memory_gb()
+    folded_q = state_thresholds(prepared.system.name)[0]
     summary = {
         "protein": prepared.system.name,
         "beads": prepared.system.n_beads,
@@ -544,7 +545,8 @@ def cmd_run(args) -> int:
         "peak_memory_gb": peak,
         "rmsd_mean": float(r[live].mean()) if live.any() else None,
         "q_mean": float(q[live].mean()) if has_q else None,
-        "folded_fraction": float((q[live] > FOLDED_Q).float().mean()) if has_q else None,
+        "folded_fraction": float((q[live] > folded_q).float().mean()) if has_q else None,
+        "folded_q": folded_q,
         "frozen_replicas": frozen,
         "tempering": None if tempering is None else tempering.summary(),
         "notices": prepared.notices,
@@ -565,7 +567,7 @@ def cmd_run(args) -> int:
         ("peak memory", "n/a (CPU)" if peak is None else f"{peak:.2f} GB"),
         ("RMSD (CA)", f"{summary['rmsd_mean']:.2f} Å mean" if live.any() else "n/a"),
         ("Q", f"{summary['q_mean']:.3f} mean" if has_q else "n/a (no native contacts)"),
-        ("folded (Q > 0.8)", f"{summary['folded_fraction']:.0%}" if has_q else "n/a"),
+        (f"folded (Q > {folded_q:g})", f"{summary['folded_fraction']:.0%}" if has_q else "n/a"),
         ("frozen replicas", ", ".join(f"{i}@step {s}" for i, s in frozen) or "none"),
         ("files", (f"{out}: " + ", ".join(files)) if out else "none (no --out)"),
     ]
@@ -829,7 +831,7 @@ def cmd_validate(args) -> int:
     from workbench.model.io import load_potential
     from workbench.runner import resolve_device
     from workbench.system import build_system
-    from workbench.teacher import state_thresholds, teacher_potential
+    from workbench.teacher import teacher_potential
     from workbench.training.model_card import card_path, write_model_card
     from workbench.training.validate import validate_against_teacher
 

@@ -26,7 +26,9 @@ def test_each_protein_ships_a_model_with_its_card(protein):
     assert card["teacher"]["epsilon"] > 0 and card["data"]["frames"] > 0
     assert card["training"]["val_force_rmse"] > 0
     assert path.with_suffix(".log.csv").is_file()  # the training curve
-    assert card["validation"]["results"], "validation against the teacher is recorded"
+    validation = card["validation"]
+    assert validation.get("results") or (validation.get("long_run") or {}).get("passes"), (
+        "no validation against the teacher recorded")
     assert (shipped_model_path(protein) is not None) == validation_passed(path)
 
 
@@ -42,5 +44,13 @@ def test_validation_verdict_reads_every_check(tmp_path):
     passed["results"][1]["passes"]["b"] = False
     card.write_text(json.dumps({"validation": passed}))
     assert not validation_passed(model)
+    long_run = {"passes": {"q_intersection": True, "transitions": True}}
+    card.write_text(json.dumps({"validation": {"long_run": long_run}}))
+    assert validation_passed(model)  # a long run alone validates
+    long_run["passes"]["transitions"] = False
+    card.write_text(json.dumps({"validation": {"long_run": long_run}}))
+    assert not validation_passed(model)
+    card.write_text(json.dumps({"validation": {"long_run": {"passes": {}}}}))
+    assert not validation_passed(model)  # nothing checked
     card.write_text("{not json")
     assert not validation_passed(model)

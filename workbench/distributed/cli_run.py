@@ -86,13 +86,14 @@ def _printer(args, steps: int, reporter: MetricsReporter | None):
 
 
 def _summary(settings: RunSettings, last: MetricsReport | None, rate: float, extra: dict) -> dict:
-    from workbench.cli import FOLDED_Q
+    from workbench.teacher import state_thresholds
 
+    folded_q = state_thresholds(settings.protein)[0]
     summary = last.summary() if last is not None else {}
     folded = None
     if last is not None and summary["q_mean"] is not None:
         live = ~last.metrics["frozen"]
-        folded = float((last.metrics["q"][live] > FOLDED_Q).mean())
+        folded = float((last.metrics["q"][live] > folded_q).mean())
     return {
         "protein": settings.protein,
         "replicas": settings.replicas,
@@ -102,6 +103,7 @@ def _summary(settings: RunSettings, last: MetricsReport | None, rate: float, ext
         "rmsd_mean": summary.get("rmsd_mean"),
         "q_mean": summary.get("q_mean"),
         "folded_fraction": folded,
+        "folded_q": folded_q,
         "frozen_replicas": summary.get("frozen_replicas", []),
         **extra,
     }

@@ -29,9 +29,10 @@ def shipped_model_file(protein: str, mapping: str = "five-bead") -> Path | None:
 
 
 def validation_passed(model_file: str | Path) -> bool:
-    """Whether the model card beside ``model_file`` records a validation that passed every
-    check at every temperature, and every check of its long run where it records one
-    (False without a card or a validation)."""
+    """Whether the model card beside ``model_file`` records a validation against the
+    teacher, short runs at each temperature (``workbench validate``) or a long run
+    (``validate --runs``) or both, and every check it records passed (False without a
+    card or a validation)."""
     card = Path(model_file).with_suffix(".json")
     if not card.is_file():
         return False
@@ -42,7 +43,7 @@ def validation_passed(model_file: str | Path) -> bool:
     results = validation.get("results") or []
     long_run = validation.get("long_run") or {}
     return (
-        bool(results)
+        bool(results or long_run.get("passes"))
         and all(all(r.get("passes", {}).values()) for r in results)
         and all(long_run.get("passes", {}).values())
     )
