@@ -8,6 +8,9 @@
 #   SAMPLER=1 SAMPLER_START=runs/cln025-5ns SAMPLER_REPLICAS=256 SAMPLER_STEPS=6000 ...
 #   FROM=runs/m4 CONTINUE=1 SAMPLER=1 ...  # continue (and sample with) the model in runs/m4
 #   CHECK=150 WALL=400 ...  # then a 150-s run of the new model (a round and its check)
+#   TEACHER_EQ=500000 CHECK=380 ...  # a teacher run first: the data start from where it
+#       ended, and the check run (same mixed starts) is validated against it (2JOF's recipe
+#       in docs/models.md, sixteenth session, with REPULSION=cutoff TF32=1 SAMPLER=1)
 #       # ... sampled from where a long run of the model drifted (its checkpoint)
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
 # time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data
@@ -59,6 +62,27 @@ train() {  # protein, training seconds, extra arguments
   # replicas start from a run's checkpoint (with SAMPLER_START, both ensembles equilibrated)
   [ -n "${ENSEMBLE_TEMPERATURES:-}" ] && set -- "$@" --ensemble-temperatures "$ENSEMBLE_TEMPERATURES"
   [ -n "${TEACHER_START:-}" ] && set -- "$@" --teacher-start "$TEACHER_START"
+  # TEACHER_EQ=STEPS: first run the teacher (64 replicas, a share TEACHER_EQ_DENATURED of
+  # them from denatured starts, default 0.5, at most TEACHER_EQ_LIMIT seconds) and start the
+  # teacher data from where it ended, as TEACHER_START would; the check run (same starts)
+  # is then validated against it
+  if [ -n "${TEACHER_EQ:-}" ]; then
+    if [ -n "${TEACHER_START:-}" ]; then
+      echo "error: give TEACHER_START or TEACHER_EQ, not both" >&2
+      return 2
+    fi
+    local variant=teacher
+    [ -n "${EPSILON:-}" ] && variant="$variant,eps=$EPSILON"
+    [ -n "${CONTACT_BARRIER:-}" ] && variant="$variant,barrier=$CONTACT_BARRIER"
+    [ -n "${CONTACT_SEPARATION:-}" ] && variant="$variant,separation=$CONTACT_SEPARATION"
+    timeout -s INT "${TEACHER_EQ_LIMIT:-300}" python -m workbench.cli run --protein "$protein" \
+      --model "${variant/teacher,/teacher:}" --replicas 64 --steps "$TEACHER_EQ" \
+      --kernels cuda_graph --save-interval 2500 --no-trajectory \
+      --denatured-fraction "${TEACHER_EQ_DENATURED:-0.5}" --out "$DEST/$protein-teacher" \
+      --quiet > "$DEST/$protein-teacher.out" 2>&1
+    echo "$protein teacher run finished with exit code $?"
+    set -- "$@" --teacher-start "$DEST/$protein-teacher"
+  fi
   # EPSILON=E, CONTACT_BARRIER=B, CONTACT_SEPARATION=S: a teacher variant (see
   # scripts/teacher_scan.sh) instead of the calibrated teacher of TEACHER_EPSILON
   [ -n "${EPSILON:-}" ] && set -- "$@" --epsilon "$EPSILON"
@@ -73,13 +97,22 @@ train() {  # protein, training seconds, extra arguments
   # CHECK=S: then run the new model for S seconds (64 replicas from native, fastest path):
   # its metrics and checkpoint ($DEST/<protein>-check/) feed `workbench validate --runs`
   # and the next round's SAMPLER_START; CHECK_DENATURED=F starts that fraction denatured
+  # (default: TEACHER_EQ_DENATURED with TEACHER_EQ, else 0)
   if [ -n "${CHECK:-}" ] && [ -f "$DEST/$protein.pt" ]; then
+    local denatured=${CHECK_DENATURED:-0}
+    [ -n "${TEACHER_EQ:-}" ] && denatured=${CHECK_DENATURED:-${TEACHER_EQ_DENATURED:-0.5}}
     timeout -s INT "$CHECK" python -m workbench.cli run --protein "$protein" \
       --model "$DEST/$protein.pt" --replicas 64 --steps 100000000 --kernels tables+graph \
-      --save-interval 2500 --no-trajectory --denatured-fraction "${CHECK_DENATURED:-0}" \
+      --save-interval 2500 --no-trajectory --denatured-fraction "$denatured" \
       --out "$DEST/$protein-check" --quiet \
       > "$DEST/$protein-check.out" 2>&1
     echo "$protein check run: $(($(wc -l < "$DEST/$protein-check/metrics.csv") / 64)) saves"
+    if [ -f "$DEST/$protein-teacher/metrics.csv" ]; then
+      python -m workbench.cli validate --model "$DEST/$protein.pt" --runs \
+        "$DEST/$protein-check" "$DEST/$protein-teacher" --plot "$DEST/$protein.long_run.png" \
+        > "$DEST/$protein-validate.out" 2>&1
+      grep -E "Q overlap|folded|events|verdict" "$DEST/$protein-validate.out"
+    fi
   fi
 }
 nvidia-smi --query-gpu=name --format=csv,noheader
