@@ -4,7 +4,8 @@
 # Each variant (`workbench run --model teacher:VARIANT`: eps, dihedral, separation, barrier)
 # runs REPLICAS replicas for STEPS steps (default 250,000: 1 ns at 4 fs), at most LIMIT
 # seconds each; its metrics are kept even when the limit cuts it off. The replicas start
-# native, or a share DENATURED of them (e.g. 0.5) from denatured chains.
+# native, or a share DENATURED of them (e.g. 0.5) from denatured chains, at 300 K or at each
+# of TEMPERATURES (e.g. "300 360": does a large protein's teacher hold at 300 K and melt?).
 # PARALLEL=K runs K variants at a time (the teacher's step is small and launch bound, so
 # several runs share one GPU well).
 # Then `scripts/run_states.py` prints folded and unfolded fractions, events and the Q
@@ -18,20 +19,24 @@ WORK=$(mktemp -d /tmp/teacher-scan.XXXXXX)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 export PYTHONPATH="$(pwd):${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-run_variant() {  # $1: variant, $2: run name
+run_variant() {  # $1: variant, $2: run name, $3: temperature (K)
   timeout "${LIMIT:-60}" python -m workbench.cli run --protein "$PROTEIN" \
     --model "teacher:$1" --replicas "${REPLICAS:-64}" --steps "${STEPS:-250000}" \
+    --temperature "$3" \
     --kernels cuda_graph --save-interval 2500 --no-trajectory --quiet --out "$WORK/$2" \
     --denatured-fraction "${DENATURED:-0}" \
     > "$WORK/$2.log" 2>&1
-  echo "$1: exit code $?"
+  echo "$1 at $3 K: exit code $?"
 }
 names=()
 for variant in $VARIANTS; do
-  name=$(echo "$variant" | tr ',=' '_-')
-  names+=("$name")
-  run_variant "$variant" "$name" &
-  while [ "$(jobs -rp | wc -l)" -ge "${PARALLEL:-1}" ]; do wait -n; done
+  for temperature in ${TEMPERATURES:-300}; do
+    name=$(echo "$variant" | tr ',=' '_-')
+    [ -n "${TEMPERATURES:-}" ] && name="${name}_${temperature}K"
+    names+=("$name")
+    run_variant "$variant" "$name" "$temperature" &
+    while [ "$(jobs -rp | wc -l)" -ge "${PARALLEL:-1}" ]; do wait -n; done
+  done
 done
 wait
 runs=()
