@@ -12,6 +12,8 @@
 #       ended, and the check run (same mixed starts) is validated against it (2JOF's recipe
 #       in docs/models.md, sixteenth session, with REPULSION=cutoff TF32=1 SAMPLER=1)
 #       # ... sampled from where a long run of the model drifted (its checkpoint)
+#   TEACHER_START=runs/teacher CHECK=200 ...  # the check run is validated against that
+#       teacher run where it holds uncompressed metrics (metrics.csv)
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
 # time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data
 # at 300/330/360 K, fits the priors (or keeps those of the model it continues) and trains
@@ -107,9 +109,12 @@ train() {  # protein, training seconds, extra arguments
       --out "$DEST/$protein-check" --quiet \
       > "$DEST/$protein-check.out" 2>&1
     echo "$protein check run: $(($(wc -l < "$DEST/$protein-check/metrics.csv") / 64)) saves"
-    if [ -f "$DEST/$protein-teacher/metrics.csv" ]; then
+    # the teacher run it is validated against: TEACHER_EQ's, or TEACHER_START's where that
+    # folder holds the run's metrics (uncompressed)
+    local teacher_run=${TEACHER_START:-$DEST/$protein-teacher}
+    if [ -f "$teacher_run/metrics.csv" ]; then
       python -m workbench.cli validate --model "$DEST/$protein.pt" --runs \
-        "$DEST/$protein-check" "$DEST/$protein-teacher" --plot "$DEST/$protein.long_run.png" \
+        "$DEST/$protein-check" "$teacher_run" --plot "$DEST/$protein.long_run.png" \
         > "$DEST/$protein-validate.out" 2>&1
       grep -E "Q overlap|folded|events|verdict" "$DEST/$protein-validate.out"
     fi

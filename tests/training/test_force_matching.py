@@ -16,6 +16,7 @@ from workbench.model.io import load_potential, save_potential
 from workbench.model.potential import Potential
 from workbench.runner import choose_potential
 from workbench.teacher import teacher_potential
+from workbench.training import force_matching
 from workbench.training.boltzmann_inversion import fit_priors
 from workbench.training.data import (
     generate_teacher_data,
@@ -100,6 +101,27 @@ def test_validation_energy_rmse_is_the_centred_error(data, residual, residual_en
     assert row["val_loss"] == pytest.approx(
         force_mse + 2.0 * energy_rmse**2 / pos.shape[1], rel=1e-5
     )
+
+
+def test_labels_are_batched_by_beads(data, monkeypatch):
+    """Frames per batch follow the bead budget, and batching changes no label."""
+    sys = tiny_system()
+    potential = Potential(sys.bead_types, small_schnet(**TINY))
+    pos = data["positions"][:10]
+    whole = potential_labels(potential, pos, batch_size=10)
+    sizes = []
+    original = force_matching.model_energy_and_forces
+
+    def counted(model, frames, create_graph=False):
+        sizes.append(frames.shape[0])
+        return original(model, frames, create_graph)
+
+    monkeypatch.setattr(force_matching, "model_energy_and_forces", counted)
+    monkeypatch.setattr(force_matching, "LABEL_BEADS_PER_BATCH", 3 * pos.shape[1] + 1)
+    batched = potential_labels(potential, pos)
+    assert sizes == [3, 3, 3, 1]
+    torch.testing.assert_close(batched[0], whole[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(batched[1], whole[1], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("weight", [-1.0, float("nan")])

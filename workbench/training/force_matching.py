@@ -204,10 +204,15 @@ def model_forces(
     return model_energy_and_forces(potential, pos, create_graph)[1]
 
 
+#: Beads per batch of :func:`potential_labels` (frames × beads): a CGSchNet batch of 1,024
+#: frames of a 173-bead protein needs more than 74 GB for its derivative.
+LABEL_BEADS_PER_BATCH = 32_768
+
+
 def potential_labels(
     potential: Potential,
     positions: torch.Tensor,
-    batch_size: int = 1024,
+    batch_size: int | None = None,
     device: str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Energies and forces of ``potential`` on every frame, in batches.
@@ -217,7 +222,8 @@ def potential_labels(
     potential : Potential
         Moved to ``device``.
     positions : torch.Tensor, shape (M, n, 3), float32
-    batch_size : int
+    batch_size : int, optional
+        Frames per batch; default ``LABEL_BEADS_PER_BATCH // n`` (at least 1).
     device : str
 
     Returns
@@ -226,6 +232,8 @@ def potential_labels(
         Energies (M,) and forces (M, n, 3), float32, on the CPU.
     """
     potential = potential.to(device)
+    if batch_size is None:
+        batch_size = max(1, LABEL_BEADS_PER_BATCH // max(1, positions.shape[1]))
     energies, forces = [], []
     for s in range(0, positions.shape[0], batch_size):
         energy, force = model_energy_and_forces(potential, positions[s : s + batch_size].to(device))
@@ -238,7 +246,7 @@ def prior_labels(
     bead_types: torch.Tensor,
     priors: dict[str, PriorTerm],
     positions: torch.Tensor,
-    batch_size: int = 1024,
+    batch_size: int | None = None,
     device: str = "cpu",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Energies (M,) and forces (M, n, 3) of the priors alone on every frame (float32, CPU);
