@@ -861,8 +861,10 @@ def cmd_validate(args) -> int:
     card_file = card_path(model)
     card = json.loads(card_file.read_text()) if card_file.is_file() else {}
     previous = card.get("validation") or {}
-    if "force_rmse" in previous:  # measured on held-out teacher frames at training time
-        validation["force_rmse"] = previous["force_rmse"]
+    # kept: the force error on held-out teacher frames (training) and a long run
+    for key in ("force_rmse", "long_run"):
+        if key in previous:
+            validation[key] = previous[key]
     card["validation"] = validation
     write_model_card(card, model)
     rows = []

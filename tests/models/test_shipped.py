@@ -50,6 +50,17 @@ def test_validation_verdict_reads_every_check(tmp_path):
     long_run["passes"]["transitions"] = False
     card.write_text(json.dumps({"validation": {"long_run": long_run}}))
     assert not validation_passed(model)
+    # a long run decides over failing short runs from native, and a failing one over
+    # passing short runs
+    failed_short = {"results": [{"passes": {"q_intersection": False}}]}
+    long_run["passes"]["transitions"] = True
+    card.write_text(json.dumps({"validation": {**failed_short, "long_run": long_run}}))
+    assert validation_passed(model)
+    long_run["passes"]["transitions"] = False
+    card.write_text(json.dumps({"validation": {**passed, "long_run": long_run}}))
+    passed["results"][1]["passes"]["b"] = True
+    card.write_text(json.dumps({"validation": {**passed, "long_run": long_run}}))
+    assert not validation_passed(model)
     card.write_text(json.dumps({"validation": {"long_run": {"passes": {}}}}))
     assert not validation_passed(model)  # nothing checked
     card.write_text("{not json")

@@ -345,11 +345,14 @@ def test_cli_validate_writes_the_validation_into_the_card(tmp_path, capsys):
     potential = Potential(sys.bead_types, small_schnet(**TINY), {})
     potential.metadata = {"protein": "cln025", "teacher": {"epsilon": 0.3}}
     save_potential(potential, model)
-    (tmp_path / "cln025.json").write_text(json.dumps({"validation": {"force_rmse": 1.5}}))
+    long_run = {"passes": {"q_intersection": True}, "time_ps": 2000.0}
+    (tmp_path / "cln025.json").write_text(json.dumps(
+        {"validation": {"force_rmse": 1.5, "long_run": long_run, "results": [{}]}}))
     assert main(["validate", "--model", str(model), "--temperatures", "300,400",
                  "--replicas", "2", "--steps", "20", "--device", "cpu"]) == 0
     validation = json.loads((tmp_path / "cln025.json").read_text())["validation"]
     assert validation["temperatures"] == [300.0, 400.0] and validation["force_rmse"] == 1.5
+    assert validation["long_run"] == long_run  # short runs replace short runs only
     assert len(validation["results"]) == 2 and (tmp_path / "cln025.validation.pt").is_file()
     assert "Q overlap" in capsys.readouterr().out
     bare = tmp_path / "bare.pt"
