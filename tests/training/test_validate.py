@@ -129,6 +129,17 @@ def test_long_runs_pass_only_with_overlap_transitions_and_both_states(tmp_path):
     assert slow["passes"]["both_states"] and not slow["passes"]["transitions"]
 
 
+def test_long_runs_of_a_teacher_that_stays_folded_need_no_transitions(tmp_path):
+    folded = torch.tensor([[0.9, 0.85] * 6] * 2)
+    teacher = write_metrics(tmp_path / "teacher.csv", folded)
+    held = compare_runs(write_metrics(tmp_path / "held.csv", folded), teacher)
+    assert held["events_teacher"] == (0, 0) and held["events_model"] == (0, 0)
+    assert set(held["passes"]) == {"q_intersection", "folded_fraction", "rmsd_q_anticorrelated"}
+    assert all(held["passes"].values())
+    lost = compare_runs(write_metrics(tmp_path / "lost.csv", torch.full((2, 12), 0.3)), teacher)
+    assert not lost["passes"]["q_intersection"] and not lost["passes"]["folded_fraction"]
+
+
 def test_long_runs_count_states_with_a_native_basins_thresholds(tmp_path):
     assert state_thresholds("2jof") == (0.5, 0.3) and state_thresholds("cln025") == (0.8, 0.4)
     breathing = torch.tensor([[0.55, 0.2] * 6] * 2)  # a native basin below Q 0.8
@@ -136,8 +147,9 @@ def test_long_runs_count_states_with_a_native_basins_thresholds(tmp_path):
     model = write_metrics(tmp_path / "model.csv", breathing)
     strict = compare_runs(model, teacher)
     assert strict["states"] == [0.8, 0.4] and strict["events_model"] == (0, 0)
-    assert strict["folded_model"] == 0.0
-    assert not strict["passes"]["transitions"] and not strict["passes"]["both_states"]
+    assert strict["folded_model"] == 0.0 and strict["folded_teacher"] == 0.0
+    # counted so, the teacher has no events either: nothing to require of the model
+    assert "transitions" not in strict["passes"] and "both_states" not in strict["passes"]
     basin = compare_runs(model, teacher, states=state_thresholds("2jof"))
     assert basin["states"] == [0.5, 0.3] and basin["folded_model"] == 0.5
     assert basin["events_model"] == (10, 12) and all(basin["passes"].values())

@@ -246,6 +246,11 @@ def series_from_metrics(path: str | Path) -> tuple[torch.Tensor, torch.Tensor, f
     return q, rmsd, float(rows[steps[-1], replicas[0]]["time_ps"])
 
 
+def _both_states(q: torch.Tensor, states: tuple[float, float]) -> bool:
+    """Whether Q samples (any shape) hold folded and unfolded ones (thresholds ``states``)."""
+    return bool((q > states[0]).any() and (q < states[1]).any())
+
+
 def compare_runs(
     model_metrics: str | Path,
     teacher_metrics: str | Path,
@@ -259,17 +264,18 @@ def compare_runs(
     -------
     dict
         :func:`compare_q`'s numbers and passes, plus ``replicas``, ``saves`` and
-        ``time_ps`` of the model run, the two paths, and the passes ``transitions`` (at
-        least :data:`MIN_LONG_RUN_TRANSITIONS` folding plus unfolding events) and
-        ``both_states`` (samples folded and unfolded, by ``states``).
+        ``time_ps`` of the model run, the two paths, and, where the teacher run has them
+        (a fast folder; a protein that stays folded has neither), the passes
+        ``transitions`` (at least :data:`MIN_LONG_RUN_TRANSITIONS` folding plus unfolding
+        events) and ``both_states`` (samples folded and unfolded, by ``states``).
     """
     q_model, rmsd_model, time_ps = series_from_metrics(model_metrics)
     q_teacher, _, _ = series_from_metrics(teacher_metrics)
     result = compare_q(q_teacher, q_model, rmsd_model, states)
-    events = sum(result["events_model"])
-    result["passes"]["transitions"] = events >= MIN_LONG_RUN_TRANSITIONS
-    both = (q_model > states[0]).any() and (q_model < states[1]).any()
-    result["passes"]["both_states"] = bool(both)
+    if sum(result["events_teacher"]) >= MIN_LONG_RUN_TRANSITIONS:
+        result["passes"]["transitions"] = sum(result["events_model"]) >= MIN_LONG_RUN_TRANSITIONS
+    if _both_states(q_teacher, states):
+        result["passes"]["both_states"] = _both_states(q_model, states)
     return {
         "model_run": str(model_metrics),
         "teacher_run": str(teacher_metrics),
