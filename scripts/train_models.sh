@@ -6,12 +6,12 @@
 #       protein with the whole GPU, eight times the teacher data, larger batches
 #   SAMPLER=1 ...  # also frames the shipped model samples, labelled by the teacher
 #   SAMPLER=1 SAMPLER_START=runs/cln025-5ns SAMPLER_REPLICAS=256 SAMPLER_STEPS=6000 ...
+#       # ... sampled from where a long run of the model drifted (its checkpoint)
 #   FROM=runs/m4 CONTINUE=1 SAMPLER=1 ...  # continue (and sample with) the model in runs/m4
 #   CHECK=150 WALL=400 ...  # then a 150-s run of the new model (a round and its check)
 #   TEACHER_EQ=500000 CHECK=380 ...  # a teacher run first: the data start from where it
 #       ended, and the check run (same mixed starts) is validated against it (2JOF's recipe
 #       in docs/models.md, sixteenth session, with REPULSION=cutoff TF32=1 SAMPLER=1)
-#       # ... sampled from where a long run of the model drifted (its checkpoint)
 #   TEACHER_START=runs/teacher CHECK=200 ...  # the check run is validated against that
 #       teacher run where it holds uncompressed metrics (metrics.csv)
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
