@@ -63,6 +63,9 @@ train() {  # protein, training seconds, extra arguments
   # ENSEMBLE_TEMPERATURES=300: only these frames feed it; TEACHER_START=RUN: the teacher's
   # replicas start from a run's checkpoint (with SAMPLER_START, both ensembles equilibrated)
   [ -n "${ENSEMBLE_TEMPERATURES:-}" ] && set -- "$@" --ensemble-temperatures "$ENSEMBLE_TEMPERATURES"
+  # ENSEMBLE_CHECK=K: check the reweighted frames' sample fraction every K optimiser steps
+  # (default 50; a larger protein's energies reweight its frames within fewer)
+  [ -n "${ENSEMBLE_CHECK:-}" ] && set -- "$@" --ensemble-check-every "$ENSEMBLE_CHECK"
   [ -n "${TEACHER_START:-}" ] && set -- "$@" --teacher-start "$TEACHER_START"
   # TEACHER_EQ=STEPS: first run the teacher (64 replicas, a share TEACHER_EQ_DENATURED of
   # them from denatured starts, default 0.5, at most TEACHER_EQ_LIMIT seconds) and start the
