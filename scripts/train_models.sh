@@ -12,11 +12,12 @@
 #   TEACHER_EQ=500000 CHECK=380 ...  # a teacher run first: the data start from where it
 #       ended, and the check run (same mixed starts) is validated against it (2JOF's recipe
 #       in docs/models.md, sixteenth session, with REPULSION=cutoff TF32=1 SAMPLER=1)
+#   TEMPERATURES=300,360,420 ...  # teacher data at these temperatures (default 300,330,360)
 #   TEACHER_START=runs/teacher CHECK=200 ...  # the check run is validated against that
 #       teacher run where it holds uncompressed metrics (metrics.csv)
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
 # time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data
-# at 300/330/360 K, fits the priors (or keeps those of the model it continues) and trains
+# at the TEMPERATURES (300/330/360 K), fits the priors (or keeps those of the model it continues) and trains
 # CGSchNet by force matching for at most its time limit, then saves the model and its card.
 # The MD validation runs separately (scripts/validate_models.sh).
 set -uo pipefail
@@ -94,7 +95,7 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${CONTACT_BARRIER:-}" ] && set -- "$@" --contact-barrier "$CONTACT_BARRIER"
   [ -n "${CONTACT_SEPARATION:-}" ] && set -- "$@" --contact-separation "$CONTACT_SEPARATION"
   timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
-    --temperatures 300,330,360 --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 \
+    --temperatures "${TEMPERATURES:-300,330,360}" --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 \
     --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" --lr "${LR:-1e-3}" --patience 8 \
     --time-limit "$limit" --wall-limit "${WALL:-540}" --seed 0 --device cuda --quiet --out "$DEST" "$@" \
     > "$DEST/$protein.out" 2>&1
