@@ -54,6 +54,9 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${COMPACT:-}" ] && set -- "$@" --compact "$COMPACT"
   # REPULSION=cutoff: the fitted repulsion vanishes beyond 1.25 σ (CONTINUE keeps the priors)
   [ -n "${REPULSION:-}" ] && set -- "$@" --repulsion "$REPULSION"
+  # EMBEDDING=bead: a SchNet embedding vector per bead, not per bead type (CONTINUE keeps
+  # the model's own)
+  [ -n "${EMBEDDING:-}" ] && set -- "$@" --embedding "$EMBEDDING"
   # ENERGY_WEIGHT=w: also fit the teacher's energies (less the priors'), weight w Å²/bead
   [ -n "${ENERGY_WEIGHT:-}" ] && set -- "$@" --energy-weight "$ENERGY_WEIGHT"
   # TF32=1: optimiser steps with TF32 matrix products (validation stays FP32)

@@ -241,6 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="fitted repulsion: (σ/r)^6 at all distances (default), or shifted to zero at "
         "1.25 σ; with --start-from the model's own priors are kept",
     )
+    train.add_argument(
+        "--embedding", default=None, choices=["type", "bead"],
+        help="SchNet embedding: one vector per bead type (default, the CGSchNet convention) "
+        "or one per bead of the chain (pair-specific interactions, as a structure-based "
+        "teacher has; the model holds for this sequence only); with --start-from the "
+        "model's own is kept",
+    )
     train.add_argument("--hidden", type=int, default=128)
     train.add_argument("--filters", type=int, default=128)
     train.add_argument("--blocks", type=int, default=3)
@@ -796,6 +803,7 @@ def cmd_train(args) -> int:
         prior_temperature=args.prior_temperature,
         prior_grouping=args.prior_grouping,
         prior_repulsion=args.repulsion,
+        embedding=args.embedding,
         validate_steps=args.validate_steps,
         validate_replicas=args.validate_replicas,
         validate_temperatures=_floats(args.validate_temperatures),

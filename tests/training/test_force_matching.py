@@ -367,3 +367,32 @@ def test_saved_data_round_trip(data, tmp_path):
     loaded, metadata = load_teacher_data(tmp_path / "d.pt")
     assert metadata == {"epsilon": 0.3}
     assert all(torch.equal(loaded[k], data[k]) for k in data)
+
+
+def test_a_per_bead_embedding_gives_every_bead_its_own_vector(data, tmp_path):
+    sys = tiny_system()
+    fit = FitSettings(epochs=1, batch_size=20)
+    settings = TrainSettings(schnet=small_config(**TINY), fit=fit, progress=False,
+                             embedding="bead")
+    model, card = train_potential(sys, teacher_potential(sys), data, settings, tmp_path)
+    assert card["schnet"]["embedding"] == "bead"
+    assert card["schnet"]["embedding_size"] == sys.n_beads
+    loaded = load_potential(tmp_path / "cln025.pt")
+    assert torch.equal(loaded.bead_types, torch.arange(sys.n_beads))
+    # beads of one type (the mapping's) now start from different vectors
+    same = (sys.bead_types == sys.bead_types[1]).nonzero().flatten()
+    vectors = loaded.schnet.embedding_layer(loaded.bead_types[same])
+    assert len(same) > 1 and not torch.allclose(vectors[0], vectors[1])
+    # continued, it keeps its embedding; another one given is refused
+    more = TrainSettings(schnet=small_config(), fit=fit, progress=False,
+                         start_from=str(tmp_path / "cln025.pt"))
+    (tmp_path / "more").mkdir()
+    _, card = train_potential(sys, teacher_potential(sys), data, more, tmp_path / "more")
+    assert card["schnet"]["embedding"] == "bead"
+    other = TrainSettings(schnet=small_config(), fit=fit, progress=False,
+                          start_from=str(tmp_path / "cln025.pt"), embedding="type")
+    with pytest.raises(ValueError, match="has a per-bead embedding"):
+        train_potential(sys, teacher_potential(sys), data, other, tmp_path / "other")
+    with pytest.raises(ValueError, match="embedding must be one of"):
+        train_potential(sys, teacher_potential(sys), data,
+                        TrainSettings(fit=fit, progress=False, embedding="atom"), tmp_path / "x")

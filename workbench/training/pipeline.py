@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -50,6 +50,13 @@ class TrainSettings:
     prior_temperature : float or None
         Frames at this temperature (K) feed the Boltzmann inversion; None: the lowest.
     prior_grouping : {"term", "type"}
+    embedding : {"type", "bead"} or None
+        What the SchNet embedding tells apart: the bead types of the mapping (``"type"``,
+        the CGSchNet convention: beads of the same amino acid and kind share a vector), or
+        every bead of the chain (``"bead"``: as many vectors as beads, so the network can
+        give each pair its own interaction, as a structure-based teacher does; the model
+        then holds for this one sequence only). None: ``"type"`` for a new model, and
+        whatever the model of ``start_from`` has (a different one given is refused).
     prior_repulsion : {"power", "cutoff"} or None
         Form of the fitted repulsion (:func:`~workbench.training.boltzmann_inversion.fit_priors`);
         None: ``"power"`` for new priors, and whatever the model of ``start_from`` has (a
@@ -86,6 +93,7 @@ class TrainSettings:
     prior_temperature: float | None = None
     prior_grouping: str = "term"
     prior_repulsion: str | None = None
+    embedding: str | None = None
     validate_steps: int = 0
     validate_replicas: int = 32
     validate_temperatures: list[float] = field(default_factory=lambda: [300.0])
@@ -136,6 +144,7 @@ def train_potential(
     if not at_prior_t.any():
         raise ValueError(f"no teacher-sampled frames at the prior temperature {prior_t} K")
     start = _starting_model(settings.start_from, system, teacher, settings.prior_repulsion)
+    types = _embedding_types(system, start, settings.embedding)
     if start is None:
         repulsion = settings.prior_repulsion or "power"
         priors = fit_priors(
@@ -170,7 +179,10 @@ def train_potential(
         state = torch.random.get_rng_state()
         torch.manual_seed(settings.fit.seed)
         try:
-            schnet = CGSchNet(settings.schnet)
+            schnet = CGSchNet(
+                replace(settings.schnet, embedding_size=int(types.max()) + 1)
+                if settings.embedding == "bead" else settings.schnet
+            )
         finally:
             torch.random.set_rng_state(state)
     else:
@@ -186,11 +198,11 @@ def train_potential(
         }
         selector, selection["teacher_folded"] = folded_fraction_gap(
             system, teacher, schnet.to(device), priors, selection["temperature_K"],
-            settings.select_replicas, settings.select_steps, device, settings.fit.seed,
+            settings.select_replicas, settings.select_steps, device, settings.fit.seed, types,
         )
     fit = train_force_matching(
         schnet,
-        system.bead_types,
+        types,
         tuple(t[train] for t in targets),
         tuple(t[val] for t in targets),
         settings.fit,
@@ -201,7 +213,7 @@ def train_potential(
     )
     if earlier_log:
         _continue_log(earlier_log, out / f"{system.name}.log.csv")
-    potential = Potential(system.bead_types, schnet, priors).cpu()
+    potential = Potential(types, schnet, priors).cpu()
     potential.metadata = {
         "trained": True,
         "description": f"CGSchNet + priors trained by force matching on the structure-based "
@@ -216,6 +228,7 @@ def train_potential(
             system.name, teacher.metadata, data, schnet.config, fit, prior_settings, validation
         )
         card["data"].update(settings.data_origin)
+        card["schnet"]["embedding"] = "bead" if _per_bead(system, types) else "type"
         card["training"]["energy_weight"] = settings.fit.energy_weight
         card["training"]["tf32"] = settings.fit.tf32
         card["training"]["tf32_force_error"] = fit.tf32_force_error
@@ -335,6 +348,38 @@ def _starting_model(
             f"teacher has {now} (pass --epsilon {before} to continue it)"
         )
     return start
+
+
+#: Embedding indices of each ``TrainSettings.embedding``: the mapping's bead types, or
+#: one index per bead.
+_EMBEDDINGS = ("type", "bead")
+
+
+def _per_bead(system: CGSystem, types: torch.Tensor) -> bool:
+    """Whether ``types`` (n,) int64 gives every bead its own index 0..n-1."""
+    return bool(torch.equal(types.cpu(), torch.arange(system.n_beads)))
+
+
+def _embedding_types(
+    system: CGSystem, start: Potential | None, embedding: str | None
+) -> torch.Tensor:
+    """Embedding indices (n,) int64 of the model trained: those of ``start`` when it is
+    continued (checked against ``embedding`` when that is given), else those ``embedding``
+    names (``TrainSettings.embedding``)."""
+    if embedding is not None and embedding not in _EMBEDDINGS:
+        raise ValueError(f"embedding must be one of {_EMBEDDINGS}, got {embedding!r}")
+    if start is not None:
+        types = start.bead_types.cpu()
+        kept = "bead" if _per_bead(system, types) else "type"
+        if embedding is not None and embedding != kept:
+            raise ValueError(
+                f"the model continued has a per-{kept} embedding; leave out the embedding "
+                f"or give {kept!r}, not {embedding!r}"
+            )
+        return types
+    if embedding == "bead":
+        return torch.arange(system.n_beads)
+    return system.bead_types.cpu()
 
 
 def _read_log(path: Path) -> list[dict]:

@@ -30,6 +30,7 @@ def folded_fraction_gap(
     steps: int,
     device: str | torch.device = "cpu",
     seed: int = 0,
+    bead_types: torch.Tensor | None = None,
 ) -> tuple[Callable[[], float], float]:
     """A score of ``schnet`` + ``priors``: |folded fraction of the model − the teacher's|.
 
@@ -54,6 +55,8 @@ def folded_fraction_gap(
     device : str or torch.device
     seed : int
         Seed of every run (teacher and model see the same random forces).
+    bead_types : torch.Tensor, shape (n,), int64, optional
+        The model's embedding indices; default the system's bead types.
 
     Returns
     -------
@@ -67,7 +70,8 @@ def folded_fraction_gap(
     target = folded_fraction(system, teacher, temperature, starts, steps, device, seed)
 
     def score() -> float:
-        model = Potential(system.bead_types, schnet, priors).to(device)
+        types = system.bead_types if bead_types is None else bead_types
+        model = Potential(types, schnet, priors).to(device)
         return abs(folded_fraction(system, model, temperature, starts, steps, device, seed)
                    - target)
 
