@@ -54,6 +54,8 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${COMPACT:-}" ] && set -- "$@" --compact "$COMPACT"
   # REPULSION=cutoff: the fitted repulsion vanishes beyond 1.25 σ (CONTINUE keeps the priors)
   [ -n "${REPULSION:-}" ] && set -- "$@" --repulsion "$REPULSION"
+  # REPULSION_SEPARATION=4: the fitted repulsion also between 1-5 pairs (new priors only)
+  [ -n "${REPULSION_SEPARATION:-}" ] && set -- "$@" --repulsion-separation "$REPULSION_SEPARATION"
   # EMBEDDING=bead: a SchNet embedding vector per bead, not per bead type (CONTINUE keeps
   # the model's own)
   [ -n "${EMBEDDING:-}" ] && set -- "$@" --embedding "$EMBEDDING"

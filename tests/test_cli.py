@@ -293,13 +293,13 @@ def test_denatured_fraction_starts_that_share_of_replicas_unfolded():
     from workbench.teacher import mixed_starts
 
     settings = RunSettings(protein="cln025", replicas=4, steps=0, device="cpu", model="teacher",
-                           denatured_fraction=0.5, denature_steps=3000, seed=3)
+                           denatured_fraction=0.5, denature_steps=1500, seed=3)
     sim = prepare_run(settings).simulation
     native = sim.system.native_positions
     assert torch.equal(sim.positions[:2], native.expand(2, -1, -1))
     q = sim.native_q()
     assert (q[:2] > 0.9).all() and (q[2:] < 0.5).all(), q
-    assert torch.equal(mixed_starts(sim.system, 300.0, 4, 2, 3000, "cpu", 3), sim.positions)
+    assert torch.equal(mixed_starts(sim.system, 300.0, 4, 2, 1500, "cpu", 3), sim.positions)
     few = prepare_run(replace(settings, denatured_fraction=0.1)).simulation  # round(0.4) = 0
     assert torch.equal(few.positions, native.expand(4, -1, -1))
 

@@ -242,6 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
         "1.25 σ; with --start-from the model's own priors are kept",
     )
     train.add_argument(
+        "--repulsion-separation", type=int, default=None,
+        help="smallest bond-graph separation of a fitted repulsion pair (default: the "
+        "mapping's, 5 for five-bead; 4 also keeps 1-5 pairs apart)",
+    )
+    train.add_argument(
         "--embedding", default=None, choices=["type", "bead"],
         help="SchNet embedding: one vector per bead type (default, the CGSchNet convention) "
         "or one per bead of the chain (pair-specific interactions, as a structure-based "
@@ -803,6 +808,7 @@ def cmd_train(args) -> int:
         prior_temperature=args.prior_temperature,
         prior_grouping=args.prior_grouping,
         prior_repulsion=args.repulsion,
+        prior_repulsion_separation=args.repulsion_separation,
         embedding=args.embedding,
         validate_steps=args.validate_steps,
         validate_replicas=args.validate_replicas,

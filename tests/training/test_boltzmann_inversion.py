@@ -9,6 +9,7 @@ import torch
 from helpers import tiny_system
 
 from workbench.model.geometry import bond_lengths
+from workbench.system.topology import graph_distances
 from workbench.teacher import teacher_potential
 from workbench.training.boltzmann_inversion import (
     REPULSION_RANGE,
@@ -86,3 +87,21 @@ def test_cutoff_repulsion_form_adds_little_at_the_data():
     assert bool((terms <= power.term_energies(data["positions"]) + 1e-6).all())
     with pytest.raises(ValueError, match="repulsion must be one of"):
         fit_priors(sys, data["positions"], 300.0, repulsion="soft")
+
+
+def test_repulsion_separation_adds_the_one_five_pairs():
+    sys = tiny_system()
+    data = generate_teacher_data(sys, teacher_potential(sys), [300.0], 4, 200, 10, seed=0)
+    default = fit_priors(sys, data["positions"], 300.0)["repulsion"]
+    wider = fit_priors(sys, data["positions"], 300.0, repulsion_separation=4)["repulsion"]
+    separation = graph_distances(sys.n_beads, sys.bonds)
+    kept = {tuple(p) for p in default.index.tolist()}
+    added = [p for p in wider.index.tolist() if tuple(p) not in kept]
+    assert kept <= {tuple(p) for p in wider.index.tolist()}
+    assert added and all(int(separation[i, j]) == 4 for i, j in added)
+    assert all(int(separation[i, j]) >= 5 for i, j in kept)
+    # each added pair is fitted as the others: σ is its closest approach in the data
+    closest = closest_approach(data["positions"], wider.index)
+    torch.testing.assert_close(wider.sigma, closest.float())
+    with pytest.raises(ValueError, match="at least 4 bonds"):
+        fit_priors(sys, data["positions"], 300.0, repulsion_separation=3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -251,6 +252,8 @@ def test_pipeline_saves_a_loadable_model_and_card(data, tmp_path, monkeypatch):
     assert card_file["training"]["energy_weight"] == 0.0
     assert card_file["training"]["tf32"] is False
     assert card_file["training"]["tf32_force_error"] is None
+    assert card_file["priors"]["repulsion_min_separation"] == 5
+    assert card_file["priors"]["repulsion_pairs"] == potential.priors["repulsion"].index.shape[0]
     assert card_file["validation"]["force_rmse"] > 0
     loaded = load_potential(tmp_path / "cln025.pt")
     assert loaded.metadata["trained"] and set(loaded.priors) == set(potential.priors)
@@ -302,6 +305,9 @@ def test_training_continues_from_a_saved_model(data, tmp_path):
     kept = r"keeps its priors when continued \(its repulsion: Repulsion\)"
     with pytest.raises(ValueError, match=kept):
         train_potential(sys, teacher_potential(sys), data, other_form, tmp_path / "z")
+    other_pairs = replace(other_form, prior_repulsion=None, prior_repulsion_separation=4)
+    with pytest.raises(ValueError, match="leave out the repulsion separation"):
+        train_potential(sys, teacher_potential(sys), data, other_pairs, tmp_path / "z")
 
 
 def test_cli_train_generates_then_reuses_data(tmp_path, capsys):

@@ -258,6 +258,7 @@ def fit_priors(
     bins: int = 60,
     dihedral_degree: int = 3,
     repulsion: str = "power",
+    repulsion_separation: int | None = None,
 ) -> dict[str, PriorTerm]:
     """Bond, angle, dihedral and repulsion priors of ``system`` fitted to sampled frames.
 
@@ -276,6 +277,11 @@ def fit_priors(
     dihedral_degree : int
     repulsion : {"power", "cutoff"}
         Form of the repulsion (``REPULSION_FORMS``).
+    repulsion_separation : int, optional
+        Smallest bond-graph separation of a repelling pair; default the mapping's
+        (:func:`~workbench.system.topology.nonbonded_pairs`: 5 bonds for five-bead, as
+        mlcg). 4 also keeps the 1-5 pairs apart (say O of one residue and CB of the next),
+        which otherwise only the angle and dihedral priors hold.
 
     Returns
     -------
@@ -285,6 +291,11 @@ def fit_priors(
     """
     if repulsion not in REPULSION_FORMS:
         raise ValueError(f"repulsion must be one of {REPULSION_FORMS}, got {repulsion!r}")
+    if repulsion_separation is not None and repulsion_separation < 4:
+        raise ValueError(
+            f"repulsion separation must be at least 4 bonds (closer pairs are held by the "
+            f"bond, angle and dihedral priors), got {repulsion_separation}"
+        )
     kT = KB * float(temperature)
     positions = positions.detach().cpu()
     types = system.bead_types.cpu()
@@ -299,7 +310,7 @@ def fit_priors(
     k1s, k2s, v0 = fit_fourier(
         phi, kT, term_groups(types, system.dihedrals, grouping), dihedral_degree
     )
-    pairs = nonbonded_pairs(system)
+    pairs = nonbonded_pairs(system, repulsion_separation)
     sigma = closest_approach(positions, pairs)
     return {
         "bonds": HarmonicBonds(system.bonds, x0=bond_x0, k=bond_k),

@@ -22,6 +22,7 @@ from workbench.model.io import load_potential, save_potential
 from workbench.model.potential import Potential
 from workbench.model.schnet import CGSchNet, SchNetConfig
 from workbench.system.cg_system import CGSystem
+from workbench.system.topology import MIN_SEPARATION
 from workbench.training.boltzmann_inversion import fit_priors
 from workbench.training.data import sampled_mask, split_indices
 from workbench.training.force_matching import (
@@ -50,6 +51,10 @@ class TrainSettings:
     prior_temperature : float or None
         Frames at this temperature (K) feed the Boltzmann inversion; None: the lowest.
     prior_grouping : {"term", "type"}
+    prior_repulsion_separation : int or None
+        Smallest bond-graph separation of the pairs of a fitted repulsion
+        (:func:`~workbench.training.boltzmann_inversion.fit_priors`); None: the mapping's.
+        Refused with ``start_from`` (continued priors are kept).
     embedding : {"type", "bead"} or None
         What the SchNet embedding tells apart: the bead types of the mapping (``"type"``,
         the CGSchNet convention: beads of the same amino acid and kind share a vector), or
@@ -93,6 +98,7 @@ class TrainSettings:
     prior_temperature: float | None = None
     prior_grouping: str = "term"
     prior_repulsion: str | None = None
+    prior_repulsion_separation: int | None = None
     embedding: str | None = None
     validate_steps: int = 0
     validate_replicas: int = 32
@@ -144,18 +150,26 @@ def train_potential(
     if not at_prior_t.any():
         raise ValueError(f"no teacher-sampled frames at the prior temperature {prior_t} K")
     start = _starting_model(settings.start_from, system, teacher, settings.prior_repulsion)
+    if start is not None and settings.prior_repulsion_separation is not None:
+        raise ValueError(
+            f"{settings.start_from} keeps its priors when continued: leave out the repulsion "
+            f"separation"
+        )
     types = _embedding_types(system, start, settings.embedding)
     if start is None:
         repulsion = settings.prior_repulsion or "power"
         priors = fit_priors(
             system, data["positions"][at_prior_t], prior_t, grouping=settings.prior_grouping,
-            repulsion=repulsion,
+            repulsion=repulsion, repulsion_separation=settings.prior_repulsion_separation,
         )
         prior_settings = {
             "method": "Boltzmann inversion",
             "temperature_K": prior_t,
             "grouping": settings.prior_grouping,
             "repulsion": repulsion,
+            "repulsion_pairs": int(priors["repulsion"].index.shape[0]),
+            "repulsion_min_separation": settings.prior_repulsion_separation
+            or MIN_SEPARATION[system.mapping],
             "terms": list(priors),
         }
     else:
