@@ -17,8 +17,9 @@
 #       teacher run where it holds uncompressed metrics (metrics.csv)
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
 # time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data
-# at the TEMPERATURES (300/330/360 K), fits the priors (or keeps those of the model it continues) and trains
-# CGSchNet by force matching for at most its time limit, then saves the model and its card.
+# at the TEMPERATURES (300/330/360 K), fits the priors (or keeps those of the model it
+# continues) and trains CGSchNet by force matching for at most its time limit, then saves
+# the model and its card.
 # The MD validation runs separately (scripts/validate_models.sh).
 set -uo pipefail
 OUT=${OUT:-artifacts/models}
@@ -100,9 +101,10 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${CONTACT_BARRIER:-}" ] && set -- "$@" --contact-barrier "$CONTACT_BARRIER"
   [ -n "${CONTACT_SEPARATION:-}" ] && set -- "$@" --contact-separation "$CONTACT_SEPARATION"
   timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
-    --temperatures "${TEMPERATURES:-300,330,360}" --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 \
-    --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" --lr "${LR:-1e-3}" --patience 8 \
-    --time-limit "$limit" --wall-limit "${WALL:-540}" --seed 0 --device cuda --quiet --out "$DEST" "$@" \
+    --temperatures "${TEMPERATURES:-300,330,360}" --replicas "${REPLICAS:-96}" --steps 12000 \
+    --save-every 150 --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" \
+    --lr "${LR:-1e-3}" --patience 8 --time-limit "$limit" --wall-limit "${WALL:-540}" \
+    --seed 0 --device cuda --quiet --out "$DEST" "$@" \
     > "$DEST/$protein.out" 2>&1
   echo "$protein finished with exit code $?"
   # CHECK=S: then run the new model for S seconds (64 replicas from native, fastest path):
