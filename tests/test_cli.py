@@ -254,6 +254,23 @@ def test_folded_fraction_uses_the_proteins_native_basin(tmp_path, capsys):
     assert "folded (Q > 0.5) | 100%" in capsys.readouterr().out
 
 
+def test_calibration_counts_folded_with_the_proteins_native_basin(tmp_path, monkeypatch):
+    import workbench.teacher as teacher
+
+    asked = {}
+
+    def recorded(system, *args, **kwargs):
+        asked[system.name] = kwargs["folded_q"]
+        raise RuntimeError("recorded")
+
+    monkeypatch.setattr(teacher, "calibrate_epsilon", recorded)
+    for protein in ("2jof", "cln025"):
+        with pytest.raises(RuntimeError, match="recorded"):
+            main(["train", "--protein", protein, "--generate", "--calibrate", "0.5",
+                  "--device", "cpu", "--quiet", "--out", str(tmp_path)])
+    assert asked == {"2jof": 0.5, "cln025": 0.8}
+
+
 def test_run_without_out_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main([*RUN, "--steps", "2"]) == 0

@@ -740,6 +740,7 @@ def cmd_train(args) -> int:
                 native_fraction=args.calibrate_native_fraction,
                 contact_separation=args.contact_separation,
                 contact_barrier=args.contact_barrier,
+                folded_q=state_thresholds(system.name)[0],
             )
             epsilon = calibration.epsilon
             print(f"calibrated ε = {epsilon:.4f} kcal/mol (ε, folded: {calibration.history})")
