@@ -149,12 +149,8 @@ def train_potential(
     at_prior_t = ((temperature - prior_t).abs() < 1e-3) & ~sampled_mask(data)
     if not at_prior_t.any():
         raise ValueError(f"no teacher-sampled frames at the prior temperature {prior_t} K")
-    start = _starting_model(settings.start_from, system, teacher, settings.prior_repulsion)
-    if start is not None and settings.prior_repulsion_separation is not None:
-        raise ValueError(
-            f"{settings.start_from} keeps its priors when continued: leave out the repulsion "
-            f"separation"
-        )
+    start = _starting_model(settings.start_from, system, teacher, settings.prior_repulsion,
+                            settings.prior_repulsion_separation)
     types = _embedding_types(system, start, settings.embedding)
     if start is None:
         repulsion = settings.prior_repulsion or "power"
@@ -334,10 +330,15 @@ _REPULSION_CLASSES = {"power": "Repulsion", "cutoff": "CutoffRepulsion"}
 
 
 def _starting_model(
-    path: str | None, system: CGSystem, teacher: Potential, repulsion: str | None = None
+    path: str | None,
+    system: CGSystem,
+    teacher: Potential,
+    repulsion: str | None = None,
+    repulsion_separation: int | None = None,
 ) -> Potential | None:
     """The model a run continues from, checked against the system, the teacher (the force
-    targets must not change under it) and, when given, the repulsion form; None for none."""
+    targets must not change under it) and, when given, the repulsion form; None for none.
+    Its priors are kept, so a repulsion separation given with it is refused."""
     if path is None:
         return None
     start = load_potential(path)
@@ -347,6 +348,9 @@ def _starting_model(
             f"{path} cannot be continued for {system.name}: it is "
             + ("a prior-only potential" if start.schnet is None else f"a model of {protein}")
         )
+    if repulsion_separation is not None:
+        raise ValueError(f"{path} keeps its priors when continued: leave out the repulsion "
+                         f"separation")
     priors = dict(start.priors)
     kept = type(priors["repulsion"]).__name__ if "repulsion" in priors else "none"
     if repulsion is not None and kept != _REPULSION_CLASSES[repulsion]:
@@ -364,8 +368,7 @@ def _starting_model(
     return start
 
 
-#: Embedding indices of each ``TrainSettings.embedding``: the mapping's bead types, or
-#: one index per bead.
+#: Values of ``TrainSettings.embedding``: the mapping's bead types, or one index per bead.
 _EMBEDDINGS = ("type", "bead")
 
 

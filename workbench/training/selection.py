@@ -69,8 +69,9 @@ def folded_fraction_gap(
                           device, seed)
     target = folded_fraction(system, teacher, temperature, starts, steps, device, seed)
 
+    types = system.bead_types if bead_types is None else bead_types
+
     def score() -> float:
-        types = system.bead_types if bead_types is None else bead_types
         model = Potential(types, schnet, priors).to(device)
         return abs(folded_fraction(system, model, temperature, starts, steps, device, seed)
                    - target)
