@@ -786,12 +786,13 @@ def cmd_train(args) -> int:
             }
         if args.save_data:
             save_teacher_data(data, args.save_data, teacher.metadata)
-    time_limit = args.time_limit
+    deadline = None
     if args.wall_limit is not None:
-        # what is left of the command's time, less a share kept for saving the model
-        left = 0.9 * (args.wall_limit - (time.monotonic() - began))
-        time_limit = left if time_limit is None else min(time_limit, left)
-        print(f"training time limit: {max(time_limit, 0.0):.0f} s (wall limit)")
+        # training ends by then, whatever it still has to prepare: a tenth of the command's
+        # time is kept for the last validation and saving the model
+        deadline = began + 0.9 * args.wall_limit
+        print(f"training ends {max(deadline - time.monotonic(), 0.0):.0f} s from now "
+              f"(wall limit)")
     settings = TrainSettings(
         schnet=SchNetConfig(
             hidden=args.hidden, filters=args.filters, blocks=args.blocks,
@@ -800,7 +801,7 @@ def cmd_train(args) -> int:
         fit=FitSettings(
             epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
             patience=args.patience, seed=args.seed, device=str(device),
-            time_limit=time_limit, select_every=args.select_every,
+            time_limit=args.time_limit, deadline=deadline, select_every=args.select_every,
             energy_weight=args.energy_weight, ensemble_weight=args.ensemble_weight,
             min_sample_fraction=args.min_sample_fraction,
             ensemble_check_every=args.ensemble_check_every, tf32=args.tf32,

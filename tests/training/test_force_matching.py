@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import time
 from dataclasses import replace
 
 import pytest
@@ -158,9 +159,12 @@ def test_early_stopping_keeps_the_best_epoch(data, residual):
     assert result.stopped_early and result.best_epoch == 1 and len(result.history) == 3
 
 
-def test_time_limit_ends_training_after_the_current_batch(data, residual):
+@pytest.mark.parametrize("limit", ["time_limit", "deadline"])
+def test_time_limit_ends_training_after_the_current_batch(data, residual, limit):
+    # a deadline is a monotonic-clock reading: one already past stops training the same way
     pos = data["positions"][:20]
-    settings = FitSettings(epochs=50, batch_size=10, learning_rate=1e-3, time_limit=0.0)
+    settings = FitSettings(epochs=50, batch_size=10, learning_rate=1e-3,
+                           **{limit: 0.0 if limit == "time_limit" else time.monotonic()})
     result = train_force_matching(
         small_schnet(**TINY), tiny_system().bead_types, (pos, residual[:20]),
         (pos, residual[:20]), settings, progress=False,

@@ -72,6 +72,9 @@ class FitSettings:
     time_limit : float or None
         Seconds of training after which no new batch starts (None: no limit); the epoch
         in progress is then validated and logged, and training ends.
+    deadline : float or None
+        The same as a ``time.monotonic()`` reading (None: none): a command's wall limit,
+        which also counts what came before training (data, priors, labels).
     select_every : int
         With a ``selector`` given to :func:`train_force_matching`: score the weights every
         this many epochs and at the last one, and keep those with the lowest score instead
@@ -107,6 +110,7 @@ class FitSettings:
     seed: int = 0
     device: str = "cpu"
     time_limit: float | None = None
+    deadline: float | None = None
     select_every: int = 0
     energy_weight: float = 0.0
     ensemble_weight: float = 0.0
@@ -416,9 +420,9 @@ def train_force_matching(
                         result.stopped_by_reweighting = True
                         break
                     within = _state_copy(schnet)
-                if settings.time_limit is not None and (
-                    time.perf_counter() - began > settings.time_limit
-                ):
+                if (settings.time_limit is not None
+                        and time.perf_counter() - began > settings.time_limit) or (
+                        settings.deadline is not None and time.monotonic() > settings.deadline):
                     result.stopped_by_time = True  # this epoch ends early, and training too
                     break
             schnet.eval()
