@@ -15,6 +15,9 @@
 #   TEMPERATURES=300,360,420 ...  # teacher data at these temperatures (default 300,330,360)
 #   TEACHER_START=runs/teacher CHECK=200 ...  # the check run is validated against that
 #       teacher run where it holds uncompressed metrics (metrics.csv)
+#   SAVE_DATA=1 ...; then DATA=/tmp/c1 FROM=/tmp/c1 CONTINUE=1 ...  # keep the generated
+#       data (<protein>.data.pt in DEST) and train on it in the next call on the same warm
+#       machine: that call's whole time goes to training
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
 # time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data
 # at the TEMPERATURES (300/330/360 K), fits the priors (or keeps those of the model it
@@ -73,7 +76,10 @@ train() {  # protein, training seconds, extra arguments
   # ENSEMBLE_CHECK=K: check the reweighted frames' sample fraction every K optimiser steps
   # (default 50; a larger protein's energies reweight its frames within fewer)
   [ -n "${ENSEMBLE_CHECK:-}" ] && set -- "$@" --ensemble-check-every "$ENSEMBLE_CHECK"
-  [ -n "${TEACHER_START:-}" ] && set -- "$@" --teacher-start "$TEACHER_START"
+  # DATA=DIR: train on DIR/<protein>.data.pt (a SAVE_DATA=1 call's) instead of generating;
+  # TEACHER_START then only names the teacher run the check run is validated against
+  [ -n "${TEACHER_START:-}" ] && [ -z "${DATA:-}" ] && set -- "$@" --teacher-start "$TEACHER_START"
+  [ -n "${SAVE_DATA:-}" ] && set -- "$@" --save-data "$DEST/$protein.data.pt"
   # TEACHER_EQ=STEPS: first run the teacher (64 replicas, a share TEACHER_EQ_DENATURED of
   # them from denatured starts, default 0.5, at most TEACHER_EQ_LIMIT seconds) and start the
   # teacher data from where it ended, as TEACHER_START would; the check run (same starts)
@@ -100,9 +106,14 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${EPSILON:-}" ] && set -- "$@" --epsilon "$EPSILON"
   [ -n "${CONTACT_BARRIER:-}" ] && set -- "$@" --contact-barrier "$CONTACT_BARRIER"
   [ -n "${CONTACT_SEPARATION:-}" ] && set -- "$@" --contact-separation "$CONTACT_SEPARATION"
-  timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" --generate \
-    --temperatures "${TEMPERATURES:-300,330,360}" --replicas "${REPLICAS:-96}" --steps 12000 \
-    --save-every 150 --equilibration 1000 --epochs 100 --batch-size "${BATCH:-32}" \
+  if [ -n "${DATA:-}" ]; then
+    set -- "$@" --data "$DATA/$protein.data.pt"
+  else
+    set -- "$@" --generate --temperatures "${TEMPERATURES:-300,330,360}" \
+      --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 --equilibration 1000
+  fi
+  timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" \
+    --epochs 100 --batch-size "${BATCH:-32}" \
     --lr "${LR:-1e-3}" --patience 8 --time-limit "$limit" --wall-limit "${WALL:-540}" \
     --seed 0 --device cuda --quiet --out "$DEST" "$@" \
     > "$DEST/$protein.out" 2>&1
@@ -140,4 +151,4 @@ for protein in ${PROTEINS:-cln025 2jof 1yrf 1enh 2a3d}; do
 done
 wait
 tail -n 9 "$DEST"/*.out
-tar -C "$DEST" -cf "$OUT/models.tar" .
+tar -C "$DEST" --exclude="*.data.pt" -cf "$OUT/models.tar" .  # the data stay on the machine
