@@ -948,6 +948,13 @@ def _validate_long_run(
             f"the teacher's {ends['teacher_spread']:.1f}); force RMSE "
             f"{ends['force_rmse_model_run']:.2f} / {ends['force_rmse_teacher_run']:.2f}",
         ))
+        rows.append((
+            "teacher terms",
+            "at the model run's / the teacher run's ends, kcal/mol: " + ", ".join(
+                f"{key} {value:.0f} / {ends['teacher_terms_teacher_run'][key]:.0f}"
+                for key, value in ends["teacher_terms_model_run"].items()
+            ),
+        ))
     rows += [
         ("plot", long_run.get("plot", "none (matplotlib is not installed)")),
         ("card", str(card_file)),

@@ -346,7 +346,7 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
                  str(tmp_path / "c"), *common]) == 0
     card = json.loads((tmp_path / "c" / "cln025.json").read_text())
     assert card["training"]["stopped_by_time_limit"] and card["training"]["epochs_run"] == 1
-    assert "training time limit: 0 s (wall limit)" in capsys.readouterr().out
+    assert "training ends 0 s from now (wall limit)" in capsys.readouterr().out
 
 
 def test_cli_validate_writes_the_validation_into_the_card(tmp_path, capsys):

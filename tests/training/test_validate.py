@@ -227,9 +227,11 @@ def test_cli_records_a_long_run_that_gates_the_default(tmp_path, capsys):
         sim.save_checkpoint(tmp_path / name / "checkpoint.pt")
     (tmp_path / "cln025.json").write_text(json.dumps({"validation": None}))  # untested card
     assert main([*runs, *good]) == 0
-    assert "end structures | model − teacher energy" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "end structures | model − teacher energy" in out
     ends = json.loads((tmp_path / "cln025.json").read_text())["validation"]["long_run"]
     assert set(ends["end_structures"]["terms_model_run"]) == {"schnet"}
+    assert "teacher terms  | at the model run's / the teacher run's ends" in out
 
 
 def test_end_structures_measure_a_basin_of_the_models_own():
@@ -255,6 +257,12 @@ def test_end_structures_measure_a_basin_of_the_models_own():
     assert ends["teacher_spread"] == pytest.approx(float(extra(native_like).std()), rel=1e-4)
     assert ends["force_rmse_model_run"] > 0 and set(ends["terms_model_run"]) == set(model.priors)
     assert ends["terms_model_run"]["extra"] == pytest.approx(float(extra(drifted).mean()))
+    # the teacher's own terms at the same structures, where the drift strains them
+    assert set(ends["teacher_terms_model_run"]) == set(teacher.priors)
+    assert ends["teacher_terms_model_run"]["contacts"] == pytest.approx(
+        float(contacts(drifted).mean()), rel=1e-5)
+    teacher_terms = ends["teacher_terms_model_run"], ends["teacher_terms_teacher_run"]
+    assert teacher_terms[0]["contacts"] > teacher_terms[1]["contacts"]
 
 
 def test_the_teacher_runs_as_a_model():

@@ -312,8 +312,11 @@ def compare_end_structures(
         ``energy_gap`` and ``energy_gap_std`` (kcal/mol, over the model run's structures),
         ``teacher_spread`` (std of the same difference over the teacher run's),
         ``force_rmse_model_run`` and ``force_rmse_teacher_run`` (kcal/mol/Å, model forces
-        against the teacher's), and ``terms_model_run`` / ``terms_teacher_run``: the mean
-        energy of each of the model's terms (SchNet and every prior) at each set.
+        against the teacher's), ``terms_model_run`` / ``terms_teacher_run``: the mean
+        energy of each of the model's terms (SchNet and every prior) at each set, and
+        ``teacher_terms_model_run`` / ``teacher_terms_teacher_run``: the same for the
+        teacher's terms (which of them a basin of the model's own strains: loose native
+        contacts, twisted dihedrals, overlaps).
     """
     model, teacher = model.cpu(), teacher.cpu()
     sets = {"model_run": model_positions.cpu(), "teacher_run": teacher_positions.cpu()}
@@ -328,7 +331,11 @@ def compare_end_structures(
             graph = NeighborList(pos.shape[1], model.cutoff, skin=0.0).update(pos)
         with torch.no_grad():
             terms = model.energy_terms(pos, graph)
+            teacher_terms = teacher.energy_terms(pos, None)
         numbers[f"terms_{name}"] = {key: float(value.mean()) for key, value in terms.items()}
+        numbers[f"teacher_terms_{name}"] = {
+            key: float(value.mean()) for key, value in teacher_terms.items()
+        }
     offset = difference["teacher_run"].mean()
     gap = difference["model_run"] - offset
     return {
