@@ -258,6 +258,14 @@ def prior_labels(
     return potential_labels(Potential(bead_types, None, priors), positions, batch_size, device)
 
 
+def _out_of_time(settings: FitSettings, began: float) -> bool:
+    """Whether training that began at ``began`` (``time.perf_counter()``) is past its time
+    limit or its deadline."""
+    return (settings.time_limit is not None
+            and time.perf_counter() - began > settings.time_limit) or (
+            settings.deadline is not None and time.monotonic() > settings.deadline)
+
+
 def _batch_errors(
     potential: Potential,
     pos: torch.Tensor,
@@ -420,9 +428,7 @@ def train_force_matching(
                         result.stopped_by_reweighting = True
                         break
                     within = _state_copy(schnet)
-                if (settings.time_limit is not None
-                        and time.perf_counter() - began > settings.time_limit) or (
-                        settings.deadline is not None and time.monotonic() > settings.deadline):
+                if _out_of_time(settings, began):
                     result.stopped_by_time = True  # this epoch ends early, and training too
                     break
             schnet.eval()
