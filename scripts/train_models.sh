@@ -18,6 +18,8 @@
 #   SAVE_DATA=1 ...; then DATA=/tmp/c1 FROM=/tmp/c1 CONTINUE=1 ...  # keep the generated
 #       data (<protein>.data.pt in DEST) and train on it in the next call on the same warm
 #       machine: that call's whole time goes to training
+#   SAVE_DATA=1 ...; then DATA=/tmp/c1 FROM=/tmp/c2 CONTINUE=1 SAMPLER=1 ...  # sampler rounds
+#       on the saved teacher frames: each call samples afresh with the FROM model
 # Every teacher uses the ε of TEACHER_EPSILON (CLN025 and 2JOF calibrated to fold half the
 # time at 300 K; `workbench train --calibrate` redoes that). Each job generates teacher data
 # at the TEMPERATURES (300/330/360 K), fits the priors (or keeps those of the model it
@@ -109,9 +111,10 @@ train() {  # protein, training seconds, extra arguments
   if [ -n "${DATA:-}" ]; then
     set -- "$@" --data "$DATA/$protein.data.pt"
   else
-    set -- "$@" --generate --temperatures "${TEMPERATURES:-300,330,360}" \
-      --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 --equilibration 1000
+    set -- "$@" --generate --temperatures "${TEMPERATURES:-300,330,360}"
   fi
+  # replicas per temperature and steps of the teacher runs, or with DATA of the sampler's
+  set -- "$@" --replicas "${REPLICAS:-96}" --steps 12000 --save-every 150 --equilibration 1000
   timeout "${TIMEOUT:-575}" python -m workbench.cli train --protein "$protein" \
     --epochs 100 --batch-size "${BATCH:-32}" \
     --lr "${LR:-1e-3}" --patience 8 --time-limit "$limit" --wall-limit "${WALL:-540}" \

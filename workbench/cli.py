@@ -205,7 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--data", default=None, help="teacher data file (.pt; its teacher is rebuilt from it)"
     )
     source.add_argument("--generate", action="store_true", help="generate teacher data here")
-    train.add_argument("--save-data", default=None, help="also save generated data here")
+    train.add_argument(
+        "--save-data", default=None,
+        help="also save the data here (the frames of --sampler and --compact included)",
+    )
     train.add_argument("--epsilon", type=float, default=None, help="teacher ε, kcal/mol")
     train.add_argument("--dihedral-ratio", type=float, default=None)
     train.add_argument(
@@ -229,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="share of calibration replicas started native (1 for proteins too large to "
         "refold in a calibration run)",
     )
-    train.add_argument("--temperatures", default="300", help="comma list, kelvin")
+    train.add_argument("--temperatures", default="300",
+                       help="comma list, kelvin (with --data: the data's own)")
     train.add_argument("--replicas", type=int, default=64, help="per temperature")
     train.add_argument("--steps", type=int, default=100000, help="production steps")
     train.add_argument("--save-every", type=int, default=100)
@@ -309,9 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--sampler", default=None, metavar="MODEL",
-        help="with --generate: also sample frames with this model's dynamics (say, "
-        "the model being continued) and label them with the teacher's forces, so training "
-        "covers the states the model reaches (not used to fit priors)",
+        help="also sample frames with this model's dynamics (say, the model being "
+        "continued; with --data, at the data's temperatures) and label them with the "
+        "teacher's forces, so training covers the states the model reaches (not used to fit "
+        "priors)",
     )
     train.add_argument(
         "--sampler-replicas", type=int, default=None, help="per temperature (default --replicas)"
@@ -330,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--compact", default=None, metavar="FRACTIONS",
-        help="with --generate: also frames of the teacher squeezed to these fractions of the "
+        help="also frames of the teacher squeezed to these fractions of the "
         "native radius of gyration (comma list in (0, 1], say 0.7,0.8), labelled by the plain "
         "teacher: the over-compact states where a network extrapolates into holes (not used "
         "to fit priors)",
@@ -698,8 +703,6 @@ def cmd_train(args) -> int:
     from workbench.training.relative_entropy import SamplerFrames
 
     began = time.monotonic()
-    if args.sampler is not None and args.data is not None:
-        raise UsageError("--sampler samples new frames: use it with --generate, not --data")
     if args.sampler_start is not None and args.sampler is None:
         raise UsageError("--sampler-start gives the --sampler's starting structures: add --sampler")
     if args.teacher_start is not None and args.data is not None:
@@ -707,8 +710,6 @@ def cmd_train(args) -> int:
     if args.ensemble_weight > 0 and args.sampler is None:
         raise UsageError("--ensemble-weight compares the teacher's frames with a model's: add "
                          "--sampler")
-    if args.compact is not None and args.data is not None:
-        raise UsageError("--compact samples new frames: use it with --generate, not --data")
     compact = None if args.compact is None else _floats(args.compact)
     if compact is not None and not all(0.0 < f <= 1.0 for f in compact):
         raise UsageError(f"--compact fractions must lie in (0, 1], got {args.compact}")
@@ -730,6 +731,8 @@ def cmd_train(args) -> int:
         teacher = teacher_potential(system, metadata["epsilon"], metadata["dihedral_ratio"],
                                     metadata.get("contact_separation"),
                                     metadata.get("contact_barrier"))
+        # frames added below are sampled at the data's own temperatures
+        temperatures = sorted({round(float(t), 3) for t in data["temperature"]})
     else:
         epsilon = args.epsilon
         if args.calibrate is not None:
@@ -753,39 +756,41 @@ def cmd_train(args) -> int:
         )
         if args.teacher_start is not None:
             origin["teacher_start"] = args.teacher_start
-        if args.sampler is not None:
-            sampler_potential = load_potential(args.sampler)
-            sampled = generate_teacher_data(
-                system, teacher, temperatures, args.sampler_replicas or args.replicas,
-                args.sampler_steps or args.steps, args.sampler_save_every or args.save_every,
-                device, args.seed, args.equilibration, progress=not args.quiet,
-                sampler=sampler_potential, starts=sampler_starts,
-            )
-            mask = torch.zeros(data["temperature"].shape[0] + sampled["temperature"].shape[0],
-                               dtype=torch.bool)
-            mask[data["temperature"].shape[0]:] = True
-            data = concatenate_data(data, sampled)
-            sampler = SamplerFrames(sampler_potential.cpu(), mask)
-            origin["sampler"] = {"model": args.sampler, "start": args.sampler_start,
-                                 "frames": int(sampled["temperature"].shape[0])}
-        if compact is not None:
-            squeezed = compacted_frames(
-                system, teacher, compact, temperatures,
-                args.compact_replicas or max(1, args.replicas // 8),
-                args.compact_steps or args.steps, args.save_every, device=device,
-                seed=args.seed, equilibration=args.equilibration, progress=not args.quiet,
-            )
-            data = concatenate_data(data, squeezed)
-            if sampler is not None:
-                sampler.mask = torch.cat([
-                    sampler.mask, torch.zeros(squeezed["temperature"].shape[0], dtype=torch.bool)
-                ])
-            origin["compaction"] = {
-                "radius_of_gyration_fractions": compact, "strength_kcal_per_A2": SQUEEZE_STRENGTH,
-                "frames": int(squeezed["temperature"].shape[0]),
-            }
-        if args.save_data:
-            save_teacher_data(data, args.save_data, teacher.metadata)
+    if args.sampler is not None:
+        sampler_potential = load_potential(args.sampler)
+        sampled = generate_teacher_data(
+            system, teacher, temperatures, args.sampler_replicas or args.replicas,
+            args.sampler_steps or args.steps, args.sampler_save_every or args.save_every,
+            device, args.seed, args.equilibration, progress=not args.quiet,
+            sampler=sampler_potential, starts=sampler_starts,
+        )
+        # the ensemble term compares this sampler's frames only (frames of an earlier
+        # sampler in --data stay marked ``sampled``, apart from the teacher's own)
+        mask = torch.zeros(data["temperature"].shape[0] + sampled["temperature"].shape[0],
+                           dtype=torch.bool)
+        mask[data["temperature"].shape[0]:] = True
+        data = concatenate_data(data, sampled)
+        sampler = SamplerFrames(sampler_potential.cpu(), mask)
+        origin["sampler"] = {"model": args.sampler, "start": args.sampler_start,
+                             "frames": int(sampled["temperature"].shape[0])}
+    if compact is not None:
+        squeezed = compacted_frames(
+            system, teacher, compact, temperatures,
+            args.compact_replicas or max(1, args.replicas // 8),
+            args.compact_steps or args.steps, args.save_every, device=device,
+            seed=args.seed, equilibration=args.equilibration, progress=not args.quiet,
+        )
+        data = concatenate_data(data, squeezed)
+        if sampler is not None:
+            sampler.mask = torch.cat([
+                sampler.mask, torch.zeros(squeezed["temperature"].shape[0], dtype=torch.bool)
+            ])
+        origin["compaction"] = {
+            "radius_of_gyration_fractions": compact, "strength_kcal_per_A2": SQUEEZE_STRENGTH,
+            "frames": int(squeezed["temperature"].shape[0]),
+        }
+    if args.save_data:
+        save_teacher_data(data, args.save_data, teacher.metadata)
     deadline = None
     if args.wall_limit is not None:
         # training ends by then, whatever it still has to prepare: a tenth of the command's

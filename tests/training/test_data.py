@@ -1,6 +1,6 @@
 """Teacher data sampled by another potential: teacher-labelled forces, the ``sampled`` mark
 through concatenation and files, priors fitted without those frames, and the CLI's
-refusal of ``--sampler`` with ``--data``."""
+rounds of ``--sampler`` on saved data."""
 
 from __future__ import annotations
 
@@ -110,6 +110,19 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
     assert sampled_mask(data).tolist() == [False] * 8 + [True] * 9
     centre = data["positions"][8:].mean(1) - run.positions.mean(1)[[0, 1, 0]].repeat(3, 1)
     assert centre.norm(dim=-1).max() < 3.0  # each sampler replica stayed near its start
+    # a later round samples with a model on saved data: the new frames come at the data's
+    # temperatures (not --temperatures), after the earlier sampler's, which stay marked
+    capsys.readouterr()
+    assert main(["train", "--data", str(tmp_path / "data.pt"), "--sampler", str(model),
+                 "--sampler-replicas", "1", "--sampler-steps", "40", "--sampler-save-every",
+                 "20", "--temperatures", "350", "--save-data", str(tmp_path / "more.pt"),
+                 "--out", str(tmp_path / "c"), *common]) == 0
+    card = json.loads((tmp_path / "c" / "cln025.json").read_text())
+    assert card["data"]["frames"] == 17 + 2 and card["data"]["frames_sampled_by_a_model"] == 11
+    assert card["data"]["temperatures_K"] == [300.0]
+    more, _ = load_teacher_data(tmp_path / "more.pt")
+    assert sampled_mask(more).tolist() == [False] * 8 + [True] * 11
+    assert torch.equal(more["positions"][:17], data["positions"])
 
 
 def test_sampler_start_needs_a_sampler(tmp_path, capsys):
@@ -117,14 +130,4 @@ def test_sampler_start_needs_a_sampler(tmp_path, capsys):
                  str(tmp_path), "--out", str(tmp_path / "out")])
     assert code == 2
     assert "--sampler-start gives the --sampler's starting structures" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists()
-
-
-def test_sampler_needs_generated_data(tmp_path, capsys):
-    code = main(
-        ["train", "--protein", "cln025", "--data", str(tmp_path / "data.pt"),
-         "--sampler", str(tmp_path / "model.pt"), "--out", str(tmp_path / "out")]
-    )
-    assert code == 2
-    assert "--sampler samples new frames: use it with --generate" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
