@@ -733,6 +733,7 @@ def cmd_train(args) -> int:
                                     metadata.get("contact_barrier"))
         # frames added below are sampled at the data's own temperatures
         temperatures = sorted({round(float(t), 3) for t in data["temperature"]})
+        origin["saved_data"] = {"file": args.data, **metadata.get("origin", {})}
     else:
         epsilon = args.epsilon
         if args.calibrate is not None:
@@ -790,7 +791,7 @@ def cmd_train(args) -> int:
             "frames": int(squeezed["temperature"].shape[0]),
         }
     if args.save_data:
-        save_teacher_data(data, args.save_data, teacher.metadata)
+        save_teacher_data(data, args.save_data, {**teacher.metadata, "origin": origin})
     deadline = None
     if args.wall_limit is not None:
         # training ends by then, whatever it still has to prepare: a tenth of the command's

@@ -120,6 +120,12 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
     card = json.loads((tmp_path / "c" / "cln025.json").read_text())
     assert card["data"]["frames"] == 17 + 2 and card["data"]["frames_sampled_by_a_model"] == 11
     assert card["data"]["temperatures_K"] == [300.0]
+    # where the saved frames came from, and this call's sampler
+    assert card["data"]["saved_data"] == {
+        "file": str(tmp_path / "data.pt"),
+        "sampler": {"model": str(model), "start": str(tmp_path / "run"), "frames": 9},
+    }
+    assert card["data"]["sampler"] == {"model": str(model), "start": None, "frames": 2}
     more, _ = load_teacher_data(tmp_path / "more.pt")
     assert sampled_mask(more).tolist() == [False] * 8 + [True] * 11
     assert torch.equal(more["positions"][:17], data["positions"])
