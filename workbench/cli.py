@@ -928,7 +928,8 @@ def _validate_long_run(
     if ends is not None and all(file.is_file() for file in checkpoints):
         system, potential, teacher = ends
         long_run["end_structures"] = compare_end_structures(
-            potential, teacher, *(checkpoint_positions(file, system) for file in checkpoints)
+            system, potential, teacher,
+            *(checkpoint_positions(file, system) for file in checkpoints),
         )
     card_file = card_path(model)
     card = json.loads(card_file.read_text()) if card_file.is_file() else {}
@@ -960,6 +961,12 @@ def _validate_long_run(
                 f"{key} {value:.0f} / {ends['teacher_terms_teacher_run'][key]:.0f}"
                 for key, value in ends["teacher_terms_model_run"].items()
             ),
+        ))
+        rows.append((
+            "flipped dihedrals",
+            f"more than 90° from native at the model run's / the teacher run's ends: "
+            f"{ends['flipped_dihedrals_model_run']:.1%} / "
+            f"{ends['flipped_dihedrals_teacher_run']:.1%}",
         ))
     rows += [
         ("plot", long_run.get("plot", "none (matplotlib is not installed)")),

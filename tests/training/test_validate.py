@@ -21,6 +21,7 @@ from workbench.training.validate import (
     compare_q,
     compare_runs,
     count_transitions,
+    flipped_dihedral_fraction,
     folded_fraction,
     force_rmse,
     histogram_intersection,
@@ -228,10 +229,11 @@ def test_cli_records_a_long_run_that_gates_the_default(tmp_path, capsys):
     (tmp_path / "cln025.json").write_text(json.dumps({"validation": None}))  # untested card
     assert main([*runs, *good]) == 0
     out = capsys.readouterr().out
-    assert "end structures | model − teacher energy" in out
+    assert "end structures    | model − teacher energy" in out
     ends = json.loads((tmp_path / "cln025.json").read_text())["validation"]["long_run"]
     assert set(ends["end_structures"]["terms_model_run"]) == {"schnet"}
-    assert "teacher terms  | at the model run's / the teacher run's ends" in out
+    assert "teacher terms     | at the model run's / the teacher run's ends" in out
+    assert "flipped dihedrals | more than 90° from native at the model run's" in out
 
 
 def test_end_structures_measure_a_basin_of_the_models_own():
@@ -244,13 +246,13 @@ def test_end_structures_measure_a_basin_of_the_models_own():
     teacher = teacher_potential(sys)
     native_like = perturbed_positions(replicas=3, sigma=0.05, seed=1)
     drifted = perturbed_positions(replicas=3, sigma=0.6, seed=2)
-    same = compare_end_structures(teacher, teacher, drifted, native_like)
+    same = compare_end_structures(sys, teacher, teacher, drifted, native_like)
     assert same["energy_gap"] == 0.0 and same["force_rmse_model_run"] == 0.0
     # a model with deeper contact wells than its teacher
     contacts = teacher.priors["contacts"]
     extra = NativeContacts(contacts.index, r0=contacts.r0, epsilon=2.0 * contacts.epsilon)
     model = Potential(sys.bead_types, None, {**teacher.priors, "extra": extra})
-    ends = compare_end_structures(model, teacher, drifted, native_like)
+    ends = compare_end_structures(sys, model, teacher, drifted, native_like)
     with torch.no_grad():
         expected = extra(drifted).mean() - extra(native_like).mean()
     assert ends["energy_gap"] == pytest.approx(float(expected), rel=1e-4, abs=1e-4)
@@ -263,6 +265,25 @@ def test_end_structures_measure_a_basin_of_the_models_own():
         float(contacts(drifted).mean()), rel=1e-5)
     teacher_terms = ends["teacher_terms_model_run"], ends["teacher_terms_teacher_run"]
     assert teacher_terms[0]["contacts"] > teacher_terms[1]["contacts"]
+    # dihedrals flipped away from native: none near native, more after the drift
+    assert ends["flipped_dihedrals_teacher_run"] == 0.0
+    assert 0.0 < ends["flipped_dihedrals_model_run"] < 1.0
+
+
+def test_flipped_dihedrals_count_a_mirror_image():
+    from workbench.model.geometry import torsions
+
+    sys = tiny_system()
+    native = sys.native_positions[None].float()
+    assert flipped_dihedral_fraction(sys, native) == 0.0
+    # a mirror image negates every dihedral: φ0 moves by 2φ0, beyond 90° for 45° < |φ0| < 135°
+    phi0 = torsions(native.double(), sys.dihedrals)[0]
+    turned = (phi0.abs() > math.pi / 4) & (phi0.abs() < 3 * math.pi / 4)
+    expected = float(turned.double().mean())
+    assert 0.0 < expected < 1.0  # the check distinguishes
+    mirrored = native * torch.tensor([-1.0, 1.0, 1.0])
+    assert flipped_dihedral_fraction(sys, torch.cat([native, mirrored])) == pytest.approx(
+        expected / 2)
 
 
 def test_the_teacher_runs_as_a_model():

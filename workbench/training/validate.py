@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from workbench.model.geometry import torsions
 from workbench.model.io import atomic_save
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
@@ -286,7 +287,28 @@ def compare_runs(
     }
 
 
+def flipped_dihedral_fraction(system: CGSystem, positions: torch.Tensor) -> float:
+    """Share of the system's dihedrals more than 90° from their native values.
+
+    Parameters
+    ----------
+    system : CGSystem
+    positions : torch.Tensor, shape (R, n, 3), float32
+        Structures, Å.
+
+    Returns
+    -------
+    float
+        Over all ``R × D`` dihedrals of ``system.dihedrals`` (shape (D, 4)): backbone flips
+        that a loose native-like state can hide behind a native-like Q.
+    """
+    native = torsions(system.native_positions[None].double(), system.dihedrals)
+    phi = torsions(positions.double().cpu(), system.dihedrals)
+    return float((torch.cos(phi - native) < 0.0).double().mean())
+
+
 def compare_end_structures(
+    system: CGSystem,
     model: Potential,
     teacher: Potential,
     model_positions: torch.Tensor,
@@ -301,6 +323,7 @@ def compare_end_structures(
 
     Parameters
     ----------
+    system : CGSystem
     model, teacher : Potential
         Evaluated on the CPU (reference path).
     model_positions, teacher_positions : torch.Tensor, shape (R, n, 3), float32
@@ -316,7 +339,8 @@ def compare_end_structures(
         energy of each of the model's terms (SchNet and every prior) at each set, and
         ``teacher_terms_model_run`` / ``teacher_terms_teacher_run``: the same for the
         teacher's terms (which of them a basin of the model's own strains: loose native
-        contacts, twisted dihedrals, overlaps).
+        contacts, twisted dihedrals, overlaps); ``flipped_dihedrals_model_run`` /
+        ``flipped_dihedrals_teacher_run``: :func:`flipped_dihedral_fraction` of each set.
     """
     model, teacher = model.cpu(), teacher.cpu()
     sets = {"model_run": model_positions.cpu(), "teacher_run": teacher_positions.cpu()}
@@ -336,6 +360,7 @@ def compare_end_structures(
         numbers[f"teacher_terms_{name}"] = {
             key: float(value.mean()) for key, value in teacher_terms.items()
         }
+        numbers[f"flipped_dihedrals_{name}"] = flipped_dihedral_fraction(system, pos)
     offset = difference["teacher_run"].mean()
     gap = difference["model_run"] - offset
     return {
