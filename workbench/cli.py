@@ -232,8 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="share of calibration replicas started native (1 for proteins too large to "
         "refold in a calibration run)",
     )
-    train.add_argument("--temperatures", default="300",
-                       help="comma list, kelvin (with --data: the data's own)")
+    train.add_argument("--temperatures", default=None,
+                       help="comma list, kelvin (default 300; with --data, the data's own)")
     train.add_argument("--replicas", type=int, default=64, help="per temperature")
     train.add_argument("--steps", type=int, default=100000, help="production steps")
     train.add_argument("--save-every", type=int, default=100)
@@ -717,7 +717,7 @@ def cmd_train(args) -> int:
     if notice:
         print(f"NOTE: {notice}")
     system = build_system(args.protein)
-    temperatures = _floats(args.temperatures)
+    temperatures = _floats(args.temperatures or "300")
     # starting structures are read before the output folder is made (a bad path leaves none)
     sampler_starts, teacher_starts = (
         None if run is None else checkpoint_positions(run, system)
@@ -731,8 +731,8 @@ def cmd_train(args) -> int:
         teacher = teacher_potential(system, metadata["epsilon"], metadata["dihedral_ratio"],
                                     metadata.get("contact_separation"),
                                     metadata.get("contact_barrier"))
-        # frames added below are sampled at the data's own temperatures
-        temperatures = sorted({round(float(t), 3) for t in data["temperature"]})
+        if args.temperatures is None:  # frames added below: at the data's own temperatures
+            temperatures = sorted({round(float(t), 3) for t in data["temperature"]})
         origin["saved_data"] = {"file": args.data, **metadata.get("origin", {})}
     else:
         epsilon = args.epsilon

@@ -110,8 +110,8 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
     assert sampled_mask(data).tolist() == [False] * 8 + [True] * 9
     centre = data["positions"][8:].mean(1) - run.positions.mean(1)[[0, 1, 0]].repeat(3, 1)
     assert centre.norm(dim=-1).max() < 3.0  # each sampler replica stayed near its start
-    # a later round samples with a model on saved data: the new frames come at the data's
-    # temperatures (not --temperatures), after the earlier sampler's, which stay marked
+    # a later round samples with a model on saved data (here at another temperature), after
+    # the earlier sampler's frames, which stay marked
     capsys.readouterr()
     assert main(["train", "--data", str(tmp_path / "data.pt"), "--sampler", str(model),
                  "--sampler-replicas", "1", "--sampler-steps", "40", "--sampler-save-every",
@@ -119,7 +119,7 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
                  "--out", str(tmp_path / "c"), *common]) == 0
     card = json.loads((tmp_path / "c" / "cln025.json").read_text())
     assert card["data"]["frames"] == 17 + 2 and card["data"]["frames_sampled_by_a_model"] == 11
-    assert card["data"]["temperatures_K"] == [300.0]
+    assert card["data"]["temperatures_K"] == [300.0, 350.0]
     # where the saved frames came from, and this call's sampler
     assert card["data"]["saved_data"] == {
         "file": str(tmp_path / "data.pt"),
@@ -129,6 +129,7 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
     more, _ = load_teacher_data(tmp_path / "more.pt")
     assert sampled_mask(more).tolist() == [False] * 8 + [True] * 11
     assert torch.equal(more["positions"][:17], data["positions"])
+    assert more["temperature"].tolist() == [300.0] * 17 + [350.0] * 2
 
 
 def test_sampler_start_needs_a_sampler(tmp_path, capsys):
