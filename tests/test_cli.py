@@ -67,6 +67,9 @@ def test_run_writes_metrics_checkpoint_summary_and_trajectories(finished_run):
     assert summary["protein"] == "cln025" and summary["beads"] == 49
     assert summary["replicas"] == 2 and summary["steps"] == 4
     assert summary["timestep_mol_per_s"] > 0 and summary["frozen_replicas"] == []
+    # the start-up: before the first step, and the first chunk's excess (2 chunks here)
+    assert summary["setup_s"] > 0 and summary["warmup_overhead_s"] >= 0
+    assert f"{summary['setup_s']:.1f} s before the first step, then" in stdout
     assert 0.0 <= summary["q_mean"] <= 1.0 and summary["folded_q"] == 0.8
 
     checkpoint = torch.load(out / "checkpoint.pt", weights_only=True)

@@ -459,6 +459,7 @@ def _summary_table(rows: list[tuple[str, str]]) -> str:
 
 
 def cmd_run(args) -> int:
+    began = time.perf_counter()
     settings = _settings(args)
     settings.validate()
     if wants_distributed(args):
@@ -508,6 +509,7 @@ def cmd_run(args) -> int:
     from tqdm import tqdm
 
     meter = ThroughputMeter(settings.replicas, settings.timestep_fs, sim.device)
+    setup_s = time.perf_counter() - began  # system, model, tables, checkpoint, files
     chunk = settings.save_interval
     bar = tqdm(total=settings.steps, unit="step", disable=args.quiet, dynamic_ncols=True)
     done = 0
@@ -559,6 +561,8 @@ def cmd_run(args) -> int:
         "kernels": settings.options.to_dict(),
         "timestep_mol_per_s": meter.timestep_mol_per_s(),
         "ns_per_day": meter.ns_per_day(),
+        "setup_s": setup_s,
+        "warmup_overhead_s": meter.warmup_overhead_s(),
         "peak_memory_gb": peak,
         "rmsd_mean": float(r[live].mean()) if live.any() else None,
         "q_mean": float(q[live].mean()) if has_q else None,
@@ -581,6 +585,10 @@ def cmd_run(args) -> int:
     rows = [
         ("throughput", f"{summary['timestep_mol_per_s']:,.1f} timestep·mol/s"),
         ("", f"{summary['ns_per_day']:,.2f} ns/day (all replicas)"),
+        ("start-up", f"{setup_s:.1f} s before the first step" + (
+            "" if summary["warmup_overhead_s"] is None
+            else f", then {summary['warmup_overhead_s']:.1f} s more in the first {chunk} steps "
+            "than at the later rate (compilation, graph capture)")),
         ("peak memory", "n/a (CPU)" if peak is None else f"{peak:.2f} GB"),
         ("RMSD (CA)", f"{summary['rmsd_mean']:.2f} Å mean" if live.any() else "n/a"),
         ("Q", f"{summary['q_mean']:.3f} mean" if has_q else "n/a (no native contacts)"),

@@ -377,6 +377,16 @@ class ThroughputMeter:
         seconds = sum(t for _, t in chunks)
         return steps * self.replicas / seconds if seconds > 0 else 0.0
 
+    def warmup_overhead_s(self) -> float | None:
+        """Seconds the first chunk took beyond the steady rate of the later ones (kernel
+        compilation, graph capture, first allocations); None with fewer than two chunks."""
+        if len(self.chunks) < 2:
+            return None
+        steps, seconds = self.chunks[0]
+        later_steps = sum(s for s, _ in self.chunks[1:])
+        later_seconds = sum(t for _, t in self.chunks[1:])
+        return max(0.0, seconds - steps * later_seconds / later_steps)
+
     def ns_per_day(self) -> float:
         """Aggregate ns/day over all replicas."""
         return ns_per_day(self.timestep_mol_per_s(), self.timestep_fs)
