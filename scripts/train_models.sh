@@ -51,10 +51,11 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${SAMPLER_START:-}" ] && set -- "$@" --sampler-start "$SAMPLER_START"
   [ -n "${SAMPLER_REPLICAS:-}" ] && set -- "$@" --sampler-replicas "$SAMPLER_REPLICAS"
   [ -n "${SAMPLER_STEPS:-}" ] && set -- "$@" --sampler-steps "$SAMPLER_STEPS"
-  # SELECT_EVERY=K: keep the epoch whose folded fraction in a short run (SELECT_STEPS) is
-  # closest to the teacher's, scored every K epochs
+  # SELECT_EVERY=K: keep the epoch whose short run (SELECT_STEPS) is closest to the
+  # teacher's, scored every K epochs: by folded fraction, or with SELECT_BY=ensemble by
+  # both long-run criteria (folded fraction and Q overlap)
   [ -n "${SELECT_EVERY:-}" ] && set -- "$@" --select-every "$SELECT_EVERY" \
-    --select-steps "${SELECT_STEPS:-25000}"
+    --select-steps "${SELECT_STEPS:-25000}" --select-by "${SELECT_BY:-folded}"
   # COMPACT=0.7,0.8: also frames of the teacher squeezed to these fractions of the native
   # radius of gyration (the over-compact states a network extrapolates into)
   [ -n "${COMPACT:-}" ] && set -- "$@" --compact "$COMPACT"

@@ -353,13 +353,19 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--select-every", type=int, default=0, metavar="EPOCHS",
         help="every this many epochs (and at the last) run the model for --select-steps and "
-        "keep the weights whose folded fraction is closest to the teacher's, instead of "
+        "keep the weights whose run is closest to the teacher's (--select-by), instead of "
         "those with the lowest validation force error (0: off)",
+    )
+    train.add_argument(
+        "--select-by", default="folded", choices=["folded", "ensemble"],
+        help="folded: the folded fraction; ensemble: the worse of the long-run validation's "
+        "criteria, the folded fraction (within 0.1) and the Q histogram overlap (at least "
+        "0.8), each as a share of its limit",
     )
     train.add_argument(
         "--select-steps", type=int, default=25_000,
         help="steps of each --select-every run (half of the replicas from native, half from "
-        "unfolded structures; folded fraction over its second half)",
+        "unfolded structures; Q over its second half)",
     )
     train.add_argument("--select-replicas", type=int, default=64)
     train.add_argument("--val-fraction", type=float, default=0.1)
@@ -833,6 +839,7 @@ def cmd_train(args) -> int:
         start_from=args.start_from,
         select_steps=args.select_steps,
         select_replicas=args.select_replicas,
+        select_by=args.select_by,
         data_origin=origin,
         ensemble_temperatures=None if args.ensemble_temperatures is None
         else _floats(args.ensemble_temperatures),

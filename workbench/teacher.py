@@ -223,6 +223,45 @@ def mixed_starts(
     return starts
 
 
+def second_half_q(
+    system: CGSystem,
+    potential: Potential,
+    temperature: float,
+    starts: torch.Tensor,
+    steps: int,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    sample_every: int = 10,
+) -> torch.Tensor:
+    """Q of every replica that ran to the end, sampled over the second half of a run.
+
+    Parameters
+    ----------
+    system : CGSystem
+    potential : Potential
+    temperature : float
+        Kelvin.
+    starts : torch.Tensor, shape (R, n, 3), float32
+        Starting structure of each replica.
+    steps : int
+        Length of the run; Q is sampled every ``sample_every`` steps of its second half.
+    device, seed, sample_every
+        As named.
+
+    Returns
+    -------
+    torch.Tensor, shape (S, L), float32
+        ``S`` samples of the ``L`` replicas the safety checks did not freeze (CPU).
+    """
+    sim = langevin_simulation(system, potential, temperature, starts, device, seed)
+    sim.step(steps // 2)
+    samples = []
+    for _ in range(max(1, (steps - steps // 2) // sample_every)):
+        sim.step(sample_every)
+        samples.append(sim.native_q())
+    return torch.stack(samples)[:, ~sim.frozen].float().cpu()
+
+
 def folded_fraction(
     system: CGSystem,
     teacher: Potential,
@@ -234,29 +273,10 @@ def folded_fraction(
     folded_q: float = FOLDED_Q,
     sample_every: int = 10,
 ) -> float:
-    """Fraction of folded samples (Q > ``folded_q``) over the second half of a run.
-
-    Parameters
-    ----------
-    system : CGSystem
-    teacher : Potential
-    temperature : float
-        Kelvin.
-    starts : torch.Tensor, shape (R, n, 3), float32
-        Starting structure of each replica.
-    steps : int
-        Length of the run; Q is sampled every ``sample_every`` steps of its second half.
-    device, seed, folded_q, sample_every
-        As named.
-    """
-    sim = langevin_simulation(system, teacher, temperature, starts, device, seed)
-    sim.step(steps // 2)
-    folded = []
-    for _ in range(max(1, (steps - steps // 2) // sample_every)):
-        sim.step(sample_every)
-        folded.append(sim.native_q() > folded_q)
-    live = ~sim.frozen
-    return float(torch.stack(folded)[:, live].float().mean())
+    """Fraction of folded samples (Q > ``folded_q``) over the second half of a run
+    (:func:`second_half_q`, whose parameters it shares)."""
+    q = second_half_q(system, teacher, temperature, starts, steps, device, seed, sample_every)
+    return float((q > folded_q).float().mean())
 
 
 @dataclass

@@ -335,7 +335,7 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
                  "--energy-weight", "0.5"]) == 0
     assert load_potential(tmp_path / "b" / "cln025.pt").schnet.config.hidden == 8
     card = json.loads((tmp_path / "b" / "cln025.json").read_text())
-    selection = card["training"]["selection_by_folded_fraction"]
+    selection = card["training"]["selection_in_md"]
     assert selection["steps"] == 20 and selection["replicas"] == 2
     assert [row["epoch"] for row in selection["scores"]] == [1]
     assert card["training"]["energy_weight"] == 0.5

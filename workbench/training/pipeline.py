@@ -35,7 +35,7 @@ from workbench.training.force_matching import (
 )
 from workbench.training.model_card import build_model_card, write_model_card
 from workbench.training.relative_entropy import EnsembleSet, SamplerFrames, ensemble_sets
-from workbench.training.selection import folded_fraction_gap
+from workbench.training.selection import selection_score
 from workbench.training.validate import force_rmse, validate_against_teacher
 
 
@@ -77,11 +77,11 @@ class TrainSettings:
         SchNet weights (and configuration) and keeps its priors instead of refitting them,
         so the force targets are the same; its epoch log, when present beside it, is
         continued. Lets a long training run be split over several jobs.
-    select_steps, select_replicas : int
-        With ``fit.select_every``: the kept weights are those whose folded fraction in a
-        run of this many steps and replicas (half from native, half from unfolded
-        structures, at the first of ``validate_temperatures``) is closest to the
-        teacher's (:func:`~workbench.training.selection.folded_fraction_gap`).
+    select_steps, select_replicas, select_by : int, int, str
+        With ``fit.select_every``: the kept weights are those whose run of this many steps
+        and replicas (half from native, half from unfolded structures, at the first of
+        ``validate_temperatures``) scores closest to the teacher's by the criterion
+        ``select_by`` (:func:`~workbench.training.selection.selection_score`).
     data_origin : dict
         How frames beyond the teacher's own runs were made (``--sampler``, ``--compact``),
         recorded in the card's ``data`` section.
@@ -107,6 +107,7 @@ class TrainSettings:
     start_from: str | None = None
     select_steps: int = 0
     select_replicas: int = 64
+    select_by: str = "folded"
     data_origin: dict = field(default_factory=dict)
     ensemble_temperatures: list[float] | None = None
 
@@ -205,10 +206,12 @@ def train_potential(
             "steps": settings.select_steps,
             "replicas": settings.select_replicas,
             "temperature_K": settings.validate_temperatures[0],
+            "criterion": settings.select_by,
         }
-        selector, selection["teacher_folded"] = folded_fraction_gap(
+        selector, selection["teacher_folded"] = selection_score(
             system, teacher, schnet.to(device), priors, selection["temperature_K"],
             settings.select_replicas, settings.select_steps, device, settings.fit.seed, types,
+            settings.select_by,
         )
     fit = train_force_matching(
         schnet,
@@ -258,8 +261,8 @@ def train_potential(
             card["training"]["continued_from"] = {
                 "model": str(settings.start_from), "epochs_before": len(earlier_log)
             }
-        if selection is not None:  # |folded fraction of the model − the teacher's|
-            card["training"]["selection_by_folded_fraction"] = {
+        if selection is not None:  # the scores of the selection runs, and the kept epoch
+            card["training"]["selection_in_md"] = {
                 **selection, "scores": fit.selection, "kept_epoch": fit.best_epoch
             }
         return card

@@ -1,9 +1,11 @@
 """Choosing among training epochs by what the model does in MD, not by its force error.
 
 A folded fraction is a small free-energy difference: two models with the same force
-error can fold and unfold in different proportions. :func:`folded_fraction_gap` scores a
-model being trained by how far its folded fraction in a short Langevin run lies from the
-teacher's in the same run (same starting structures, temperature and seed), for
+error can fold and unfold in different proportions, and a model can lower its force error
+on the teacher's frames while it deepens a basin of its own elsewhere (docs/models.md,
+twentieth session). :func:`selection_score` scores a model being trained by a short
+Langevin run against the teacher's in the same run (same starting structures,
+temperature and seed), for
 :func:`~workbench.training.force_matching.train_force_matching`'s ``selector``.
 """
 
@@ -17,10 +19,21 @@ from workbench.model.potential import Potential
 from workbench.model.priors import PriorTerm
 from workbench.model.schnet import CGSchNet
 from workbench.system.cg_system import CGSystem
-from workbench.teacher import folded_fraction, mixed_starts
+from workbench.teacher import mixed_starts, second_half_q, state_thresholds
+from workbench.training.validate import (
+    MAX_FOLDED_DIFFERENCE,
+    MIN_INTERSECTION,
+    histogram_intersection,
+)
+
+#: What a selection run compares: ``folded``, |folded fraction of the model − the
+#: teacher's|, in [0, 1]; ``ensemble``, the worse of the long-run validation's two ensemble
+#: criteria, each as a share of its limit: max(|Δ folded| / 0.1, (1 − Q overlap) / 0.2),
+#: at most 1 when both pass.
+SELECTION_CRITERIA = ("folded", "ensemble")
 
 
-def folded_fraction_gap(
+def selection_score(
     system: CGSystem,
     teacher: Potential,
     schnet: CGSchNet,
@@ -31,12 +44,14 @@ def folded_fraction_gap(
     device: str | torch.device = "cpu",
     seed: int = 0,
     bead_types: torch.Tensor | None = None,
+    criterion: str = "folded",
 ) -> tuple[Callable[[], float], float]:
-    """A score of ``schnet`` + ``priors``: |folded fraction of the model − the teacher's|.
+    """A score of ``schnet`` + ``priors`` by a short run against the teacher's (0: the same).
 
     Half of the replicas start from the native structure and half from unfolded ones (the
     chain without contact wells, run for ``steps`` steps once), so a run tells whether the
-    model holds the folded state and whether it folds, as the teacher does.
+    model holds the folded state and whether it folds, as the teacher does. A sample is
+    folded above the protein's folded Q threshold (:func:`~workbench.teacher.state_thresholds`).
 
     Parameters
     ----------
@@ -51,29 +66,39 @@ def folded_fraction_gap(
     replicas : int
         Replicas of each run (at least 2).
     steps : int
-        Steps of each run; the folded fraction (Q > 0.8) is taken over its second half.
+        Steps of each run; Q is sampled over its second half.
     device : str or torch.device
     seed : int
         Seed of every run (teacher and model see the same random forces).
     bead_types : torch.Tensor, shape (n,), int64, optional
         The model's embedding indices; default the system's bead types.
+    criterion : str
+        One of :data:`SELECTION_CRITERIA`.
 
     Returns
     -------
     (callable, float)
-        ``score() -> float`` in [0, 1], and the teacher's folded fraction.
+        ``score() -> float`` (non-negative), and the teacher's folded fraction.
     """
+    if criterion not in SELECTION_CRITERIA:
+        raise ValueError(f"selection criterion must be one of {SELECTION_CRITERIA}, got "
+                         f"{criterion!r}")
     if replicas < 2 or steps < 2:
         raise ValueError(f"need replicas >= 2 and steps >= 2, got {replicas} and {steps}")
+    folded_q = state_thresholds(system.name)[0]
     starts = mixed_starts(system, temperature, replicas, replicas - replicas // 2, steps,
                           device, seed)
-    target = folded_fraction(system, teacher, temperature, starts, steps, device, seed)
-
+    target = second_half_q(system, teacher, temperature, starts, steps, device, seed)
+    target_folded = float((target > folded_q).float().mean())
     types = system.bead_types if bead_types is None else bead_types
 
     def score() -> float:
         model = Potential(types, schnet, priors).to(device)
-        return abs(folded_fraction(system, model, temperature, starts, steps, device, seed)
-                   - target)
+        q = second_half_q(system, model, temperature, starts, steps, device, seed)
+        gap = abs(float((q > folded_q).float().mean()) - target_folded)
+        if criterion == "folded":
+            return gap
+        overlap = histogram_intersection(q, target)
+        return max(gap / MAX_FOLDED_DIFFERENCE, (1.0 - overlap) / (1.0 - MIN_INTERSECTION))
 
-    return score, target
+    return score, target_folded
