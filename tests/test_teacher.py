@@ -16,8 +16,8 @@ from workbench.teacher import (
     TEACHER_BARRIER,
     TEACHER_EPSILON,
     calibrate_epsilon,
-    folded_fraction,
     mixed_starts,
+    second_half_q,
     teacher_potential,
 )
 from workbench.training.data import generate_teacher_data
@@ -60,7 +60,8 @@ def test_folded_fraction_grows_with_epsilon_and_calibration_stays_in_bounds():
     starts = mixed_starts(sys, 300.0, 6, 3, 300, seed=0)
     assert torch.equal(starts[:3], sys.native_positions.expand(3, -1, -1))
     weak, strong = (
-        folded_fraction(sys, teacher_potential(sys, eps), 300.0, starts, 200, seed=2)
+        float((second_half_q(sys, teacher_potential(sys, eps), 300.0, starts, 200, seed=2)
+               > 0.8).float().mean())
         for eps in (0.01, 3.0)
     )
     assert weak < strong

@@ -262,23 +262,6 @@ def second_half_q(
     return torch.stack(samples)[:, ~sim.frozen].float().cpu()
 
 
-def folded_fraction(
-    system: CGSystem,
-    teacher: Potential,
-    temperature: float,
-    starts: torch.Tensor,
-    steps: int,
-    device: str | torch.device = "cpu",
-    seed: int = 0,
-    folded_q: float = FOLDED_Q,
-    sample_every: int = 10,
-) -> float:
-    """Fraction of folded samples (Q > ``folded_q``) over the second half of a run
-    (:func:`second_half_q`, whose parameters it shares)."""
-    q = second_half_q(system, teacher, temperature, starts, steps, device, seed, sample_every)
-    return float((q > folded_q).float().mean())
-
-
 @dataclass
 class Calibration:
     """Result of :func:`calibrate_epsilon`.
@@ -336,8 +319,10 @@ def calibrate_epsilon(
         At least 2.
     steps : int
         Steps per run.
-    device, seed, dihedral_ratio, folded_q
-        As in :func:`teacher_potential` and :func:`folded_fraction`.
+    device, seed, dihedral_ratio
+        As in :func:`teacher_potential` and :func:`second_half_q`.
+    folded_q : float
+        Q above which a sample of a run's second half counts as folded.
     native_fraction : float
         Share of the replicas started from the native structure, in [0, 1].
     contact_separation, contact_barrier
@@ -363,9 +348,8 @@ def calibrate_epsilon(
     for _ in range(iterations):
         teacher = teacher_potential(system, result.epsilon, dihedral_ratio,
                                     contact_separation, contact_barrier)
-        fraction = folded_fraction(
-            system, teacher, temperature, starts, steps, device, seed + 1, folded_q
-        )
+        q = second_half_q(system, teacher, temperature, starts, steps, device, seed + 1)
+        fraction = float((q > folded_q).float().mean())
         result.history.append((result.epsilon, fraction))
         if fraction < target:
             low = result.epsilon
