@@ -158,7 +158,7 @@ def speedup_demo() -> list:
             "ipw.VBox([KernelsPanel(live), LivePlots(live, font_size=20)])"
         ),
         new_code_cell(
-            "hold = 3 if short else 15\n"
+            "hold = 1 if short else 15\n"
             "fastest = KernelOptions(tabulated_filter=True, cuda_graph=True)\n"
             "live.start()\n"
             "for options in (fastest, KernelOptions.baseline(), fastest):\n"
