@@ -708,6 +708,7 @@ def cmd_train(args) -> int:
     from workbench.training.compaction import SQUEEZE_STRENGTH, compacted_frames
     from workbench.training.data import (
         concatenate_data,
+        data_temperatures,
         generate_teacher_data,
         load_teacher_data,
         save_teacher_data,
@@ -746,7 +747,7 @@ def cmd_train(args) -> int:
                                     metadata.get("contact_separation"),
                                     metadata.get("contact_barrier"))
         if args.temperatures is None:  # frames added below: at the data's own temperatures
-            temperatures = sorted({round(float(t), 3) for t in data["temperature"]})
+            temperatures = data_temperatures(data)
         origin["saved_data"] = {"file": args.data, **metadata.get("origin", {})}
     else:
         epsilon = args.epsilon

@@ -127,6 +127,11 @@ def concatenate_data(*parts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
     return merged
 
 
+def data_temperatures(data: dict[str, torch.Tensor]) -> list[float]:
+    """The distinct temperatures of a data set's frames, K, ascending (rounded to 1 mK)."""
+    return sorted({round(float(t), 3) for t in data["temperature"]})
+
+
 def sampled_mask(data: dict[str, torch.Tensor]) -> torch.Tensor:
     """Which frames another potential sampled, shape (M,) bool (none without the key)."""
     return data.get("sampled", torch.zeros(data["temperature"].shape[0], dtype=torch.bool))

@@ -13,7 +13,7 @@ import torch
 
 from workbench.cli import atomic_write_text
 from workbench.model.schnet import SchNetConfig
-from workbench.training.data import sampled_mask
+from workbench.training.data import data_temperatures, sampled_mask
 from workbench.training.force_matching import FitResult
 
 
@@ -61,7 +61,7 @@ def build_model_card(
             "frames": int(data["positions"].shape[0]),
             "frames_sampled_by_a_model": int(sampled_mask(data).sum()),
             "beads": int(data["positions"].shape[1]),
-            "temperatures_K": sorted({round(float(t), 3) for t in data["temperature"]}),
+            "temperatures_K": data_temperatures(data),
         },
         "priors": prior_settings,
         "schnet": config.to_dict(),

@@ -23,6 +23,7 @@ from workbench.teacher import mixed_starts, second_half_q, state_thresholds
 from workbench.training.validate import (
     MAX_FOLDED_DIFFERENCE,
     MIN_INTERSECTION,
+    folded_fraction,
     histogram_intersection,
 )
 
@@ -89,13 +90,13 @@ def selection_score(
     starts = mixed_starts(system, temperature, replicas, replicas - replicas // 2, steps,
                           device, seed)
     target = second_half_q(system, teacher, temperature, starts, steps, device, seed)
-    target_folded = float((target > folded_q).float().mean())
+    target_folded = folded_fraction(target, folded_q)
     types = system.bead_types if bead_types is None else bead_types
 
     def score() -> float:
         model = Potential(types, schnet, priors).to(device)
         q = second_half_q(system, model, temperature, starts, steps, device, seed)
-        gap = abs(float((q > folded_q).float().mean()) - target_folded)
+        gap = abs(folded_fraction(q, folded_q) - target_folded)
         if criterion == "folded":
             return gap
         overlap = histogram_intersection(q, target)
