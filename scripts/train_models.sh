@@ -56,6 +56,9 @@ train() {  # protein, training seconds, extra arguments
   # both long-run criteria (folded fraction and Q overlap)
   [ -n "${SELECT_EVERY:-}" ] && set -- "$@" --select-every "$SELECT_EVERY" \
     --select-steps "${SELECT_STEPS:-25000}" --select-by "${SELECT_BY:-folded}"
+  # SELECT_START=RUN: the second half of each selection run starts from that run's
+  # checkpoint (a model run that drifted), not from unfolded structures
+  [ -n "${SELECT_START:-}" ] && set -- "$@" --select-start "$SELECT_START"
   # COMPACT=0.7,0.8: also frames of the teacher squeezed to these fractions of the native
   # radius of gyration (the over-compact states a network extrapolates into)
   [ -n "${COMPACT:-}" ] && set -- "$@" --compact "$COMPACT"

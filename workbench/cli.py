@@ -365,9 +365,14 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--select-steps", type=int, default=25_000,
         help="steps of each --select-every run (half of the replicas from native, half from "
-        "unfolded structures; Q over its second half)",
+        "unfolded structures or --select-start; Q over its second half)",
     )
     train.add_argument("--select-replicas", type=int, default=64)
+    train.add_argument(
+        "--select-start", metavar="RUN",
+        help="start the second half of each --select-every run from this run's checkpoint "
+        "(say, a model run that drifted into a state of its own), not from unfolded structures",
+    )
     train.add_argument("--val-fraction", type=float, default=0.1)
     train.add_argument("--validate-steps", type=int, default=0, help="0: no MD validation")
     train.add_argument("--validate-replicas", type=int, default=32)
@@ -722,6 +727,9 @@ def cmd_train(args) -> int:
         raise UsageError("--sampler-start gives the --sampler's starting structures: add --sampler")
     if args.teacher_start is not None and args.data is not None:
         raise UsageError("--teacher-start starts new teacher runs: use it with --generate")
+    if args.select_start is not None and args.select_every <= 0:
+        raise UsageError("--select-start gives the --select-every runs' starting structures: "
+                         "add --select-every")
     if args.ensemble_weight > 0 and args.sampler is None:
         raise UsageError("--ensemble-weight compares the teacher's frames with a model's: add "
                          "--sampler")
@@ -734,9 +742,9 @@ def cmd_train(args) -> int:
     system = build_system(args.protein)
     temperatures = _floats(args.temperatures or "300")
     # starting structures are read before the output folder is made (a bad path leaves none)
-    sampler_starts, teacher_starts = (
+    sampler_starts, teacher_starts, _ = (
         None if run is None else checkpoint_positions(run, system)
-        for run in (args.sampler_start, args.teacher_start)
+        for run in (args.sampler_start, args.teacher_start, args.select_start)
     )
     out = ensure_writable_folder(args.out)
     origin: dict = {}
@@ -841,6 +849,7 @@ def cmd_train(args) -> int:
         select_steps=args.select_steps,
         select_replicas=args.select_replicas,
         select_by=args.select_by,
+        select_start=args.select_start,
         data_origin=origin,
         ensemble_temperatures=None if args.ensemble_temperatures is None
         else _floats(args.ensemble_temperatures),

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from workbench.cli import atomic_write_text
+from workbench.md.simulation import checkpoint_positions
 from workbench.model.io import load_potential, save_potential
 from workbench.model.potential import Potential
 from workbench.model.schnet import CGSchNet, SchNetConfig
@@ -82,6 +83,9 @@ class TrainSettings:
         and replicas (half from native, half from unfolded structures, at the first of
         ``validate_temperatures``) scores closest to the teacher's by the criterion
         ``select_by`` (:func:`~workbench.training.selection.selection_score`).
+    select_start : str or None
+        A run folder (or checkpoint file) whose structures start the second half of each
+        selection run instead of unfolded ones; recorded in the card.
     data_origin : dict
         How frames beyond the teacher's own runs were made (``--sampler``, ``--compact``),
         recorded in the card's ``data`` section.
@@ -108,6 +112,7 @@ class TrainSettings:
     select_steps: int = 0
     select_replicas: int = 64
     select_by: str = "folded"
+    select_start: str | None = None
     data_origin: dict = field(default_factory=dict)
     ensemble_temperatures: list[float] | None = None
 
@@ -207,11 +212,15 @@ def train_potential(
             "replicas": settings.select_replicas,
             "temperature_K": settings.validate_temperatures[0],
             "criterion": settings.select_by,
+            "second_half_starts": settings.select_start or "unfolded",
         }
+        others = None
+        if settings.select_start is not None:
+            others = checkpoint_positions(settings.select_start, system)
         selector, selection["teacher_folded"] = selection_score(
             system, teacher, schnet.to(device), priors, selection["temperature_K"],
             settings.select_replicas, settings.select_steps, device, settings.fit.seed, types,
-            settings.select_by,
+            settings.select_by, others,
         )
     fit = train_force_matching(
         schnet,

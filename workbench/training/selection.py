@@ -46,12 +46,16 @@ def selection_score(
     seed: int = 0,
     bead_types: torch.Tensor | None = None,
     criterion: str = "folded",
+    other_starts: torch.Tensor | None = None,
 ) -> tuple[Callable[[], float], float]:
     """A score of ``schnet`` + ``priors`` by a short run against the teacher's (0: the same).
 
     Half of the replicas start from the native structure and half from unfolded ones (the
     chain without contact wells, run for ``steps`` steps once), so a run tells whether the
-    model holds the folded state and whether it folds, as the teacher does. A sample is
+    model holds the folded state and whether it folds, as the teacher does. With
+    ``other_starts`` that second half starts from those structures instead: say, the end
+    of a model run that drifted into a state of its own, which the teacher leaves and a
+    model that keeps it does not, within a run far shorter than the drift. A sample is
     folded above the protein's folded Q threshold (:func:`~workbench.teacher.state_thresholds`).
 
     Parameters
@@ -75,6 +79,10 @@ def selection_score(
         The model's embedding indices; default the system's bead types.
     criterion : str
         One of :data:`SELECTION_CRITERIA`.
+    other_starts : torch.Tensor, shape (S, n, 3), float32, optional
+        Starting structures of the second half of the replicas, replica ``i`` of that half
+        from structure ``i mod S`` (say, :func:`~workbench.md.simulation.checkpoint_positions`
+        of a run); default unfolded chains.
 
     Returns
     -------
@@ -87,8 +95,16 @@ def selection_score(
     if replicas < 2 or steps < 2:
         raise ValueError(f"need replicas >= 2 and steps >= 2, got {replicas} and {steps}")
     folded_q = state_thresholds(system.name)[0]
-    starts = mixed_starts(system, temperature, replicas, replicas - replicas // 2, steps,
-                          device, seed)
+    others = replicas - replicas // 2
+    if other_starts is None:
+        starts = mixed_starts(system, temperature, replicas, others, steps, device, seed)
+    else:
+        if other_starts.ndim != 3 or other_starts.shape[1:] != (system.n_beads, 3):
+            raise ValueError(f"other starts must have shape (S, {system.n_beads}, 3), got "
+                             f"{tuple(other_starts.shape)}")
+        picked = other_starts[torch.arange(others) % other_starts.shape[0]]
+        starts = torch.cat([mixed_starts(system, temperature, replicas - others, 0, steps,
+                                         device, seed), picked.to(device, torch.float32)])
     target = second_half_q(system, teacher, temperature, starts, steps, device, seed)
     target_folded = folded_fraction(target, folded_q)
     types = system.bead_types if bead_types is None else bead_types
