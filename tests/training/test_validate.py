@@ -14,7 +14,7 @@ import torch
 from helpers import tiny_system
 
 from workbench.model.options import KernelOptions
-from workbench.teacher import state_thresholds, teacher_potential
+from workbench.teacher import langevin_simulation, state_thresholds, teacher_potential
 from workbench.training.validate import (
     compare_end_structures,
     compare_force_paths,
@@ -26,6 +26,7 @@ from workbench.training.validate import (
     force_rmse,
     histogram_intersection,
     pearson,
+    relaxation,
     series_from_metrics,
     validate_against_teacher,
 )
@@ -284,6 +285,27 @@ def test_flipped_dihedrals_count_a_mirror_image():
     mirrored = native * torch.tensor([-1.0, 1.0, 1.0])
     assert flipped_dihedral_fraction(sys, torch.cat([native, mirrored])) == pytest.approx(
         expected / 2)
+
+
+def test_relaxation_shows_the_teacher_leaving_a_state_and_holding_its_own():
+    sys = tiny_system()
+    native = sys.native_positions.float().expand(3, -1, -1)
+    mirrored = native * torch.tensor([-1.0, 1.0, 1.0])  # every dihedral negated
+    teacher = teacher_potential(sys)
+    rows = relaxation(sys, teacher, mirrored, [0.4, 2.0], seed=2)
+    assert [row["time_ps"] for row in rows] == [0.0, 0.4, 2.0]
+    start = langevin_simulation(sys, teacher, 300.0, mirrored).native_q()
+    assert rows[0]["q_mean"] == pytest.approx(float(start.mean()))  # distances unchanged
+    assert rows[0]["flipped_dihedrals"] == pytest.approx(flipped_dihedral_fraction(sys, mirrored))
+    assert rows[0]["flipped_dihedrals"] > 0.1
+    assert rows[2]["flipped_dihedrals"] < rows[0]["flipped_dihedrals"] / 2  # turned back
+    # from native: the teacher holds the fold, the chain without contact wells loses it
+    held = relaxation(sys, teacher, native, [2.0], seed=2)[-1]
+    lost = relaxation(sys, teacher_potential(sys, 0.0), native, [2.0], seed=2)[-1]
+    assert held["folded_fraction"] == 1.0 and held["q_mean"] > 0.8
+    assert lost["folded_fraction"] == 0.0 and lost["q_mean"] < 0.4
+    with pytest.raises(ValueError, match="positive and increasing"):
+        relaxation(sys, teacher, native, [0.4, 0.2])
 
 
 def test_the_teacher_runs_as_a_model():

@@ -1,0 +1,60 @@
+"""What a potential does with the structures where a run ended: Q and flipped dihedrals.
+
+    python scripts/relax_from_run.py RUN --protein 1yrf [--model teacher|PATH] \\
+        [--replicas 16] [--times 2,5,10,20] [--device cpu] [--out relax.json]
+
+RUN is a ``workbench run`` folder (or its ``checkpoint.pt``); its first ``--replicas``
+live structures start a Langevin run at 300 K of ``--model`` (default: the teacher), and
+the mean Q, the folded fraction and the share of dihedrals more than 90° from native are
+printed at the start and at each of ``--times`` (ps)
+(`workbench.training.validate.relaxation`). Run with the teacher from a model run that
+drifted, it tells whether the teacher leaves that state and how fast: the premise of
+``workbench train --select-start``. The teacher is cheap enough for the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from workbench.cli import atomic_write_text
+from workbench.md.simulation import checkpoint_positions
+from workbench.runner import TEACHER_MODEL, choose_potential, resolve_device
+from workbench.system import build_system
+from workbench.training.validate import relaxation
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", help="run folder or checkpoint file")
+    parser.add_argument("--protein", required=True)
+    parser.add_argument("--model", default=TEACHER_MODEL,
+                        help="'teacher' (default), or a saved potential")
+    parser.add_argument("--replicas", type=int, default=16,
+                        help="how many of the run's structures (the first ones)")
+    parser.add_argument("--times", default="2,5,10,20", help="comma list, ps")
+    parser.add_argument("--temperature", type=float, default=300.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--out", default=None, help="JSON file for the rows")
+    args = parser.parse_args()
+    times = [float(t) for t in args.times.split(",") if t.strip()]
+    if args.replicas < 1:
+        parser.error(f"--replicas must be at least 1, got {args.replicas}")
+    system = build_system(args.protein)
+    starts = checkpoint_positions(args.run, system)[: args.replicas]
+    potential, _ = choose_potential(system, args.model)
+    device, _ = resolve_device(args.device)
+    rows = relaxation(system, potential, starts, times, args.temperature, device, args.seed)
+    print(f"{args.model} from {args.run} ({len(starts)} structures, {args.temperature:g} K)")
+    print("time ps | Q mean | folded | dihedrals flipped > 90°")
+    for row in rows:
+        print(f"{row['time_ps']:7.1f} | {row['q_mean']:6.3f} | {row['folded_fraction']:6.2f} | "
+              f"{row['flipped_dihedrals']:.1%}")
+    if args.out is not None:
+        atomic_write_text(Path(args.out), json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
