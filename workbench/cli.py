@@ -741,7 +741,8 @@ def cmd_train(args) -> int:
         print(f"NOTE: {notice}")
     system = build_system(args.protein)
     temperatures = _floats(args.temperatures or "300")
-    # starting structures are read before the output folder is made (a bad path leaves none)
+    # starting structures are read before the output folder is made (a bad path leaves none);
+    # the selection runs' are only checked here and read again by train_potential
     sampler_starts, teacher_starts, _ = (
         None if run is None else checkpoint_positions(run, system)
         for run in (args.sampler_start, args.teacher_start, args.select_start)
