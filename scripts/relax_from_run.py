@@ -39,14 +39,20 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default=None, help="JSON file for the rows")
     args = parser.parse_args()
-    times = [float(t) for t in args.times.split(",") if t.strip()]
+    try:
+        times = [float(t) for t in args.times.split(",") if t.strip()]
+    except ValueError:
+        parser.error(f"--times must be a comma list of ps, got {args.times!r}")
     if args.replicas < 1:
         parser.error(f"--replicas must be at least 1, got {args.replicas}")
-    system = build_system(args.protein)
-    starts = checkpoint_positions(args.run, system)[: args.replicas]
-    potential, _ = choose_potential(system, args.model)
-    device, _ = resolve_device(args.device)
-    rows = relaxation(system, potential, starts, times, args.temperature, device, args.seed)
+    try:  # an unknown protein, a missing or foreign checkpoint, a bad model file or times
+        system = build_system(args.protein)
+        starts = checkpoint_positions(args.run, system)[: args.replicas]
+        potential, _ = choose_potential(system, args.model)
+        device, _ = resolve_device(args.device)
+        rows = relaxation(system, potential, starts, times, args.temperature, device, args.seed)
+    except (ValueError, OSError) as exc:
+        parser.error(str(exc))
     print(f"{args.model} from {args.run} ({len(starts)} structures, {args.temperature:g} K)")
     print("time ps | Q mean | folded | dihedrals flipped > 90°")
     for row in rows:
