@@ -175,6 +175,28 @@ def test_time_limit_ends_training_after_the_current_batch(data, residual, limit)
     assert math.isfinite(row["train_loss"]) and result.best_epoch == 1
 
 
+def test_selection_runs_end_within_the_deadline(data, residual):
+    # every selection run takes 1 s: the deadline is brought forward by that, so training
+    # stops after the selection run that ends within a second of it (here epoch 2's)
+    # instead of starting another epoch whose selection run would end past it
+    pos = data["positions"][:20]
+
+    def selector():
+        time.sleep(1.0)
+        return 0.0
+
+    deadline = time.monotonic() + 3.0
+    settings = FitSettings(epochs=50, batch_size=10, learning_rate=1e-3, select_every=1,
+                           deadline=deadline)
+    result = train_force_matching(
+        small_schnet(**TINY), tiny_system().bead_types, (pos, residual[:20]),
+        (pos, residual[:20]), settings, progress=False, selector=selector,
+    )
+    assert time.monotonic() < deadline
+    assert result.stopped_by_time and len(result.history) == 2
+    assert [row["epoch"] for row in result.selection] == [1, 2]
+
+
 @pytest.mark.parametrize(
     ("every", "scored", "scores"), [(1, [1, 2, 3], [0.5, 0.1, 0.3]), (2, [2, 3], [0.1, 0.3])]
 )

@@ -71,7 +71,10 @@ class FitSettings:
     device : str
     time_limit : float or None
         Seconds of training after which no new batch starts (None: no limit); the epoch
-        in progress is then validated and logged, and training ends.
+        in progress is then validated and logged, and training ends. With selection
+        (``select_every``) the limit is brought forward by the longest selection run so
+        far, so that the last epoch's selection run also ends within it, and training ends
+        after a scheduled selection run that ends within that margin.
     deadline : float or None
         The same as a ``time.monotonic()`` reading (None: none): a command's wall limit,
         which also counts what came before training (data, priors, labels).
@@ -258,12 +261,13 @@ def prior_labels(
     return potential_labels(Potential(bead_types, None, priors), positions, batch_size, device)
 
 
-def _out_of_time(settings: FitSettings, began: float) -> bool:
-    """Whether training that began at ``began`` (``time.perf_counter()``) is past its time
-    limit or its deadline."""
+def _out_of_time(settings: FitSettings, began: float, reserve: float = 0.0) -> bool:
+    """Whether training that began at ``began`` (``time.perf_counter()``) is within
+    ``reserve`` seconds of its time limit or its deadline, or past them (``reserve``: what
+    must still fit after the last batch, such as a selection run)."""
     return (settings.time_limit is not None
-            and time.perf_counter() - began > settings.time_limit) or (
-            settings.deadline is not None and time.monotonic() > settings.deadline)
+            and time.perf_counter() - began > settings.time_limit - reserve) or (
+            settings.deadline is not None and time.monotonic() > settings.deadline - reserve)
 
 
 def _batch_errors(
@@ -383,6 +387,7 @@ def train_force_matching(
     best_loss, best_state = math.inf, None
     selecting = selector is not None and settings.select_every > 0
     best_score, selected_state = math.inf, None
+    reserve = 0.0  # seconds of the longest selection run so far
     log = open(log_path, "w", newline="") if log_path is not None else None  # noqa: SIM115
     writer = csv.DictWriter(log, LOG_COLUMNS) if log is not None else None
     if writer is not None:
@@ -428,7 +433,7 @@ def train_force_matching(
                         result.stopped_by_reweighting = True
                         break
                     within = _state_copy(schnet)
-                if _out_of_time(settings, began):
+                if _out_of_time(settings, began, reserve):
                     result.stopped_by_time = True  # this epoch ends early, and training too
                     break
             schnet.eval()
@@ -468,10 +473,15 @@ def train_force_matching(
             last = (result.stopped_early or result.stopped_by_time
                     or result.stopped_by_reweighting or epoch == settings.epochs)
             if selecting and (last or epoch % settings.select_every == 0):
+                scoring = time.perf_counter()
                 score = float(selector())
+                reserve = max(reserve, time.perf_counter() - scoring)
                 result.selection.append({"epoch": epoch, "score": score})
                 if score < best_score:
                     best_score, selected_state = score, (epoch, _state_copy(schnet))
+                if not last and _out_of_time(settings, began, reserve):
+                    # another epoch would end with a selection run past the limit
+                    result.stopped_by_time = last = True
             if last:
                 break
     finally:
