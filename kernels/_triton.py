@@ -13,6 +13,7 @@ patterns as integers). It never changes what a kernel computes.
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -51,6 +52,7 @@ except ImportError:  # pragma: no cover - exercised only on machines without Tri
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 __all__ = ["HAS_TRITON", "INTERPRET", "triton", "tl", "triton_available", "pick_configs",
+           "autotune",
            "torch_to_tl_dtype", "check_no_grad", "next_pow2", "sqrt_rounded", "tanh_f32", "mma"]
 
 
@@ -75,6 +77,36 @@ def pick_configs(gpu_configs, interpret_config):
         The single configuration used under ``TRITON_INTERPRET=1``.
     """
     return [interpret_config] if INTERPRET else list(gpu_configs)
+
+
+# Triton 3.4 and later can keep autotuning timings in its cache folder (``cache_results``)
+CACHES_AUTOTUNING = "cache_results" in inspect.signature(triton.autotune).parameters
+
+
+def autotune(configs, key, **options):
+    """``triton.autotune`` whose timings are kept on disk where Triton can (3.4 and later).
+
+    Without that, every process re-times every configuration of every kernel at each new
+    key: about 14 s before a 1YRF run's first step on an H100 whose compiled kernels are
+    already cached (BENCHMARKS.md). With it, Triton keeps the timings in its cache folder
+    (``TRITON_CACHE_DIR``, default ``~/.triton/cache``), keyed by the kernel's source, the
+    GPU, the configurations and the key values; deleting that folder re-times them. The
+    interpreter never caches.
+
+    Parameters
+    ----------
+    configs : list of triton.Config
+        The candidates (`pick_configs`).
+    key : list of str
+        Kernel arguments whose values select a timing; Triton adds every tensor argument's
+        dtype. The values must be JSON-serialisable (ints, floats, bools, strings): a
+        ``tl.dtype`` there makes caching fail, so pass dtypes as tensors, not keys.
+    **options
+        Further ``triton.autotune`` arguments (``prune_configs_by``, ...).
+    """
+    if CACHES_AUTOTUNING:
+        options.setdefault("cache_results", True)
+    return triton.autotune(configs=configs, key=key, **options)
 
 
 def torch_to_tl_dtype(dtype: torch.dtype):

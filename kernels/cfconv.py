@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels._triton import (
+    autotune,
     check_no_grad,
     mma,
     pick_configs,
@@ -175,8 +176,8 @@ _BWD_CONFIGS = pick_configs(
 )
 
 
-@triton.autotune(configs=_FWD_CONFIGS, key=["num_nodes", "F", "KP", "DT", "PREC"],
-                 prune_configs_by={"early_config_prune": _prune})
+@autotune(_FWD_CONFIGS, ["num_nodes", "F", "KP", "PREC"],
+          prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _cfconv_fwd_kernel(pos_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, w1_ptr, s1_ptr, b1_ptr,
                        w2_ptr, s2_ptr, b2_ptr, out_ptr, num_nodes, mu_ptr, gamma_ptr, K, alpha,
@@ -217,8 +218,8 @@ def _cfconv_fwd_kernel(pos_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, w1_ptr, s1_p
              mask=(nodes < num_nodes)[:, None])
 
 
-@triton.autotune(configs=_BWD_CONFIGS, key=["num_nodes", "F", "KP", "DT", "PREC"],
-                 prune_configs_by={"early_config_prune": _prune})
+@autotune(_BWD_CONFIGS, ["num_nodes", "F", "KP", "PREC"],
+          prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _cfconv_bwd_kernel(pos_ptr, xs_ptr, gu_ptr, dst_ptr, ptr_ptr, perm_ptr, w1_ptr, s1_ptr,
                        b1_ptr, w2_ptr, s2_ptr, b2_ptr, gxs_ptr, g_ptr, num_nodes, mu_ptr,

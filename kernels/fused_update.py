@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from kernels._triton import (
+    autotune,
     check_no_grad,
     mma,
     pick_configs,
@@ -41,7 +42,7 @@ _CONFIGS = pick_configs(
 )
 
 
-@triton.autotune(configs=_CONFIGS, key=["M", "N", "KD", "DT", "GATE", "ROW_NORM", "SPLIT"])
+@autotune(_CONFIGS, ["M", "N", "KD", "GATE", "ROW_NORM", "SPLIT"])
 @triton.jit
 def _linear_kernel(a_ptr, stride_am, b_ptr, b_lo_ptr, stride_bk, stride_bn, kscale_ptr,
                    nscale_ptr, bias_ptr, gate_ptr, stride_gm, res_ptr, stride_rm, out_ptr,

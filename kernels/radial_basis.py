@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels._triton import check_no_grad, next_pow2, pick_configs, tl, triton
+from kernels._triton import autotune, check_no_grad, next_pow2, pick_configs, tl, triton
 from kernels.csr import GraphCSR, valid_edge_mask
 from kernels.segment_reduce import edge_grad_to_positions
 
@@ -177,7 +177,7 @@ _RB_CONFIGS = pick_configs([triton.Config({"BLOCK_E": b}, num_warps=w)
                            triton.Config({"BLOCK_E": 32}, num_warps=4))
 
 
-@triton.autotune(configs=_RB_CONFIGS, key=["SIZE_CLASS", "KP"])
+@autotune(_RB_CONFIGS, ["SIZE_CLASS", "KP"])
 @triton.jit
 def _radial_fwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, d_out, e_out, c_out,
                        E, SIZE_CLASS, num_nodes, mu_ptr, gamma_ptr, K, alpha, basis_lower,
@@ -202,7 +202,7 @@ def _radial_fwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, d_out, e_out, c
              tl.where(ok[:, None], basis, 0.0), mask=inb[:, None] & (k[None, :] < K))
 
 
-@triton.autotune(configs=_RB_CONFIGS, key=["SIZE_CLASS", "KP"])
+@autotune(_RB_CONFIGS, ["SIZE_CLASS", "KP"])
 @triton.jit
 def _radial_bwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, gd_ptr, ge_ptr, gc_ptr,
                        g_out, E, SIZE_CLASS, num_nodes, mu_ptr, gamma_ptr, K, alpha,

@@ -84,7 +84,14 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels._triton import check_no_grad, pick_configs, tl, torch_to_tl_dtype, triton
+from kernels._triton import (
+    autotune,
+    check_no_grad,
+    pick_configs,
+    tl,
+    torch_to_tl_dtype,
+    triton,
+)
 from kernels.csr import GraphCSR, valid_edge_mask
 
 __all__ = ["FilterTable", "LengthGradient", "build_filter_table", "tabulate_filter",
@@ -374,7 +381,7 @@ class LengthGradient:
         return out
 
 
-@triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
+@autotune(pick_configs(_CONFIGS, _INTERPRET_CONFIG), ["num_nodes", "F"])
 @triton.jit
 def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_ptr,
                     scale_ptr, out_ptr, num_nodes, num_intervals, inv_h, cutoff,
@@ -414,7 +421,7 @@ def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_p
     tl.store(out_ptr + node * F + f, tl.sum(acc, axis=0))
 
 
-@triton.autotune(configs=pick_configs(_CONFIGS, _INTERPRET_CONFIG), key=["num_nodes", "F"])
+@autotune(pick_configs(_CONFIGS, _INTERPRET_CONFIG), ["num_nodes", "F"])
 @triton.jit
 def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, other_ptr, ptr_ptr, perm_ptr, c01_ptr,
                     c23_ptr, scale_ptr, gxs_ptr, g_ptr, num_nodes, num_edges, num_intervals,

@@ -1,0 +1,79 @@
+"""Autotuning timings kept on disk: every autotuned kernel is declared through
+`kernels._triton.autotune`, and the key values of its real launches can be written by
+Triton's cache (JSON), which a ``tl.dtype`` among them once made fail."""
+
+import importlib
+import json
+import pkgutil
+
+import pytest
+import torch
+from kernels_testlib import make_graph, radial_specs
+from test_tabulated import KERNEL, _run, _setup
+
+import kernels
+from kernels import _triton, build_csr, radial_basis
+from kernels.bench_kernels import (
+    energy_and_forces,
+    make_benchmark_graph,
+    make_schnet_weights,
+    pack_schnet,
+)
+
+Autotuner = pytest.importorskip("triton.runtime.autotuner").Autotuner
+
+
+def _autotuned_kernels() -> set[str]:
+    """Names of every autotuned kernel in the ``kernels`` package."""
+    names = set()
+    for info in pkgutil.iter_modules(kernels.__path__):
+        module = importlib.import_module(f"kernels.{info.name}")
+        names |= {obj.base_fn.__name__ for obj in vars(module).values()
+                  if isinstance(obj, Autotuner)}
+    return names
+
+
+@pytest.fixture
+def launched_keys(monkeypatch):
+    """``{kernel name: (key values, key names that are no kernel argument)}`` of every
+    autotuned launch while the test runs."""
+    seen = {}
+    run = Autotuner.run
+
+    def recording_run(self, *args, **kwargs):
+        values = {**dict(zip(self.arg_names, args, strict=False)), **kwargs}
+        seen[self.base_fn.__name__] = ([values.get(k) for k in self.keys],
+                                       [k for k in self.keys if k not in values])
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Autotuner, "run", recording_run)
+    return seen
+
+
+def test_every_autotuned_launch_has_a_key_the_disk_cache_can_write(device, launched_keys):
+    graph = make_benchmark_graph(beads=12, replicas=2, cutoff=6.0, degree=8.0, device=device)
+    weights = make_schnet_weights(K=8, F=32, H=32, blocks=1, cutoff=6.0, device=device)
+    csr = build_csr(graph["src"], graph["dst"], graph["num_nodes"])
+    for dtype in ("fp32", "bf16"):  # the layers' dtype used to be a tl.dtype key
+        energy_and_forces(graph["pos"], graph, csr, pack_schnet(weights, dtype), True)
+    g = make_graph(device=device)
+    pos = g["pos"].clone().requires_grad_()
+    out = radial_basis(pos, g["src"], g["dst"], g["csr"], radial_specs(device=device)["gauss"],
+                       g["num_edges"])
+    torch.autograd.grad(sum(o.sum() for o in out), pos)
+    g, table, xs, gu = _setup(device)
+    _run(KERNEL, g["pos"], xs, g, table, gu)
+
+    assert set(launched_keys) == _autotuned_kernels()
+    for name, (values, missing) in launched_keys.items():
+        assert not missing, f"{name}: autotune keys {missing} are no kernel arguments"
+        json.dumps(values)  # raises TypeError on a value Triton's cache cannot write
+
+
+def test_autotune_asks_triton_to_keep_timings_where_it_can(monkeypatch):
+    calls = []
+    monkeypatch.setattr(_triton.triton, "autotune", lambda **kw: calls.append(kw))
+    _triton.autotune(["config"], ["n"], prune_configs_by={"early_config_prune": None})
+    (kw,) = calls
+    assert kw["configs"] == ["config"] and kw["key"] == ["n"] and "prune_configs_by" in kw
+    assert kw.get("cache_results", False) is _triton.CACHES_AUTOTUNING
