@@ -66,6 +66,8 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${REPULSION:-}" ] && set -- "$@" --repulsion "$REPULSION"
   # REPULSION_SEPARATION=4: the fitted repulsion also between 1-5 pairs (new priors only)
   [ -n "${REPULSION_SEPARATION:-}" ] && set -- "$@" --repulsion-separation "$REPULSION_SEPARATION"
+  # DIHEDRAL_DEGREE=1: dihedral priors of one harmonic, one minimum each (new priors only)
+  [ -n "${DIHEDRAL_DEGREE:-}" ] && set -- "$@" --dihedral-degree "$DIHEDRAL_DEGREE"
   # EMBEDDING=bead: a SchNet embedding vector per bead, not per bead type (CONTINUE keeps
   # the model's own)
   [ -n "${EMBEDDING:-}" ] && set -- "$@" --embedding "$EMBEDDING"

@@ -251,6 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
         "mapping's, 5 for five-bead; 4 also keeps 1-5 pairs apart)",
     )
     train.add_argument(
+        "--dihedral-degree", type=int, default=None,
+        help="highest harmonic of the fitted dihedral priors (default 3; 1: one minimum "
+        "per dihedral, as the teacher's; new priors only)",
+    )
+    train.add_argument(
         "--embedding", default=None, choices=["type", "bead"],
         help="SchNet embedding: one vector per bead type (default, the CGSchNet convention) "
         "or one per bead of the chain (pair-specific interactions, as a structure-based "
@@ -841,6 +846,7 @@ def cmd_train(args) -> int:
         prior_grouping=args.prior_grouping,
         prior_repulsion=args.repulsion,
         prior_repulsion_separation=args.repulsion_separation,
+        prior_dihedral_degree=args.dihedral_degree,
         embedding=args.embedding,
         validate_steps=args.validate_steps,
         validate_replicas=args.validate_replicas,

@@ -9,6 +9,7 @@ import torch
 from helpers import tiny_system
 
 from workbench.model.geometry import bond_lengths
+from workbench.model.priors import FourierDihedrals
 from workbench.system.topology import graph_distances
 from workbench.teacher import teacher_potential
 from workbench.training.boltzmann_inversion import (
@@ -17,6 +18,7 @@ from workbench.training.boltzmann_inversion import (
     fit_fourier,
     fit_harmonic,
     fit_priors,
+    non_native_minima,
     term_groups,
 )
 from workbench.training.data import generate_teacher_data
@@ -36,18 +38,40 @@ def test_harmonic_fit_recovers_k_and_x0():
     assert torch.allclose(pooled_k, fit_k[0].expand(2), rtol=0.02)
 
 
+def _cosine_well_samples(k, phi0, count, seed):
+    """``count`` torsions (count, 1) from ``exp(−k (1 − cos(φ − φ0)) / kT)``."""
+    grid = torch.linspace(-math.pi, math.pi, 20_001, dtype=torch.float64)
+    cdf = torch.cumsum(torch.exp(-k * (1 - torch.cos(grid - phi0)) / KT), 0)
+    u = torch.rand(count, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return grid[torch.searchsorted(cdf / cdf[-1], u).clamp(max=grid.numel() - 1)][:, None]
+
+
 def test_fourier_fit_recovers_a_cosine_well():
     k, phi0 = 1.0, 1.0
-    grid = torch.linspace(-math.pi, math.pi, 20_001, dtype=torch.float64)
-    energy = k * (1 - torch.cos(grid - phi0))
-    cdf = torch.cumsum(torch.exp(-energy / KT), 0)
-    cdf = cdf / cdf[-1]
-    u = torch.rand(100_000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    phi = grid[torch.searchsorted(cdf, u).clamp(max=grid.numel() - 1)][:, None]
+    phi = _cosine_well_samples(k, phi0, 100_000, seed=1)
     k1s, k2s, v0 = fit_fourier(phi, KT, degree=3)
     assert abs(float(k1s[0, 0]) + k * math.sin(phi0)) < 0.05
     assert abs(float(k2s[0, 0]) + k * math.cos(phi0)) < 0.05
     assert k1s[0, 1:].abs().max() < 0.05 and k2s[0, 1:].abs().max() < 0.05
+
+
+def test_a_narrow_well_rings_at_degree_three_and_not_at_degree_one():
+    # a stiff native dihedral: the angles it never visits share one flat free energy, and
+    # a three-harmonic fit to well and plateau has a second minimum on the plateau
+    phi0 = 1.0
+    phi = _cosine_well_samples(10.0, phi0, 20_000, seed=2)
+    native = torch.tensor([phi0])
+    index = torch.tensor([[0, 1, 2, 3]])
+    three, one = (FourierDihedrals(index, **dict(zip(("k1s", "k2s", "v0"),
+                                                     fit_fourier(phi, KT, degree=d),
+                                                     strict=True)))
+                  for d in (3, 1))
+    assert non_native_minima(three, native).tolist() == [True]
+    assert non_native_minima(one, native).tolist() == [False]
+    # degree 1 is a single cosine: its minimum sits at the native angle
+    assert abs(math.atan2(-float(one.k1s[0, 0]), -float(one.k2s[0, 0])) - phi0) < 0.02
+    with pytest.raises(ValueError, match="degree >= 1"):
+        fit_fourier(phi, KT, degree=0)
 
 
 def test_type_grouping_ignores_direction():

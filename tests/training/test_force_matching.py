@@ -280,6 +280,8 @@ def test_pipeline_saves_a_loadable_model_and_card(data, tmp_path, monkeypatch):
     assert card_file["training"]["tf32_force_error"] is None
     assert card_file["priors"]["repulsion_min_separation"] == 5
     assert card_file["priors"]["repulsion_pairs"] == potential.priors["repulsion"].index.shape[0]
+    assert card_file["priors"]["dihedral_degree"] == 3
+    assert 0 <= card_file["priors"]["dihedrals_with_a_non_native_minimum"] <= len(sys.dihedrals)
     assert card_file["validation"]["force_rmse"] > 0
     loaded = load_potential(tmp_path / "cln025.pt")
     assert loaded.metadata["trained"] and set(loaded.priors) == set(potential.priors)
@@ -334,6 +336,10 @@ def test_training_continues_from_a_saved_model(data, tmp_path):
     other_pairs = replace(other_form, prior_repulsion=None, prior_repulsion_separation=4)
     with pytest.raises(ValueError, match="leave out the repulsion separation"):
         train_potential(sys, teacher_potential(sys), data, other_pairs, tmp_path / "z")
+    other_series = replace(other_pairs, prior_repulsion_separation=None,
+                           prior_dihedral_degree=1)
+    with pytest.raises(ValueError, match="leave out the dihedral degree"):
+        train_potential(sys, teacher_potential(sys), data, other_series, tmp_path / "z")
 
 
 def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
@@ -354,9 +360,13 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
     assert metadata["contact_barrier"] == 0.4  # the teacher variant travels with the data
     assert main(["train", "--data", str(data_file), "--out", str(tmp_path / "b"), *common,
                  "--select-every", "1", "--select-steps", "20", "--select-replicas", "2",
-                 "--energy-weight", "0.5"]) == 0
-    assert load_potential(tmp_path / "b" / "cln025.pt").schnet.config.hidden == 8
+                 "--energy-weight", "0.5", "--dihedral-degree", "1"]) == 0
+    model = load_potential(tmp_path / "b" / "cln025.pt")
+    assert model.schnet.config.hidden == 8 and model.priors["dihedrals"].k1s.shape[1] == 1
     card = json.loads((tmp_path / "b" / "cln025.json").read_text())
+    # one harmonic: one minimum per dihedral, at none of them far from native
+    assert card["priors"]["dihedral_degree"] == 1
+    assert card["priors"]["dihedrals_with_a_non_native_minimum"] == 0
     selection = card["training"]["selection_in_md"]
     assert selection["steps"] == 20 and selection["replicas"] == 2
     assert [row["epoch"] for row in selection["scores"]] == [1]

@@ -19,12 +19,13 @@ import torch
 
 from workbench.cli import atomic_write_text
 from workbench.md.simulation import checkpoint_positions
+from workbench.model.geometry import torsions
 from workbench.model.io import load_potential, save_potential
 from workbench.model.potential import Potential
 from workbench.model.schnet import CGSchNet, SchNetConfig
 from workbench.system.cg_system import CGSystem
 from workbench.system.topology import MIN_SEPARATION
-from workbench.training.boltzmann_inversion import fit_priors
+from workbench.training.boltzmann_inversion import fit_priors, non_native_minima
 from workbench.training.data import sampled_mask, split_indices
 from workbench.training.force_matching import (
     LOG_COLUMNS,
@@ -56,6 +57,9 @@ class TrainSettings:
         Smallest bond-graph separation of the pairs of a fitted repulsion
         (:func:`~workbench.training.boltzmann_inversion.fit_priors`); None: the mapping's.
         Refused with ``start_from`` (continued priors are kept).
+    prior_dihedral_degree : int or None
+        Highest harmonic of the fitted dihedral series; None: 3. 1 gives every dihedral
+        one minimum, as the teacher's (``fit_priors``). Refused with ``start_from``.
     embedding : {"type", "bead"} or None
         What the SchNet embedding tells apart: the bead types of the mapping (``"type"``,
         the CGSchNet convention: beads of the same amino acid and kind share a vector), or
@@ -103,6 +107,7 @@ class TrainSettings:
     prior_grouping: str = "term"
     prior_repulsion: str | None = None
     prior_repulsion_separation: int | None = None
+    prior_dihedral_degree: int | None = None
     embedding: str | None = None
     validate_steps: int = 0
     validate_replicas: int = 32
@@ -156,13 +161,16 @@ def train_potential(
     if not at_prior_t.any():
         raise ValueError(f"no teacher-sampled frames at the prior temperature {prior_t} K")
     start = _starting_model(settings.start_from, system, teacher, settings.prior_repulsion,
-                            settings.prior_repulsion_separation)
+                            settings.prior_repulsion_separation,
+                            settings.prior_dihedral_degree)
     types = _embedding_types(system, start, settings.embedding)
     if start is None:
         repulsion = settings.prior_repulsion or "power"
+        degree = 3 if settings.prior_dihedral_degree is None else settings.prior_dihedral_degree
         priors = fit_priors(
             system, data["positions"][at_prior_t], prior_t, grouping=settings.prior_grouping,
-            repulsion=repulsion, repulsion_separation=settings.prior_repulsion_separation,
+            dihedral_degree=degree, repulsion=repulsion,
+            repulsion_separation=settings.prior_repulsion_separation,
         )
         prior_settings = {
             "method": "Boltzmann inversion",
@@ -172,11 +180,16 @@ def train_potential(
             "repulsion_pairs": int(priors["repulsion"].index.shape[0]),
             "repulsion_min_separation": settings.prior_repulsion_separation
             or MIN_SEPARATION[system.mapping],
+            "dihedral_degree": degree,
             "terms": list(priors),
         }
     else:
         priors = dict(start.priors)
         prior_settings = {"method": f"kept from {settings.start_from}", "terms": list(priors)}
+    if "dihedrals" in priors:
+        native = torsions(system.native_positions[None].double(), system.dihedrals)[0]
+        prior_settings["dihedrals_with_a_non_native_minimum"] = int(
+            non_native_minima(priors["dihedrals"], native).sum())
     device = settings.fit.device
     prior_energy, prior_force = prior_labels(
         system.bead_types, priors, data["positions"], device=device
@@ -347,10 +360,12 @@ def _starting_model(
     teacher: Potential,
     repulsion: str | None = None,
     repulsion_separation: int | None = None,
+    dihedral_degree: int | None = None,
 ) -> Potential | None:
     """The model a run continues from, checked against the system, the teacher (the force
     targets must not change under it) and, when given, the repulsion form; None for none.
-    Its priors are kept, so a repulsion separation given with it is refused."""
+    Its priors are kept, so a repulsion separation or dihedral degree given with it is
+    refused."""
     if path is None:
         return None
     start = load_potential(path)
@@ -360,9 +375,12 @@ def _starting_model(
             f"{path} cannot be continued for {system.name}: it is "
             + ("a prior-only potential" if start.schnet is None else f"a model of {protein}")
         )
-    if repulsion_separation is not None:
-        raise ValueError(f"{path} keeps its priors when continued: leave out the repulsion "
-                         f"separation")
+    refits = [name for name, value in (("repulsion separation", repulsion_separation),
+                                       ("dihedral degree", dihedral_degree))
+              if value is not None]
+    if refits:
+        raise ValueError(f"{path} keeps its priors when continued: leave out the "
+                         f"{' and the '.join(refits)}")
     priors = dict(start.priors)
     kept = type(priors["repulsion"]).__name__ if "repulsion" in priors else "none"
     if repulsion is not None and kept != _REPULSION_CLASSES[repulsion]:
