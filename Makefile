@@ -26,8 +26,10 @@ lab: setup
 run: setup
 	workbench run --protein cln025 --replicas 8 --steps 200 --out runs/demo --overwrite
 
+# one worker per core, each on one thread (torch's threads would otherwise compete);
+# worksteal balances the few long tests across the workers
 test: setup-dev browser
-	$(PYTHON) -m pytest -m "not gpu" -q
+	OMP_NUM_THREADS=1 $(PYTHON) -m pytest -m "not gpu" -q -n auto --dist worksteal
 
 test-gpu: setup-dev
 	$(PYTHON) -m pytest -m gpu -q
