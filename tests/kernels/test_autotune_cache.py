@@ -9,16 +9,16 @@ import pkgutil
 import pytest
 import torch
 from kernels_testlib import make_graph, radial_specs
-from test_tabulated import KERNEL, _run, _setup
 
 import kernels
-from kernels import _triton, build_csr, radial_basis
+from kernels import _triton, build_csr, edge_distances, radial_basis, tabulated_cfconv
 from kernels.bench_kernels import (
     energy_and_forces,
     make_benchmark_graph,
     make_schnet_weights,
     pack_schnet,
 )
+from kernels.tabulated import tabulate_filter
 
 Autotuner = pytest.importorskip("triton.runtime.autotuner").Autotuner
 
@@ -54,15 +54,20 @@ def test_every_autotuned_launch_has_a_key_the_disk_cache_can_write(device, launc
     graph = make_benchmark_graph(beads=12, replicas=2, cutoff=6.0, degree=8.0, device=device)
     weights = make_schnet_weights(K=8, F=32, H=32, blocks=1, cutoff=6.0, device=device)
     csr = build_csr(graph["src"], graph["dst"], graph["num_nodes"])
-    for dtype in ("fp32", "bf16"):  # the layers' dtype used to be a tl.dtype key
-        energy_and_forces(graph["pos"], graph, csr, pack_schnet(weights, dtype), True)
+    # the layers' dtype (float32 here) used to be a tl.dtype among the keys
+    energy_and_forces(graph["pos"], graph, csr, pack_schnet(weights), True)
     g = make_graph(device=device)
     pos = g["pos"].clone().requires_grad_()
     out = radial_basis(pos, g["src"], g["dst"], g["csr"], radial_specs(device=device)["gauss"],
                        g["num_edges"])
     torch.autograd.grad(sum(o.sum() for o in out), pos)
-    g, table, xs, gu = _setup(device)
-    _run(KERNEL, g["pos"], xs, g, table, gu)
+    widths = torch.arange(1, 17, dtype=torch.float64, device=device)
+    table = tabulate_filter(lambda d: torch.exp(-0.1 * widths * d[:, None]), 16, 5.0, device)
+    pos = g["pos"].clone().requires_grad_()
+    xs = torch.randn(g["num_nodes"] + 1, 16, device=device)
+    u = tabulated_cfconv(edge_distances(pos, g["src"], g["dst"], g["csr"]), xs, g["src"],
+                         g["dst"], g["csr"], table)
+    torch.autograd.grad(u.sum(), pos)
 
     assert set(launched_keys) == _autotuned_kernels()
     for name, (values, missing) in launched_keys.items():
