@@ -22,6 +22,7 @@ from workbench.md.simulation import checkpoint_positions
 from workbench.model.geometry import torsions
 from workbench.model.io import load_potential, save_potential
 from workbench.model.potential import Potential
+from workbench.model.priors import FourierDihedrals
 from workbench.model.schnet import CGSchNet, SchNetConfig
 from workbench.system.cg_system import CGSystem
 from workbench.system.topology import MIN_SEPARATION
@@ -186,7 +187,7 @@ def train_potential(
     else:
         priors = dict(start.priors)
         prior_settings = {"method": f"kept from {settings.start_from}", "terms": list(priors)}
-    if "dihedrals" in priors:
+    if isinstance(priors.get("dihedrals"), FourierDihedrals):
         native = torsions(system.native_positions[None].double(), system.dihedrals)[0]
         prior_settings["dihedrals_with_a_non_native_minimum"] = int(
             non_native_minima(priors["dihedrals"], native).sum())
