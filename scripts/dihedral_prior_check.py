@@ -42,21 +42,27 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--out", type=Path, default=None, help="JSON file of the results")
     args = parser.parse_args()
-    system = build_system(args.protein)
-    teacher = teacher_potential(system, TEACHER_EPSILON[system.name])
-    starts = checkpoint_positions(args.teacher_run, system)[: args.replicas]
+    if args.replicas < 1 or args.steps < 30:
+        parser.error(f"need --replicas >= 1 and --steps >= 30 (a frame every 30 steps), got "
+                     f"{args.replicas} and {args.steps}")
+    try:  # an unknown protein, a missing or foreign checkpoint, a bad model file
+        system = build_system(args.protein)
+        teacher = teacher_potential(system, TEACHER_EPSILON[system.name])
+        starts = checkpoint_positions(args.teacher_run, system)[: args.replicas]
+        ends = checkpoint_positions(args.drifted_run, system)[:16]
+        own = load_potential(args.model).priors["dihedrals"]
+    except (ValueError, OSError, KeyError) as exc:
+        parser.error(f"{type(exc).__name__}: {exc}")
     data = generate_teacher_data(system, teacher, [300.0], len(starts), args.steps, 30,
                                  starts=starts)
-    priors = {f"refit, degree {d}": fit_priors(system, data["positions"], 300.0,
-                                               dihedral_degree=d)["dihedrals"]
-              for d in (3, 1)}
-    priors = {"the model's": load_potential(args.model).priors["dihedrals"], **priors}
+    priors = {"the model's": own, **{
+        f"refit, degree {d}": fit_priors(system, data["positions"], 300.0,
+                                         dihedral_degree=d)["dihedrals"] for d in (3, 1)}}
     native = torsions(system.native_positions[None].double(), system.dihedrals)[0]
     out = {"frames": int(data["positions"].shape[0]), "dihedrals": int(native.numel()),
            "non_native_minima": {name: int(non_native_minima(term, native).sum())
                                  for name, term in priors.items()},
            "relaxation": {}}
-    ends = checkpoint_positions(args.drifted_run, system)[:16]
     for name, term in {"teacher": None, **priors}.items():
         terms = dict(teacher.priors)
         if term is not None:
