@@ -204,8 +204,10 @@ def non_native_minima(dihedrals: FourierDihedrals, native: torch.Tensor,
                       points: int = 720) -> torch.Tensor:
     """Which dihedral priors have a local minimum more than 90° from the native angle.
 
-    Such a minimum holds a flipped backbone dihedral in place where no data showed one:
-    the series' ringing on the flat free energy of unvisited angles (`fit_priors`).
+    Such a minimum offers a flipped backbone dihedral a place to settle where no data
+    showed one: the series' ringing on the flat free energy of unvisited angles
+    (`fit_priors`). With the teacher's other terms these minima are too shallow to hold a
+    flip on their own (docs/models.md, twenty-second session).
 
     Parameters
     ----------
@@ -311,7 +313,7 @@ def fit_priors(
         bin, and the angles a folded protein never visits share one flat free energy
         (the pseudo-count's), so a series of degree 3 rings next to a narrow native well:
         it has further minima on that plateau (`non_native_minima`; 157 of the 169
-        dihedrals of the 1YRF teacher's frames). Degree 1, ``a cos(φ − φ_min)``, the
+        dihedral priors of the shipped 1YRF model). Degree 1, ``a cos(φ − φ_min)``, the
         teacher's own form, has exactly one minimum.
     repulsion : {"power", "cutoff"}
         Form of the repulsion (``REPULSION_FORMS``).
