@@ -738,6 +738,8 @@ def cmd_train(args) -> int:
     if args.ensemble_weight > 0 and args.sampler is None:
         raise UsageError("--ensemble-weight compares the teacher's frames with a model's: add "
                          "--sampler")
+    if args.dihedral_degree is not None and args.dihedral_degree < 1:
+        raise UsageError(f"--dihedral-degree must be at least 1, got {args.dihedral_degree}")
     compact = None if args.compact is None else _floats(args.compact)
     if compact is not None and not all(0.0 < f <= 1.0 for f in compact):
         raise UsageError(f"--compact fractions must lie in (0, 1], got {args.compact}")

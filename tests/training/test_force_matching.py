@@ -367,6 +367,10 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
     # one harmonic: one minimum per dihedral, at none of them far from native
     assert card["priors"]["dihedral_degree"] == 1
     assert card["priors"]["dihedrals_with_a_non_native_minimum"] == 0
+    # a series of no harmonic is refused before any data or folder is made
+    assert main(["train", "--data", str(data_file), "--dihedral-degree", "0", "--out",
+                 str(tmp_path / "none"), *common]) == 2
+    assert not (tmp_path / "none").exists()
     selection = card["training"]["selection_in_md"]
     assert selection["steps"] == 20 and selection["replicas"] == 2
     assert [row["epoch"] for row in selection["scores"]] == [1]
