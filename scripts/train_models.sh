@@ -47,7 +47,9 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${CONTINUE:-}" ] && set -- "$@" --start-from "$from/$protein.pt"
   # SAMPLER=1: add as many frames sampled by that model, labelled by the teacher
   [ -n "${SAMPLER:-}" ] && set -- "$@" --sampler "$from/$protein.pt"
-  # SAMPLER_START=RUN: the sampler starts from where that run of the model went (checkpoint)
+  # SAMPLER_START=RUN: the sampler starts from where that run of the model went (checkpoint);
+  # RUN1,RUN2,...: from each run's structures in turn (every earlier round's run: a round
+  # trained only on the last round's frames reopens the holes the rounds before closed)
   [ -n "${SAMPLER_START:-}" ] && set -- "$@" --sampler-start "$SAMPLER_START"
   [ -n "${SAMPLER_REPLICAS:-}" ] && set -- "$@" --sampler-replicas "$SAMPLER_REPLICAS"
   [ -n "${SAMPLER_STEPS:-}" ] && set -- "$@" --sampler-steps "$SAMPLER_STEPS"

@@ -333,10 +333,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--sampler-save-every", type=int, default=None, help="default --save-every")
     train.add_argument(
-        "--sampler-start", default=None, metavar="RUN",
+        "--sampler-start", default=None, metavar="RUN[,RUN...]",
         help="start the sampler's replicas from the structures of a run's checkpoint (its "
         "folder or checkpoint.pt; say, a long run of the model that drifted somewhere) "
-        "instead of the native structure",
+        "instead of the native structure; with a comma list, from each run's structures "
+        "in turn (the ends of every earlier round's run, so that a round keeps covering "
+        "the states its predecessors drifted into)",
     )
     train.add_argument(
         "--compact", default=None, metavar="FRACTIONS",
@@ -709,7 +711,7 @@ def _floats(text: str) -> list[float]:
 
 
 def cmd_train(args) -> int:
-    from workbench.md.simulation import checkpoint_positions
+    from workbench.md.simulation import checkpoint_positions, pooled_checkpoint_positions
     from workbench.model.io import load_potential
     from workbench.model.schnet import SchNetConfig
     from workbench.runner import resolve_device
@@ -750,10 +752,15 @@ def cmd_train(args) -> int:
     temperatures = _floats(args.temperatures or "300")
     # starting structures are read before the output folder is made (a bad path leaves none);
     # the selection runs' are only checked here and read again by train_potential
-    sampler_starts, teacher_starts, _ = (
+    teacher_starts, _ = (
         None if run is None else checkpoint_positions(run, system)
-        for run in (args.sampler_start, args.teacher_start, args.select_start)
+        for run in (args.teacher_start, args.select_start)
     )
+    sampler_starts = None
+    if args.sampler_start is not None:
+        sampler_starts = pooled_checkpoint_positions(
+            [run for run in args.sampler_start.split(",") if run.strip()], system
+        )
     out = ensure_writable_folder(args.out)
     origin: dict = {}
     sampler = None

@@ -16,7 +16,7 @@ from workbench.md import (
     SafetyLimits,
     Simulation,
 )
-from workbench.md.simulation import checkpoint_positions
+from workbench.md.simulation import checkpoint_positions, pooled_checkpoint_positions
 from workbench.model import save_potential
 from workbench.units import KB
 
@@ -268,6 +268,25 @@ def test_checkpoint_positions_are_the_live_replicas_as_starting_structures(tmp_p
     sim.save_checkpoint(tmp_path / "checkpoint.pt")
     with pytest.raises(CheckpointError, match="every replica .* is frozen"):
         checkpoint_positions(tmp_path, tiny_system())
+
+
+def test_pooled_checkpoint_positions_take_each_run_in_turn(tmp_path):
+    runs = []
+    for k, replicas in enumerate((3, 1)):
+        sim = make_sim(prior_potential(), replicas=replicas)
+        sim.positions += 10.0 * k  # tell the runs apart
+        sim.save_checkpoint(tmp_path / f"run{k}.pt")
+        runs.append(sim.positions.clone())
+    starts = pooled_checkpoint_positions([tmp_path / "run0.pt", tmp_path / "run1.pt"],
+                                         tiny_system())
+    # run 0's first, run 1's only one, then the rest of run 0's: two replicas cycling
+    # through these start from both runs
+    assert torch.equal(starts, torch.stack([runs[0][0], runs[1][0], runs[0][1], runs[0][2]]))
+    with pytest.raises(ValueError, match="at least one run"):
+        pooled_checkpoint_positions([], tiny_system())
+    with pytest.raises(FileNotFoundError, match="absent.pt"):
+        pooled_checkpoint_positions([tmp_path / "run0.pt", tmp_path / "absent.pt"],
+                                    tiny_system())
 
 
 def test_missing_checkpoint(tmp_path, potential):

@@ -97,18 +97,27 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
     run.positions[1] += 5.0  # a second starting structure, far from the native one
     (tmp_path / "run").mkdir()
     run.save_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    # an earlier round's run, with one structure further still: the sampler's three
+    # replicas start from this run's and the other's in turn
+    earlier = Simulation(tiny_system(), load_potential(model), LangevinIntegrator(),
+                         replicas=1)
+    earlier.positions += 12.0
+    earlier.save_checkpoint(tmp_path / "earlier.pt")
+    starts = f"{tmp_path / 'run'},{tmp_path / 'earlier.pt'}"
     assert main(["train", "--generate", "--sampler", str(model), "--sampler-replicas", "3",
                  "--sampler-steps", "60", "--sampler-save-every", "20", "--save-data",
-                 str(tmp_path / "data.pt"), "--sampler-start", str(tmp_path / "run"),
+                 str(tmp_path / "data.pt"), "--sampler-start", starts,
                  "--out", str(tmp_path / "b"), *common]) == 0
     card = json.loads((tmp_path / "b" / "cln025.json").read_text())
     assert card["data"]["frames"] == 8 + 9 and card["data"]["frames_sampled_by_a_model"] == 9
-    assert card["data"]["sampler"] == {"model": str(model), "start": str(tmp_path / "run"),
-                                       "frames": 9}
+    assert card["data"]["sampler"] == {"model": str(model), "start": starts, "frames": 9}
     assert "17 (9 sampled by --sampler or --compact)" in capsys.readouterr().out
     data, _ = load_teacher_data(tmp_path / "data.pt")
     assert sampled_mask(data).tolist() == [False] * 8 + [True] * 9
-    centre = data["positions"][8:].mean(1) - run.positions.mean(1)[[0, 1, 0]].repeat(3, 1)
+    # frames are saved replica by replica within each save: run 0's first structure, the
+    # earlier run's, then run 0's second
+    origins = torch.cat([run.positions[:1], earlier.positions, run.positions[1:]]).mean(1)
+    centre = data["positions"][8:].mean(1) - origins.repeat(3, 1)
     assert centre.norm(dim=-1).max() < 3.0  # each sampler replica stayed near its start
     # a later round samples with a model on saved data (here at another temperature), after
     # the earlier sampler's frames, which stay marked
@@ -123,7 +132,7 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
     # where the saved frames came from, and this call's sampler
     assert card["data"]["saved_data"] == {
         "file": str(tmp_path / "data.pt"),
-        "sampler": {"model": str(model), "start": str(tmp_path / "run"), "frames": 9},
+        "sampler": {"model": str(model), "start": starts, "frames": 9},
     }
     assert card["data"]["sampler"] == {"model": str(model), "start": None, "frames": 2}
     more, _ = load_teacher_data(tmp_path / "more.pt")

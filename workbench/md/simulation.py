@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -526,3 +527,33 @@ def checkpoint_positions(path: str | os.PathLike, system: CGSystem) -> torch.Ten
     if not bool(live.any()):
         raise CheckpointError(f"every replica of checkpoint {path} is frozen")
     return payload["positions"][live].float()
+
+
+def pooled_checkpoint_positions(
+    paths: Sequence[str | os.PathLike], system: CGSystem
+) -> torch.Tensor:
+    """The live structures of several runs' checkpoints, taken in turn from each run.
+
+    Replica ``r`` of a run that starts from ``starts[r mod S]`` (as the teacher-data runs
+    do) thus starts from each run's structures alike, however few replicas there are:
+    the order is run 0's first structure, run 1's first, ..., run 0's second, and so on,
+    a run with fewer structures dropping out once they are used up.
+
+    Parameters
+    ----------
+    paths : sequence of str or os.PathLike
+        At least one checkpoint file or run folder (:func:`checkpoint_positions`).
+    system : CGSystem
+
+    Returns
+    -------
+    torch.Tensor, shape (S, n, 3), float32
+        ``S`` is the number of live structures of all the runs together.
+    """
+    if not paths:
+        raise ValueError("give at least one run to take starting structures from")
+    runs = [checkpoint_positions(path, system) for path in paths]
+    order = sorted(
+        ((index, k) for k, run in enumerate(runs) for index in range(run.shape[0]))
+    )
+    return torch.stack([runs[k][index] for index, k in order])
