@@ -48,11 +48,14 @@ def main() -> None:
     parser.add_argument("--models", required=True, help="NAME=FILE comma list")
     parser.add_argument("--runs", required=True,
                         help="NAME=RUN comma list of structure sets ('native': the native one)")
+    parser.add_argument("--epsilon", type=float, default=None,
+                        help="the teacher's contact depth, kcal/mol, where the models' "
+                        "teacher was not the calibrated one (2A3D's a1: 0.2)")
     parser.add_argument("--out", default=None, help="JSON file for the table")
     args = parser.parse_args()
     try:
         system = build_system(args.protein)
-        teacher = teacher_potential(system)
+        teacher = teacher_potential(system, args.epsilon)
         reference = checkpoint_positions(args.teacher_run, system)
         sets = {
             name: system.native_positions[None] if path == "native"
@@ -85,7 +88,8 @@ def main() -> None:
         ) + " |")
     if args.out:
         atomic_write_text(Path(args.out), json.dumps(
-            {"protein": args.protein, "teacher_run": args.teacher_run, "gaps": table}, indent=1
+            {"protein": args.protein, "teacher_epsilon": teacher.metadata["epsilon"],
+             "teacher_run": args.teacher_run, "gaps": table}, indent=1
         ) + "\n")
 
 
