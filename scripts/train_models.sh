@@ -80,6 +80,11 @@ train() {  # protein, training seconds, extra arguments
   # ENSEMBLE_WEIGHT=w (with SAMPLER=1): the relative-entropy term, the sampler's frames
   # reweighted to the model being trained against the teacher's own frames
   [ -n "${ENSEMBLE_WEIGHT:-}" ] && set -- "$@" --ensemble-weight "$ENSEMBLE_WEIGHT"
+  # ONLINE_WALKERS=N (with ENSEMBLE_WEIGHT): the term's model frames from N walkers of the
+  # model being trained, run every ONLINE_EVERY optimiser steps for ONLINE_STEPS steps
+  # (no sampler frames to reweight; SAMPLER frames are then force-matching frames only)
+  [ -n "${ONLINE_WALKERS:-}" ] && set -- "$@" --online-walkers "$ONLINE_WALKERS" \
+    --online-every "${ONLINE_EVERY:-50}" --online-steps "${ONLINE_STEPS:-1000}"
   # ENSEMBLE_TEMPERATURES=300: only these frames feed it; TEACHER_START=RUN: the teacher's
   # replicas start from a run's checkpoint (with SAMPLER_START, both ensembles equilibrated)
   [ -n "${ENSEMBLE_TEMPERATURES:-}" ] && set -- "$@" --ensemble-temperatures "$ENSEMBLE_TEMPERATURES"

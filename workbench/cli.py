@@ -283,6 +283,24 @@ def build_parser() -> argparse.ArgumentParser:
         "raises it where the sampler's go more often (0: off)",
     )
     train.add_argument(
+        "--online-walkers", type=int, default=0, metavar="N",
+        help="with --ensemble-weight: the term's model frames come from N walkers of the "
+        "model being trained, run every --online-every optimiser steps with the weights of "
+        "that moment (no reweighting to degenerate), instead of --sampler frames (0: off)",
+    )
+    train.add_argument(
+        "--online-temperature", type=float, default=None,
+        help="kelvin, the walkers' and the teacher frames' they are compared with (default: "
+        "the first --validate-temperatures)",
+    )
+    train.add_argument(
+        "--online-every", type=int, default=50, help="optimiser steps per walker run"
+    )
+    train.add_argument("--online-steps", type=int, default=1000, help="MD steps per walker run")
+    train.add_argument(
+        "--online-save-every", type=int, default=100, help="MD steps between kept walker frames"
+    )
+    train.add_argument(
         "--min-sample-fraction", type=float, default=0.5,
         help="with --ensemble-weight: stop once the reweighted sampler frames' effective "
         "sample fraction falls below this, keeping the weights of the last check above it",
@@ -726,6 +744,7 @@ def cmd_train(args) -> int:
         save_teacher_data,
     )
     from workbench.training.force_matching import FitSettings
+    from workbench.training.online_ensemble import OnlineSettings
     from workbench.training.pipeline import TrainSettings, train_potential
     from workbench.training.relative_entropy import SamplerFrames
 
@@ -737,9 +756,22 @@ def cmd_train(args) -> int:
     if args.select_start is not None and args.select_every <= 0:
         raise UsageError("--select-start gives the --select-every runs' starting structures: "
                          "add --select-every")
-    if args.ensemble_weight > 0 and args.sampler is None:
+    if args.ensemble_weight > 0 and args.sampler is None and args.online_walkers <= 0:
         raise UsageError("--ensemble-weight compares the teacher's frames with a model's: add "
-                         "--sampler")
+                         "--sampler or --online-walkers")
+    if args.online_walkers > 0 and args.ensemble_weight <= 0:
+        raise UsageError("--online-walkers feeds the relative-entropy term: add --ensemble-weight")
+    online = None
+    if args.online_walkers > 0:
+        try:
+            online = OnlineSettings(
+                walkers=args.online_walkers,
+                temperature=args.online_temperature or _floats(args.validate_temperatures)[0],
+                refresh_every=args.online_every, steps=args.online_steps,
+                save_every=args.online_save_every,
+            )
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     if args.dihedral_degree is not None and args.dihedral_degree < 1:
         raise UsageError(f"--dihedral-degree must be at least 1, got {args.dihedral_degree}")
     compact = None if args.compact is None else _floats(args.compact)
@@ -869,6 +901,7 @@ def cmd_train(args) -> int:
         data_origin=origin,
         ensemble_temperatures=None if args.ensemble_temperatures is None
         else _floats(args.ensemble_temperatures),
+        online=online,
     )
     _, card = train_potential(system, teacher, data, settings, out, sampler)
     training = card["training"]
@@ -880,6 +913,13 @@ def cmd_train(args) -> int:
         ("val force RMSE", f"{training['val_force_rmse']:.4f} kcal/mol/Å"),
         ("val energy RMSE", f"{training['val_energy_rmse']:.3f} kcal/mol (centred)"),
     ]
+    walkers = training.get("relative_entropy", {}).get("walkers")
+    if walkers is not None and walkers["last_walker_state"] is not None:
+        last = walkers["last_walker_state"]
+        rows.append(("walkers", f"{walkers['refreshes']} runs ({walkers['seconds']:.0f} s), "
+                                f"last: Q {last['q_mean']:.3f}, "
+                                f"folded {last['folded']:.2f}, {walkers['walkers_restarted']} "
+                                "restarted"))
     if training["tf32_force_error"] is not None:
         rows.append(("TF32 steps", f"forces {training['tf32_force_error']:.1e} relative RMS "
                                    "from FP32 (first validation batch)"))

@@ -14,7 +14,8 @@ regions the data reach separately (a folded and an unfolded basin, or a compact 
 from the teacher's ensemble that a model run fell into). With frames of a sampler model's
 own dynamics, the relative-entropy term ``w_S · ΔS``
 (:mod:`workbench.training.relative_entropy`) moves the model's ensemble towards the
-teacher's directly.
+teacher's directly; with walkers of the model being trained
+(:mod:`workbench.training.online_ensemble`) its frames stay those of the current weights.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from workbench.model.potential import Potential
 from workbench.model.priors import PriorTerm
 from workbench.model.schnet import CGSchNet
 from workbench.neighbors import NeighborList
+from workbench.training.online_ensemble import OnlineEnsemble
 from workbench.training.relative_entropy import (
     EnsembleSet,
     relative_entropy_change,
@@ -43,7 +45,8 @@ from workbench.training.relative_entropy import (
 
 LOG_COLUMNS = (
     "epoch", "train_loss", "val_loss", "val_force_rmse", "val_energy_rmse", "learning_rate",
-    "seconds", "val_relative_entropy", "ensemble_sample_fraction",
+    "seconds", "val_relative_entropy", "ensemble_sample_fraction", "walker_q_mean",
+    "walker_folded",
 )
 
 
@@ -333,6 +336,7 @@ def train_force_matching(
     progress: bool = True,
     selector: Callable[[], float] | None = None,
     ensemble: tuple[list[EnsembleSet], list[EnsembleSet]] | None = None,
+    online: OnlineEnsemble | None = None,
 ) -> FitResult:
     """Fit ``schnet`` (in place) so that its forces match the targets.
 
@@ -366,6 +370,15 @@ def train_force_matching(
         frames, and the log gets its ``ΔS`` and effective sample fraction. Every
         ``settings.ensemble_check_every`` steps the fraction is checked
         (``settings.min_sample_fraction``).
+    online : OnlineEnsemble, optional
+        Instead of ``ensemble``: the term's frames come from walkers of the model being
+        trained, run every ``online.settings.refresh_every`` optimiser steps with the
+        weights of that moment (then the first step's frames as well). The log's
+        ``ensemble_sample_fraction`` is the smallest of the epoch's refreshes (the last
+        frames reweighted to the weights reached when the next run starts), and
+        ``walker_q_mean`` and ``walker_folded`` describe the walkers after the epoch's last
+        run. The validation loss stays the force and energy loss, and the weights kept are
+        the last epoch's: the term moves the weights where those losses do not reward it.
 
     Returns
     -------
@@ -381,7 +394,10 @@ def train_force_matching(
     energies = train[2] if len(train) > 2 else None
     result = FitResult()
     if settings.ensemble_weight <= 0:
-        ensemble = None
+        ensemble, online = None, None
+    if ensemble is not None and online is not None:
+        raise ValueError("give the relative-entropy term sampler frames or walkers, not both")
+    online_set: EnsembleSet | None = None
     step = 0
     within = _state_copy(schnet) if ensemble is not None else None  # last check passed
     best_loss, best_state = math.inf, None
@@ -402,11 +418,20 @@ def train_force_matching(
             start = time.perf_counter()
             schnet.train()
             total, seen = 0.0, 0
+            fractions: list[float] = []
             for batch in torch.randperm(positions.shape[0], generator=generator).split(
                 settings.batch_size
             ):
                 pos = positions[batch].to(settings.device)
                 target = targets[batch].to(settings.device)
+                if online is not None and step % online.settings.refresh_every == 0:
+                    if online_set is not None:
+                        fractions.append(smallest_sample_fraction(
+                            potential, [online_set], settings.batch_size, settings.device
+                        ))
+                    online_set = online.refresh(schnet)
+                sets = ensemble[0] if ensemble is not None else (
+                    [online_set] if online_set is not None else None)
                 with float32_matmul_precision(steps_precision):
                     force_mse, energy_error = _batch_errors(
                         potential, pos, target,
@@ -414,9 +439,9 @@ def train_force_matching(
                         create_graph=True,
                     )
                     loss = _loss(force_mse, energy_error, settings.energy_weight, pos.shape[1])
-                    if ensemble is not None:
-                        frames = _ensemble_batch(ensemble[0][step % len(ensemble[0])],
-                                                 settings.batch_size, generator)
+                    if sets is not None:
+                        frames = _ensemble_batch(sets[step % len(sets)], settings.batch_size,
+                                                 generator)
                         change = relative_entropy_change(potential, frames, settings.device)[0]
                         loss = loss + settings.ensemble_weight * change
                     optimizer.zero_grad(set_to_none=True)
@@ -446,6 +471,9 @@ def train_force_matching(
                     potential, ensemble[1], settings.batch_size, settings.device
                 )
                 val_loss += settings.ensemble_weight * change
+            walker = online.history[-1] if online is not None and online.history else None
+            if online is not None and fractions:
+                fraction = min(fractions)
             row = {
                 "epoch": epoch,
                 "train_loss": total / seen,
@@ -456,6 +484,8 @@ def train_force_matching(
                 "seconds": time.perf_counter() - start,
                 "val_relative_entropy": change,
                 "ensemble_sample_fraction": fraction,
+                "walker_q_mean": None if walker is None else walker.q_mean,
+                "walker_folded": None if walker is None else walker.folded,
             }
             result.history.append(row)
             if writer is not None:
@@ -490,6 +520,8 @@ def train_force_matching(
             log.close()
     if selected_state is not None:
         result.best_epoch, best_state = selected_state
+    elif online is not None and result.history:
+        result.best_epoch, best_state = len(result.history), None
     if best_state is not None:
         schnet.load_state_dict(best_state)
     return result

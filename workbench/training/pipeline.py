@@ -37,6 +37,7 @@ from workbench.training.force_matching import (
     train_force_matching,
 )
 from workbench.training.model_card import build_model_card, write_model_card
+from workbench.training.online_ensemble import OnlineEnsemble, OnlineSettings
 from workbench.training.relative_entropy import EnsembleSet, SamplerFrames, ensemble_sets
 from workbench.training.selection import selection_score
 from workbench.training.validate import force_rmse, validate_against_teacher
@@ -99,6 +100,11 @@ class TrainSettings:
         (``fit.ensemble_weight``); None: every temperature with frames of both kinds. The
         term compares equilibrium ensembles: give only temperatures at which both the
         teacher's and the sampler's runs started from equilibrated structures.
+    online : OnlineSettings or None
+        With ``fit.ensemble_weight``: the term's model frames come from walkers of the model
+        being trained (:mod:`~workbench.training.online_ensemble`), compared with the
+        training split's teacher frames at ``online.temperature``, instead of a sampler's
+        frames (which, given, are then force-matching frames only).
     """
 
     schnet: SchNetConfig = field(default_factory=SchNetConfig)
@@ -121,6 +127,7 @@ class TrainSettings:
     select_start: str | None = None
     data_origin: dict = field(default_factory=dict)
     ensemble_temperatures: list[float] | None = None
+    online: OnlineSettings | None = None
 
 
 def train_potential(
@@ -200,8 +207,16 @@ def train_potential(
     train, val = split_indices(
         data["positions"].shape[0], settings.validation_fraction, settings.fit.seed
     )
-    ensemble = None
-    if settings.fit.ensemble_weight > 0:
+    ensemble, online = None, None
+    if settings.fit.ensemble_weight > 0 and settings.online is not None:
+        at = (temperature - settings.online.temperature).abs() < 1e-3
+        teacher_frames = at & ~sampled_mask(data)
+        teacher_frames[val] = False
+        online = OnlineEnsemble(
+            system, types, priors, data["positions"][teacher_frames], settings.online,
+            device, settings.fit.seed,
+        )
+    elif settings.fit.ensemble_weight > 0:
         ensemble = _ensemble_frames(
             data, prior_energy, sampler, settings.ensemble_temperatures, (train, val), device
         )
@@ -246,6 +261,7 @@ def train_potential(
         progress=settings.progress,
         selector=selector,
         ensemble=ensemble,
+        online=online,
     )
     if earlier_log:
         _continue_log(earlier_log, out / f"{system.name}.log.csv")
@@ -279,6 +295,12 @@ def train_potential(
                     k: fit.history[fit.best_epoch - 1][k]
                     for k in ("val_relative_entropy", "ensemble_sample_fraction")
                 },
+            }
+        if online is not None:
+            card["training"]["relative_entropy"] = {
+                "weight": settings.fit.ensemble_weight,
+                "frames": "walkers of the model being trained",
+                "walkers": online.card(),
             }
         if start is not None:
             card["training"]["continued_from"] = {
