@@ -82,9 +82,11 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${ENSEMBLE_WEIGHT:-}" ] && set -- "$@" --ensemble-weight "$ENSEMBLE_WEIGHT"
   # ONLINE_WALKERS=N (with ENSEMBLE_WEIGHT): the term's model frames from N walkers of the
   # model being trained, run every ONLINE_EVERY optimiser steps for ONLINE_STEPS steps
-  # (no sampler frames to reweight; SAMPLER frames are then force-matching frames only)
+  # (no sampler frames to reweight; SAMPLER frames are then force-matching frames only);
+  # ONLINE_START=RUN[,RUN...]: half of the walkers start from those runs' structures
   [ -n "${ONLINE_WALKERS:-}" ] && set -- "$@" --online-walkers "$ONLINE_WALKERS" \
     --online-every "${ONLINE_EVERY:-50}" --online-steps "${ONLINE_STEPS:-1000}"
+  [ -n "${ONLINE_START:-}" ] && set -- "$@" --online-start "$ONLINE_START"
   # ENSEMBLE_TEMPERATURES=300: only these frames feed it; TEACHER_START=RUN: the teacher's
   # replicas start from a run's checkpoint (with SAMPLER_START, both ensembles equilibrated)
   [ -n "${ENSEMBLE_TEMPERATURES:-}" ] && set -- "$@" --ensemble-temperatures "$ENSEMBLE_TEMPERATURES"

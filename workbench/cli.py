@@ -294,6 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
         "the first --validate-temperatures)",
     )
     train.add_argument(
+        "--online-start", default=None, metavar="RUN[,RUN...]",
+        help="half of the --online-walkers start from these runs' structures, in turn (say, "
+        "where the model's run from native went), the others from teacher frames",
+    )
+    train.add_argument(
         "--online-every", type=int, default=50, help="optimiser steps per walker run"
     )
     train.add_argument("--online-steps", type=int, default=1000, help="MD steps per walker run")
@@ -761,6 +766,9 @@ def cmd_train(args) -> int:
                          "--sampler or --online-walkers")
     if args.online_walkers > 0 and args.ensemble_weight <= 0:
         raise UsageError("--online-walkers feeds the relative-entropy term: add --ensemble-weight")
+    if args.online_start is not None and args.online_walkers <= 0:
+        raise UsageError("--online-start gives the walkers' starting structures: add "
+                         "--online-walkers")
     online = None
     if args.online_walkers > 0:
         try:
@@ -788,11 +796,12 @@ def cmd_train(args) -> int:
         None if run is None else checkpoint_positions(run, system)
         for run in (args.teacher_start, args.select_start)
     )
-    sampler_starts = None
-    if args.sampler_start is not None:
-        sampler_starts = pooled_checkpoint_positions(
-            [run for run in args.sampler_start.split(",") if run.strip()], system
+    sampler_starts, online_starts = (
+        None if runs is None else pooled_checkpoint_positions(
+            [run for run in runs.split(",") if run.strip()], system
         )
+        for runs in (args.sampler_start, args.online_start)
+    )
     out = ensure_writable_folder(args.out)
     origin: dict = {}
     sampler = None
@@ -902,6 +911,7 @@ def cmd_train(args) -> int:
         ensemble_temperatures=None if args.ensemble_temperatures is None
         else _floats(args.ensemble_temperatures),
         online=online,
+        online_starts=online_starts,
     )
     _, card = train_potential(system, teacher, data, settings, out, sampler)
     training = card["training"]

@@ -7,9 +7,10 @@ import json
 
 import pytest
 import torch
-from helpers import perturbed_positions, small_schnet, tiny_system
+from helpers import perturbed_positions, small_schnet, system, tiny_system
 
 from workbench.cli import main
+from workbench.md import LangevinIntegrator, Simulation
 from workbench.model.potential import Potential
 from workbench.teacher import teacher_potential
 from workbench.training.force_matching import FitSettings, train_force_matching
@@ -20,12 +21,17 @@ TINY = {"hidden": 8, "filters": 8, "blocks": 1, "num_rbf": 6, "cutoff": 5.0}
 
 
 def _walkers(walkers: int = 3, steps: int = 20, save_every: int = 10,
-             refresh_every: int = 2) -> OnlineEnsemble:
+             refresh_every: int = 2, starts: torch.Tensor | None = None) -> OnlineEnsemble:
     sys = tiny_system()
     teacher = perturbed_positions(sys, replicas=5, sigma=0.1, seed=1, dtype=torch.float32)
     settings = OnlineSettings(walkers=walkers, temperature=300.0, refresh_every=refresh_every,
                               steps=steps, save_every=save_every)
-    return OnlineEnsemble(sys, sys.bead_types, teacher_potential(sys).priors, teacher, settings)
+    return OnlineEnsemble(sys, sys.bead_types, teacher_potential(sys).priors, teacher, settings,
+                          starts=starts)
+
+
+def _nearest_teacher_gap(online: OnlineEnsemble, walker: torch.Tensor) -> float:
+    return float((online.teacher_frames - walker).flatten(1).norm(dim=1).min())
 
 
 def test_a_run_uses_the_current_weights_and_continues_where_the_last_ended():
@@ -62,9 +68,19 @@ def test_a_frozen_walker_is_left_out_and_restarts_from_a_teacher_frame():
     frames = online.refresh(small_schnet(0, **TINY))
     assert frames.model.shape[0] == 4 and online.history[-1].restarted == 1
     # the restarted walker sits on one of the teacher frames again
-    gaps = (online.teacher_frames - online.positions[1]).flatten(1).norm(dim=1)
-    assert float(gaps.min()) == 0.0
+    assert _nearest_teacher_gap(online, online.positions[1]) == 0.0
     assert online.card()["walkers_restarted"] == 1
+
+
+def test_half_of_the_walkers_start_from_given_structures():
+    starts = perturbed_positions(tiny_system(), replicas=3, sigma=0.5, seed=7,
+                                 dtype=torch.float32)
+    online = _walkers(walkers=4, starts=starts)
+    assert torch.equal(online.positions[:2], starts[:2])
+    assert all(_nearest_teacher_gap(online, w) == 0.0 for w in online.positions[2:])
+    assert online.card()["walkers_from_given_starts"] == 2
+    with pytest.raises(ValueError, match=r"walker starts of .* must have shape \(S, "):
+        _walkers(starts=starts[:, :3])
 
 
 @pytest.mark.parametrize(
@@ -73,6 +89,7 @@ def test_a_frozen_walker_is_left_out_and_restarts_from_a_teacher_frame():
         ({"walkers": 0}, "walkers must be >= 1"),
         ({"steps": 10, "save_every": 20}, "must not exceed steps"),
         ({"temperature": -1.0}, "temperature must be positive"),
+        ({"start_fraction": 1.5}, "start_fraction must lie in"),
     ],
 )
 def test_settings_are_checked(kwargs, match):
@@ -140,9 +157,13 @@ def test_cli_trains_with_walkers_and_records_them(tmp_path, capsys):
               "--batch-size", "4", "--device", "cpu", "--quiet", "--replicas", "2",
               "--steps", "40", "--save-every", "10", "--equilibration", "0",
               "--temperatures", "300,330"]
+    run = Simulation(system("cln025"), teacher_potential(
+        system("cln025")), LangevinIntegrator(), replicas=1)
+    (tmp_path / "run").mkdir()
+    run.save_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert main([*common, "--ensemble-weight", "0.1", "--online-walkers", "2",
                  "--online-every", "2", "--online-steps", "20", "--online-save-every", "10",
-                 "--out", str(tmp_path / "a")]) == 0
+                 "--online-start", str(tmp_path / "run"), "--out", str(tmp_path / "a")]) == 0
     assert "walkers" in capsys.readouterr().out
     term = json.loads((tmp_path / "a" / "cln025.json").read_text())["training"][
         "relative_entropy"]
@@ -151,6 +172,7 @@ def test_cli_trains_with_walkers_and_records_them(tmp_path, capsys):
     # 14 training frames (16 less the validation split's 2) at 4 per step: 4 steps per
     # epoch, a run every 2 steps
     assert walkers["refreshes"] == 4 and walkers["steps"] == 20
+    assert walkers["walkers_from_given_starts"] == 1
     with open(tmp_path / "a" / "cln025.log.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert all(0.0 <= float(row["walker_q_mean"]) <= 1.0 for row in rows)
@@ -160,4 +182,8 @@ def test_cli_trains_with_walkers_and_records_them(tmp_path, capsys):
     assert main([*common, "--ensemble-weight", "0.1", "--online-walkers", "2",
                  "--online-steps", "10", "--out", str(tmp_path / "c")]) == 2
     assert "online save_every (100) must not exceed steps (10)" in capsys.readouterr().err
-    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+    assert main([*common, "--online-start", str(tmp_path / "run"),
+                 "--out", str(tmp_path / "d")]) == 2
+    assert "--online-start gives the walkers' starting structures: add --online-walkers" in (
+        capsys.readouterr().err)
+    assert not any((tmp_path / name).exists() for name in "bcd")

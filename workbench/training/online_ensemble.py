@@ -12,8 +12,10 @@ the term's gradient ``β (⟨∂U/∂θ⟩_teacher − ⟨∂U/∂θ⟩_θ)`` is
 The walkers persist from one refresh to the next (persistent contrastive divergence):
 they follow the model's ensemble as training changes it, and reach over many refreshes
 states that a model falls into only after tens of picoseconds. They start from teacher
-frames at the term's temperature; a walker that the safety checks freeze restarts from
-another teacher frame. Each refresh draws fresh velocities and noise.
+frames at the term's temperature, or a share of them from given structures (where a run
+of the model started from native went: a state teacher frames do not reach within the
+training's walker time); a walker that the safety checks freeze restarts from another
+teacher frame. Each refresh draws fresh velocities and noise.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ class OnlineSettings:
     save_every : int
         Steps between the frames kept in a run: ``walkers × steps // save_every`` frames
         per refresh, and as many teacher frames drawn at random.
+    start_fraction : float
+        With starting structures given to :class:`OnlineEnsemble`: the share of walkers
+        that start from them (the others from teacher frames).
     """
 
     walkers: int = 128
@@ -57,6 +62,7 @@ class OnlineSettings:
     refresh_every: int = 50
     steps: int = 1000
     save_every: int = 100
+    start_fraction: float = 0.5
 
     def __post_init__(self):
         for name in ("walkers", "refresh_every", "steps", "save_every"):
@@ -65,6 +71,10 @@ class OnlineSettings:
         if self.save_every > self.steps:
             raise ValueError(
                 f"online save_every ({self.save_every}) must not exceed steps ({self.steps})"
+            )
+        if not 0.0 <= self.start_fraction <= 1.0:
+            raise ValueError(
+                f"online start_fraction must lie in [0, 1], got {self.start_fraction}"
             )
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
             raise ValueError(f"online temperature must be positive, got {self.temperature} K")
@@ -110,6 +120,9 @@ class OnlineEnsemble:
     seed : int
         Seeds the walkers' starting frames, their runs (seed + refresh count) and the
         teacher frames drawn.
+    starts : torch.Tensor, shape (S, n, 3), float32, optional
+        Structures that the first ``round(walkers × settings.start_fraction)`` walkers
+        start from, in turn (say, the ends of the model's run from native).
 
     Attributes
     ----------
@@ -126,6 +139,7 @@ class OnlineEnsemble:
     settings: OnlineSettings
     device: str | torch.device = "cpu"
     seed: int = 0
+    starts: torch.Tensor | None = None
     history: list[WalkerState] = field(default_factory=list)
 
     def __post_init__(self):
@@ -142,6 +156,14 @@ class OnlineEnsemble:
             )
         self._generator = torch.Generator().manual_seed(self.seed)
         self.positions = self._teacher_sample(self.settings.walkers)
+        if self.starts is not None:
+            if self.starts.ndim != 3 or self.starts.shape[1:] != (n, 3) or not len(self.starts):
+                raise ValueError(
+                    f"walker starts of {self.system.name} must have shape (S, {n}, 3), got "
+                    f"{tuple(self.starts.shape)}"
+                )
+            given = round(self.settings.walkers * self.settings.start_fraction)
+            self.positions[:given] = self.starts[torch.arange(given) % len(self.starts)].float()
         self._schnet: CGSchNet | None = None
 
     def _teacher_sample(self, count: int) -> torch.Tensor:
@@ -221,6 +243,8 @@ class OnlineEnsemble:
         last = asdict(self.history[-1]) if self.history else None
         return {
             **asdict(self.settings),
+            "walkers_from_given_starts": 0 if self.starts is None
+            else round(self.settings.walkers * self.settings.start_fraction),
             "refreshes": len(self.history),
             "walkers_restarted": sum(state.restarted for state in self.history),
             "seconds": sum(state.seconds for state in self.history),

@@ -105,6 +105,9 @@ class TrainSettings:
         being trained (:mod:`~workbench.training.online_ensemble`), compared with the
         training split's teacher frames at ``online.temperature``, instead of a sampler's
         frames (which, given, are then force-matching frames only).
+    online_starts : torch.Tensor or None
+        Shape (S, n, 3), float32: structures a share of the walkers start from
+        (``online.start_fraction``); None: every walker from a teacher frame.
     """
 
     schnet: SchNetConfig = field(default_factory=SchNetConfig)
@@ -128,6 +131,7 @@ class TrainSettings:
     data_origin: dict = field(default_factory=dict)
     ensemble_temperatures: list[float] | None = None
     online: OnlineSettings | None = None
+    online_starts: torch.Tensor | None = None
 
 
 def train_potential(
@@ -214,7 +218,7 @@ def train_potential(
         teacher_frames[val] = False
         online = OnlineEnsemble(
             system, types, priors, data["positions"][teacher_frames], settings.online,
-            device, settings.fit.seed,
+            device, settings.fit.seed, settings.online_starts,
         )
     elif settings.fit.ensemble_weight > 0:
         ensemble = _ensemble_frames(
