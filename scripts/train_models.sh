@@ -64,6 +64,9 @@ train() {  # protein, training seconds, extra arguments
   # COMPACT=0.7,0.8: also frames of the teacher squeezed to these fractions of the native
   # radius of gyration (the over-compact states a network extrapolates into)
   [ -n "${COMPACT:-}" ] && set -- "$@" --compact "$COMPACT"
+  # COLD=200,250: also teacher frames at these temperatures from native (ordered
+  # near-native states, which the teacher's frames from its equilibrium do not reach)
+  [ -n "${COLD:-}" ] && set -- "$@" --cold "$COLD"
   # REPULSION=cutoff: the fitted repulsion vanishes beyond 1.25 σ (CONTINUE keeps the priors)
   [ -n "${REPULSION:-}" ] && set -- "$@" --repulsion "$REPULSION"
   # REPULSION_SEPARATION=4: the fitted repulsion also between 1-5 pairs (new priors only)

@@ -371,6 +371,17 @@ def build_parser() -> argparse.ArgumentParser:
         "to fit priors)",
     )
     train.add_argument(
+        "--cold", default=None, metavar="KELVIN",
+        help="also teacher frames at these temperatures (comma list, below the data's) from "
+        "the native structure: the ordered near-native states that the teacher's frames at "
+        "the data temperatures, started from its equilibrium, do not reach and a model may "
+        "hold too low (not used to fit priors or in the relative-entropy term)",
+    )
+    train.add_argument(
+        "--cold-replicas", type=int, default=None,
+        help="per --cold temperature (default a quarter of --replicas)",
+    )
+    train.add_argument(
         "--compact-replicas", type=int, default=None,
         help="per temperature and fraction (default an eighth of --replicas)",
     )
@@ -733,6 +744,18 @@ def _floats(text: str) -> list[float]:
     return [float(t) for t in text.split(",") if t.strip()]
 
 
+def _appended(data: dict, extra: dict, sampler) -> dict:
+    """``data`` with the frames of ``extra`` after its own; a ``sampler``'s frame mask
+    (the relative-entropy term's frames) grows by as many False entries."""
+    from workbench.training.data import concatenate_data
+
+    if sampler is not None:
+        sampler.mask = torch.cat([
+            sampler.mask, torch.zeros(extra["temperature"].shape[0], dtype=torch.bool)
+        ])
+    return concatenate_data(data, extra)
+
+
 def cmd_train(args) -> int:
     from workbench.md.simulation import checkpoint_positions, pooled_checkpoint_positions
     from workbench.model.io import load_potential
@@ -782,6 +805,9 @@ def cmd_train(args) -> int:
             raise UsageError(str(error)) from None
     if args.dihedral_degree is not None and args.dihedral_degree < 1:
         raise UsageError(f"--dihedral-degree must be at least 1, got {args.dihedral_degree}")
+    cold = None if args.cold is None else _floats(args.cold)
+    if cold is not None and not all(t > 0 for t in cold):
+        raise UsageError(f"--cold temperatures must be positive, got {args.cold}")
     compact = None if args.compact is None else _floats(args.compact)
     if compact is not None and not all(0.0 < f <= 1.0 for f in compact):
         raise UsageError(f"--compact fractions must lie in (0, 1], got {args.compact}")
@@ -853,6 +879,17 @@ def cmd_train(args) -> int:
         sampler = SamplerFrames(sampler_potential.cpu(), mask)
         origin["sampler"] = {"model": args.sampler, "start": args.sampler_start,
                              "frames": int(sampled["temperature"].shape[0])}
+    if cold is not None:
+        chilled = generate_teacher_data(
+            system, teacher, cold, args.cold_replicas or max(1, args.replicas // 4), args.steps,
+            args.save_every, device, args.seed, args.equilibration, progress=not args.quiet,
+        )
+        # marked like a sampler's frames: off the data temperatures' equilibrium, so kept
+        # out of the prior fit
+        chilled["sampled"] = torch.ones(chilled["temperature"].shape[0], dtype=torch.bool)
+        data = _appended(data, chilled, sampler)
+        origin["cold"] = {"temperatures_K": cold, "start": "native",
+                          "frames": int(chilled["temperature"].shape[0])}
     if compact is not None:
         squeezed = compacted_frames(
             system, teacher, compact, temperatures,
@@ -860,11 +897,7 @@ def cmd_train(args) -> int:
             args.compact_steps or args.steps, args.save_every, device=device,
             seed=args.seed, equilibration=args.equilibration, progress=not args.quiet,
         )
-        data = concatenate_data(data, squeezed)
-        if sampler is not None:
-            sampler.mask = torch.cat([
-                sampler.mask, torch.zeros(squeezed["temperature"].shape[0], dtype=torch.bool)
-            ])
+        data = _appended(data, squeezed, sampler)
         origin["compaction"] = {
             "radius_of_gyration_fractions": compact, "strength_kcal_per_A2": SQUEEZE_STRENGTH,
             "frames": int(squeezed["temperature"].shape[0]),
@@ -918,7 +951,7 @@ def cmd_train(args) -> int:
     rows = [
         ("teacher ε", f"{card['teacher']['epsilon']:g} kcal/mol"),
         ("frames", f"{card['data']['frames']} ({card['data']['frames_sampled_by_a_model']} "
-                   "sampled by --sampler or --compact)"),
+                   "from --sampler, --compact or --cold)"),
         ("epochs", f"{training['epochs_run']} (best {training['best_epoch']})"),
         ("val force RMSE", f"{training['val_force_rmse']:.4f} kcal/mol/Å"),
         ("val energy RMSE", f"{training['val_energy_rmse']:.3f} kcal/mol (centred)"),

@@ -111,7 +111,7 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
     card = json.loads((tmp_path / "b" / "cln025.json").read_text())
     assert card["data"]["frames"] == 8 + 9 and card["data"]["frames_sampled_by_a_model"] == 9
     assert card["data"]["sampler"] == {"model": str(model), "start": starts, "frames": 9}
-    assert "17 (9 sampled by --sampler or --compact)" in capsys.readouterr().out
+    assert "17 (9 from --sampler, --compact or --cold)" in capsys.readouterr().out
     data, _ = load_teacher_data(tmp_path / "data.pt")
     assert sampled_mask(data).tolist() == [False] * 8 + [True] * 9
     # frames are saved replica by replica within each save: run 0's first structure, the
@@ -147,3 +147,28 @@ def test_sampler_start_needs_a_sampler(tmp_path, capsys):
     assert code == 2
     assert "--sampler-start gives the --sampler's starting structures" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_train_adds_cold_frames_from_native_kept_out_of_the_priors(tmp_path, capsys):
+    common = ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
+              "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",
+              "--device", "cpu", "--quiet", "--replicas", "4", "--steps", "40",
+              "--save-every", "10", "--equilibration", "0"]
+    assert main(["train", "--generate", "--cold", "100,150", "--save-data",
+                 str(tmp_path / "data.pt"), "--out", str(tmp_path / "a"), *common]) == 0
+    assert "24 (8 from --sampler, --compact or --cold)" in capsys.readouterr().out
+    card = json.loads((tmp_path / "a" / "cln025.json").read_text())
+    # a quarter of the 4 replicas per cold temperature, 4 frames each
+    assert card["data"]["cold"] == {"temperatures_K": [100.0, 150.0], "start": "native",
+                                    "frames": 8}
+    assert card["priors"]["temperature_K"] == 300.0  # the teacher's own frames, not the cold
+    data, _ = load_teacher_data(tmp_path / "data.pt")
+    # each save holds a frame of every cold replica: the two temperatures alternate
+    assert data["temperature"].tolist() == [300.0] * 16 + [100.0, 150.0] * 4
+    assert sampled_mask(data).tolist() == [False] * 16 + [True] * 8
+    # the cold replicas started from native and stayed near it
+    native = tiny_system().native_positions
+    assert (data["positions"][16:] - native).norm(dim=-1).max() < 3.0
+    assert main(["train", "--generate", "--cold", "0,150", "--out", str(tmp_path / "b"),
+                 *common]) == 2
+    assert "--cold temperatures must be positive, got 0,150" in capsys.readouterr().err

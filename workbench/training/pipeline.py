@@ -167,7 +167,8 @@ def train_potential(
     """
     out = Path(out)
     temperature = data["temperature"]
-    prior_t = settings.prior_temperature or float(temperature.min())
+    # (the lowest temperature of the teacher's own frames: not that of frames marked sampled)
+    prior_t = settings.prior_temperature or float(temperature[~sampled_mask(data)].min())
     # priors come from the teacher's own ensemble, not from frames another potential sampled
     at_prior_t = ((temperature - prior_t).abs() < 1e-3) & ~sampled_mask(data)
     if not at_prior_t.any():
