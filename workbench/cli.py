@@ -286,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--online-walkers", type=int, default=0, metavar="N",
         help="with --ensemble-weight: the term's model frames come from N walkers of the "
         "model being trained, run every --online-every optimiser steps with the weights of "
-        "that moment (no reweighting to degenerate), instead of --sampler frames (0: off)",
+        "that moment (the reweighting starts afresh at each run), instead of --sampler "
+        "frames (0: off)",
     )
     train.add_argument(
         "--online-temperature", type=float, default=None,

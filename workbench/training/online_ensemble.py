@@ -6,8 +6,10 @@ within a few optimiser steps (its effective sample fraction collapses), so the t
 barely move the weights. Here the model's frames are made during training instead: every
 ``refresh_every`` optimiser steps, ``walkers`` replicas run ``steps`` Langevin steps at
 one temperature with a copy of the current weights (the sampler ``θ0`` of that module),
-and the term's frames are theirs. The weights never move far from the walkers' model, so
-the term's gradient ``β (⟨∂U/∂θ⟩_teacher − ⟨∂U/∂θ⟩_θ)`` is estimated with weights near one.
+and the term's frames are theirs. Right after each run the reweighting is exact (every
+frame's weight is one) and the term's gradient is ``β (⟨∂U/∂θ⟩_teacher − ⟨∂U/∂θ⟩_θ)``;
+between runs the weights drift as before (for 1YRF the effective sample fraction fell to
+about 10⁻³ within 25 optimiser steps, docs/models.md), so runs must come often.
 
 The walkers persist from one refresh to the next (persistent contrastive divergence):
 they follow the model's ensemble as training changes it, and reach over many refreshes
