@@ -34,7 +34,7 @@ from workbench.model.priors import PriorTerm
 from workbench.model.schnet import CGSchNet
 from workbench.system.cg_system import CGSystem
 from workbench.teacher import langevin_simulation, state_thresholds
-from workbench.training.relative_entropy import EnsembleSet, schnet_energies
+from workbench.training.relative_entropy import EnsembleSet, batched_energies
 
 
 @dataclass
@@ -205,10 +205,10 @@ class OnlineEnsemble:
         for _ in range(settings.steps // settings.save_every):
             sim.step(settings.save_every)
             kept.append(sim.positions.detach().clone())
+        live = ~sim.frozen
         frozen = sim.frozen.cpu()
-        live = ~frozen
-        q = sim.native_q()[live.to(sim.device)].float().cpu()
-        model = torch.cat([frames[live.to(sim.device)] for frames in kept]).float().cpu()
+        q = sim.native_q()[live].float().cpu()
+        model = torch.cat([frames[live] for frames in kept]).float().cpu()
         self.positions = sim.positions.detach().float().cpu()
         if frozen.any():
             self.positions[frozen] = self._teacher_sample(int(frozen.sum()))
@@ -219,10 +219,10 @@ class OnlineEnsemble:
             )
         teacher = self._teacher_sample(model.shape[0])
         sampler = Potential(self.bead_types, self._schnet).to(self.device)
-        frames = EnsembleSet(
-            teacher, -self._energies(sampler, teacher), model, -self._energies(sampler, model),
-            settings.temperature,
-        )
+        with torch.no_grad():
+            offsets = [-batched_energies(sampler, x, settings.walkers, self.device).cpu()
+                       for x in (teacher, model)]
+        frames = EnsembleSet(teacher, offsets[0], model, offsets[1], settings.temperature)
         self.history.append(WalkerState(
             q_mean=float(q.mean()),
             folded=float((q > state_thresholds(self.system.name)[0]).float().mean()),
@@ -230,15 +230,6 @@ class OnlineEnsemble:
             seconds=time.perf_counter() - began,
         ))
         return frames
-
-    def _energies(self, potential: Potential, positions: torch.Tensor) -> torch.Tensor:
-        """SchNet energies (M,) of ``positions`` (M, n, 3), kcal/mol, on the CPU."""
-        size = max(1, self.settings.walkers)
-        with torch.no_grad():
-            return torch.cat([
-                schnet_energies(potential, positions[s : s + size].to(self.device)).cpu()
-                for s in range(0, positions.shape[0], size)
-            ])
 
     def card(self) -> dict:
         """The settings, refresh count and last walker state, for the model card."""

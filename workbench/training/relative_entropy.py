@@ -199,10 +199,18 @@ def _energy_changes(
     device: str | torch.device,
 ) -> torch.Tensor:
     """``ΔU`` (M,) at ``positions`` (M, n, 3), evaluated in batches."""
+    return batched_energies(potential, positions, batch_size, device) + offset.to(device)
+
+
+def batched_energies(
+    potential: Potential, positions: torch.Tensor, batch_size: int, device: str | torch.device
+) -> torch.Tensor:
+    """:func:`schnet_energies` (M,) of ``positions`` (M, n, 3), ``batch_size`` frames at a
+    time, on ``device``."""
     return torch.cat([
         schnet_energies(potential, positions[s : s + batch_size].to(device))
         for s in range(0, positions.shape[0], batch_size)
-    ]) + offset.to(device)
+    ])
 
 
 def _change_and_fraction(
