@@ -90,6 +90,10 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${ONLINE_WALKERS:-}" ] && set -- "$@" --online-walkers "$ONLINE_WALKERS" \
     --online-every "${ONLINE_EVERY:-50}" --online-steps "${ONLINE_STEPS:-1000}"
   [ -n "${ONLINE_START:-}" ] && set -- "$@" --online-start "$ONLINE_START"
+  # ONLINE_BURN_IN=S: the walkers first run S steps with the starting weights;
+  # ONLINE_CONTRASTIVE=1: their frames count equally (no reweighting between runs)
+  [ -n "${ONLINE_BURN_IN:-}" ] && set -- "$@" --online-burn-in "$ONLINE_BURN_IN"
+  [ -n "${ONLINE_CONTRASTIVE:-}" ] && set -- "$@" --online-contrastive
   # ENSEMBLE_TEMPERATURES=300: only these frames feed it; TEACHER_START=RUN: the teacher's
   # replicas start from a run's checkpoint (with SAMPLER_START, both ensembles equilibrated)
   [ -n "${ENSEMBLE_TEMPERATURES:-}" ] && set -- "$@" --ensemble-temperatures "$ENSEMBLE_TEMPERATURES"
@@ -139,6 +143,15 @@ train() {  # protein, training seconds, extra arguments
     --seed 0 --device cuda --quiet --out "$DEST" "$@" \
     > "$DEST/$protein.out" 2>&1
   echo "$protein finished with exit code $?"
+  # RELAX=T1,T2,...: then run the new model from TEACHER_START's ends (64 replicas, ps):
+  # its Q and folded fraction against the teacher's own from there (docs/models.md,
+  # twenty-fourth session) show within ~100 ps whether its ensemble drifts off the teacher's
+  if [ -n "${RELAX:-}" ] && [ -n "${TEACHER_START:-}" ] && [ -f "$DEST/$protein.pt" ]; then
+    python scripts/relax_from_run.py "$TEACHER_START" --protein "$protein" \
+      --model "$DEST/$protein.pt" --replicas 64 --times "$RELAX" --device cuda \
+      --out "$DEST/$protein-relax.json" > "$DEST/$protein-relax.out" 2>&1
+    cat "$DEST/$protein-relax.out"
+  fi
   # CHECK=S: then run the new model for S seconds (64 replicas from native, fastest path):
   # its metrics and checkpoint ($DEST/<protein>-check/) feed `workbench validate --runs`
   # and the next round's SAMPLER_START; CHECK_DENATURED=F starts that fraction denatured

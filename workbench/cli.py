@@ -307,6 +307,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--online-save-every", type=int, default=100, help="MD steps between kept walker frames"
     )
     train.add_argument(
+        "--online-burn-in", type=int, default=0, metavar="STEPS",
+        help="MD steps the walkers run with the starting weights before their first frames "
+        "are kept (they relax into the model's own ensemble first)",
+    )
+    train.add_argument(
+        "--online-contrastive", action="store_true",
+        help="count the walker frames equally (plain contrastive gradient) instead of "
+        "reweighting them to the current weights between runs",
+    )
+    train.add_argument(
         "--min-sample-fraction", type=float, default=0.5,
         help="with --ensemble-weight: stop once the reweighted sampler frames' effective "
         "sample fraction falls below this, keeping the weights of the last check above it",
@@ -800,7 +810,8 @@ def cmd_train(args) -> int:
                 walkers=args.online_walkers,
                 temperature=args.online_temperature or _floats(args.validate_temperatures)[0],
                 refresh_every=args.online_every, steps=args.online_steps,
-                save_every=args.online_save_every,
+                save_every=args.online_save_every, burn_in=args.online_burn_in,
+                contrastive=args.online_contrastive,
             )
         except ValueError as error:
             raise UsageError(str(error)) from None

@@ -21,11 +21,12 @@ TINY = {"hidden": 8, "filters": 8, "blocks": 1, "num_rbf": 6, "cutoff": 5.0}
 
 
 def _walkers(walkers: int = 3, steps: int = 20, save_every: int = 10,
-             refresh_every: int = 2, starts: torch.Tensor | None = None) -> OnlineEnsemble:
+             refresh_every: int = 2, starts: torch.Tensor | None = None,
+             **options) -> OnlineEnsemble:
     sys = tiny_system()
     teacher = perturbed_positions(sys, replicas=5, sigma=0.1, seed=1, dtype=torch.float32)
     settings = OnlineSettings(walkers=walkers, temperature=300.0, refresh_every=refresh_every,
-                              steps=steps, save_every=save_every)
+                              steps=steps, save_every=save_every, **options)
     return OnlineEnsemble(sys, sys.bead_types, teacher_potential(sys).priors, teacher, settings,
                           starts=starts)
 
@@ -62,6 +63,22 @@ def test_a_run_uses_the_current_weights_and_continues_where_the_last_ended():
     assert card["last_walker_state"]["folded"] == online.history[-1].folded
 
 
+def test_burn_in_runs_before_the_first_kept_frames_only():
+    schnet = small_schnet(0, **TINY)
+    plain = _walkers(steps=40)
+    frames = plain.refresh(schnet).model.view(4, 3, -1, 3)  # kept after 10, 20, 30, 40 steps
+    burnt = _walkers(steps=20, burn_in=20)
+    first = burnt.refresh(schnet).model.view(2, 3, -1, 3)  # after 20 + 10 and 20 + 20
+    torch.testing.assert_close(first, frames[2:])
+    assert burnt.card()["burn_in"] == 20
+    ended = burnt.positions.clone()
+    second = burnt.refresh(schnet).model.view(2, 3, -1, 3)
+    plain_again = _walkers(steps=20)
+    plain_again.positions = ended
+    plain_again.history = list(burnt.history[:1])  # the same run count: the same seed
+    torch.testing.assert_close(second, plain_again.refresh(schnet).model.view(2, 3, -1, 3))
+
+
 def test_a_frozen_walker_is_left_out_and_restarts_from_a_teacher_frame():
     online = _walkers()
     online.positions[1, 0] += 1000.0  # far beyond the safe extent: frozen at once
@@ -90,6 +107,7 @@ def test_half_of_the_walkers_start_from_given_structures():
         ({"steps": 10, "save_every": 20}, "must not exceed steps"),
         ({"temperature": -1.0}, "temperature must be positive"),
         ({"start_fraction": 1.5}, "start_fraction must lie in"),
+        ({"burn_in": -1}, "burn_in must be >= 0"),
     ],
 )
 def test_settings_are_checked(kwargs, match):
@@ -104,8 +122,18 @@ def test_no_teacher_frames_is_refused():
                        OnlineSettings())
 
 
-def test_training_lowers_the_term_on_each_run_and_keeps_the_last_weights():
-    online = _walkers(walkers=4, steps=40, save_every=10, refresh_every=3)
+@pytest.mark.parametrize("contrastive", [False, True])
+def test_training_lowers_the_term_on_each_run_and_keeps_the_last_weights(
+    contrastive, monkeypatch
+):
+    import workbench.training.force_matching as force_matching
+
+    forms = []
+    change_of = force_matching.relative_entropy_change
+    monkeypatch.setattr(force_matching, "relative_entropy_change",
+                        lambda *a, **k: forms.append(k["reweight"]) or change_of(*a, **k))
+    online = _walkers(walkers=4, steps=40, save_every=10, refresh_every=3,
+                      contrastive=contrastive)
     runs = []
     refresh = online.refresh
     online.refresh = lambda schnet: runs.append((refresh(schnet), _copy(schnet))) or runs[-1][0]
@@ -125,8 +153,9 @@ def test_training_lowers_the_term_on_each_run_and_keeps_the_last_weights():
         model = small_schnet(0, **TINY)
         model.load_state_dict(weights)
         change = relative_entropy_change(Potential(tiny_system().bead_types, model), frames,
-                                         "cpu")[0]
+                                         "cpu", reweight=not contrastive)[0]
         assert float(change.detach()) < 0.0
+    assert forms == [not contrastive] * 4  # the form the settings ask for, at every step
     assert result.best_epoch == 2  # the last epoch's weights, not the best force loss's
     rows = result.history
     assert rows[0]["walker_q_mean"] == online.history[0].q_mean
@@ -163,7 +192,8 @@ def test_cli_trains_with_walkers_and_records_them(tmp_path, capsys):
     run.save_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert main([*common, "--ensemble-weight", "0.1", "--online-walkers", "2",
                  "--online-every", "2", "--online-steps", "20", "--online-save-every", "10",
-                 "--online-start", str(tmp_path / "run"), "--out", str(tmp_path / "a")]) == 0
+                 "--online-start", str(tmp_path / "run"), "--online-burn-in", "10",
+                 "--online-contrastive", "--out", str(tmp_path / "a")]) == 0
     assert "walkers" in capsys.readouterr().out
     term = json.loads((tmp_path / "a" / "cln025.json").read_text())["training"][
         "relative_entropy"]
@@ -173,6 +203,7 @@ def test_cli_trains_with_walkers_and_records_them(tmp_path, capsys):
     # epoch, a run every 2 steps
     assert walkers["refreshes"] == 4 and walkers["steps"] == 20
     assert walkers["walkers_from_given_starts"] == 1
+    assert walkers["burn_in"] == 10 and walkers["contrastive"] is True
     with open(tmp_path / "a" / "cln025.log.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert all(0.0 <= float(row["walker_q_mean"]) <= 1.0 for row in rows)

@@ -88,6 +88,33 @@ def test_value_and_gradient_follow_the_formula():
         torch.testing.assert_close(g, h, rtol=1e-9, atol=1e-12)
 
 
+def test_equal_weights_give_the_contrastive_change_with_the_same_gradient_at_the_sampler():
+    sampler = _schnet_only(0)
+    frames = _frames(sampler)
+    grads = {}
+    for reweight in (True, False):
+        change, _ = relative_entropy_change(sampler, frames, "cpu", reweight=reweight)
+        assert abs(float(change.detach())) < 1e-6
+        grads[reweight] = torch.autograd.grad(change, list(sampler.parameters()))
+    for a, b in zip(grads[True], grads[False], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    # away from the sampler: β (⟨ΔU⟩_teacher − ⟨ΔU⟩_model), every model frame counting
+    trained = _schnet_only(5).double()  # float64: no cancellation
+    frames = EnsembleSet(*(t.double() for t in (frames.teacher, frames.teacher_offset,
+                                                frames.model, frames.model_offset)), 300.0)
+    change, fraction = relative_entropy_change(trained, frames, "cpu", reweight=False)
+    change = change.detach()
+    with torch.no_grad():
+        du_t = schnet_energies(trained, frames.teacher) + frames.teacher_offset
+        du_m = schnet_energies(trained, frames.model) + frames.model_offset
+    beta = 1.0 / (KB * 300.0)
+    assert float(change) == pytest.approx(float(beta * (du_t.mean() - du_m.mean())),
+                                          rel=1e-10)
+    reweighted, same_fraction = relative_entropy_change(trained, frames, "cpu")
+    assert float(same_fraction) == pytest.approx(float(fraction)) and float(fraction) < 1.0
+    assert float(change) != pytest.approx(float(reweighted.detach()), rel=1e-3)
+
+
 def test_one_dominant_frame_leaves_a_fraction_of_one_frame():
     potential = _schnet_only()
     frames = _frames(potential)

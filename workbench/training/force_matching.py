@@ -442,7 +442,10 @@ def train_force_matching(
                     if sets is not None:
                         frames = _ensemble_batch(sets[step % len(sets)], settings.batch_size,
                                                  generator)
-                        change = relative_entropy_change(potential, frames, settings.device)[0]
+                        change = relative_entropy_change(
+                            potential, frames, settings.device,
+                            reweight=online is None or not online.settings.contrastive,
+                        )[0]
                         loss = loss + settings.ensemble_weight * change
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()

@@ -57,6 +57,15 @@ class OnlineSettings:
     start_fraction : float
         With starting structures given to :class:`OnlineEnsemble`: the share of walkers
         that start from them (the others from teacher frames).
+    burn_in : int
+        Langevin steps the walkers run before the first run's frames are kept, with the
+        weights training starts from: they relax from the teacher frames into the model's
+        own ensemble (for 1YRF a model's Q drifts from the teacher's within ~50 ps,
+        12,500 steps), so the term compares that ensemble from the first step on.
+    contrastive : bool
+        Count every walker frame equally (the plain contrastive gradient ``β (⟨∂U/∂θ⟩_teacher
+        − ⟨∂U/∂θ⟩_walkers)``) instead of reweighting them to the current weights: between
+        runs the reweighting puts the model side on a few frames.
     """
 
     walkers: int = 128
@@ -65,6 +74,8 @@ class OnlineSettings:
     steps: int = 1000
     save_every: int = 100
     start_fraction: float = 0.5
+    burn_in: int = 0
+    contrastive: bool = False
 
     def __post_init__(self):
         for name in ("walkers", "refresh_every", "steps", "save_every"):
@@ -74,6 +85,8 @@ class OnlineSettings:
             raise ValueError(
                 f"online save_every ({self.save_every}) must not exceed steps ({self.steps})"
             )
+        if self.burn_in < 0:
+            raise ValueError(f"online burn_in must be >= 0, got {self.burn_in}")
         if not 0.0 <= self.start_fraction <= 1.0:
             raise ValueError(
                 f"online start_fraction must lie in [0, 1], got {self.start_fraction}"
@@ -175,7 +188,7 @@ class OnlineEnsemble:
 
     def refresh(self, schnet: CGSchNet) -> EnsembleSet:
         """Run the walkers with a copy of ``schnet``'s current weights and return their
-        frames with as many teacher frames.
+        frames with as many teacher frames (the first run after ``settings.burn_in`` steps).
 
         Parameters
         ----------
@@ -201,6 +214,8 @@ class OnlineEnsemble:
             self.system, full, settings.temperature, self.positions, self.device,
             self.seed + len(self.history),
         )
+        if not self.history and settings.burn_in:
+            sim.step(settings.burn_in)
         kept = []
         for _ in range(settings.steps // settings.save_every):
             sim.step(settings.save_every)

@@ -129,7 +129,10 @@ def schnet_energies(potential: Potential, pos: torch.Tensor) -> torch.Tensor:
 
 
 def relative_entropy_change(
-    potential: Potential, frames: EnsembleSet, device: str | torch.device
+    potential: Potential,
+    frames: EnsembleSet,
+    device: str | torch.device,
+    reweight: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``ΔS`` of the module docstring over ``frames`` and the reweighting's effective
     sample fraction.
@@ -140,11 +143,16 @@ def relative_entropy_change(
         The SchNet part being trained (no priors: they are in the offsets).
     frames : EnsembleSet
     device : str or torch.device
+    reweight : bool
+        False: the model frames count equally, ``β (⟨ΔU⟩_teacher − ⟨ΔU⟩_θ0)`` instead of
+        ``ΔS``. Its gradient is the plain contrastive one, ``β (⟨∂U/∂θ⟩_teacher −
+        ⟨∂U/∂θ⟩_θ0)``: exact at ``θ = θ0`` (where it equals ``ΔS``'s), and it does not
+        collapse onto a few frames as ``θ`` leaves ``θ0``.
 
     Returns
     -------
     (torch.Tensor, torch.Tensor)
-        ``ΔS`` (nats, scalar, differentiable with respect to the weights) and the
+        The change (nats, scalar, differentiable with respect to the weights) and the
         effective sample fraction ``(Σw)² / (B Σw²)`` of ``w = exp(−β ΔU)`` (scalar, in
         (0, 1], no gradient).
     """
@@ -154,6 +162,7 @@ def relative_entropy_change(
         frames.beta,
         teacher + frames.teacher_offset.to(device),
         model + frames.model_offset.to(device),
+        reweight,
     )
 
 
@@ -214,13 +223,15 @@ def batched_energies(
 
 
 def _change_and_fraction(
-    beta: float, teacher: torch.Tensor, model: torch.Tensor
+    beta: float, teacher: torch.Tensor, model: torch.Tensor, reweight: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``ΔS`` and the effective sample fraction from ``ΔU`` at the teacher's frames (A,)
-    and at the sampler's (B,), kcal/mol."""
-    log_w = -beta * model
-    change = beta * teacher.mean() + torch.logsumexp(log_w, 0) - math.log(model.shape[0])
-    return change, _fraction(beta, model.detach())
+    """``ΔS`` (or, without ``reweight``, its equal-weight form) and the effective sample
+    fraction from ``ΔU`` at the teacher's frames (A,) and at the sampler's (B,), kcal/mol."""
+    if reweight:
+        model_side = torch.logsumexp(-beta * model, 0) - math.log(model.shape[0])
+    else:
+        model_side = -beta * model.mean()
+    return beta * teacher.mean() + model_side, _fraction(beta, model.detach())
 
 
 def _fraction(beta: float, model: torch.Tensor) -> torch.Tensor:
