@@ -1,7 +1,7 @@
 """What a potential does with the structures where a run ended: Q and flipped dihedrals.
 
     python scripts/relax_from_run.py RUN --protein 1yrf [--model teacher|PATH] \\
-        [--replicas 16] [--times 2,5,10,20] [--device cpu] [--out relax.json]
+        [--replicas 16] [--times 2,5,10,20] [--timestep 4] [--device cpu] [--out relax.json]
 
 RUN is a ``workbench run`` folder (or its ``checkpoint.pt``); its first ``--replicas``
 live structures start a Langevin run at 300 K of ``--model`` (default: the teacher), and
@@ -35,6 +35,8 @@ def main() -> None:
                         help="how many of the run's structures (the first ones)")
     parser.add_argument("--times", default="2,5,10,20", help="comma list, ps")
     parser.add_argument("--temperature", type=float, default=300.0)
+    parser.add_argument("--timestep", type=float, default=4.0,
+                        help="fs (a smaller one tells whether a drift is the integrator's)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--out", default=None, help="JSON file for the rows")
@@ -43,6 +45,8 @@ def main() -> None:
         times = [float(t) for t in args.times.split(",") if t.strip()]
     except ValueError:
         parser.error(f"--times must be a comma list of ps, got {args.times!r}")
+    if not args.timestep > 0:
+        parser.error(f"--timestep must be positive, got {args.timestep}")
     if args.replicas < 1:
         parser.error(f"--replicas must be at least 1, got {args.replicas}")
     try:  # an unknown protein, a missing or foreign checkpoint, a bad model file or times
@@ -50,10 +54,12 @@ def main() -> None:
         starts = checkpoint_positions(args.run, system)[: args.replicas]
         potential, _ = choose_potential(system, args.model)
         device, _ = resolve_device(args.device)
-        rows = relaxation(system, potential, starts, times, args.temperature, device, args.seed)
+        rows = relaxation(system, potential, starts, times, args.temperature, device, args.seed,
+                          args.timestep)
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
-    print(f"{args.model} from {args.run} ({len(starts)} structures, {args.temperature:g} K)")
+    print(f"{args.model} from {args.run} ({len(starts)} structures, {args.temperature:g} K, "
+          f"{args.timestep:g} fs)")
     print("time ps | Q mean | folded | dihedrals flipped > 90°")
     for row in rows:
         print(f"{row['time_ps']:7.1f} | {row['q_mean']:6.3f} | {row['folded_fraction']:6.2f} | "
