@@ -76,6 +76,8 @@ train() {  # protein, training seconds, extra arguments
   # EMBEDDING=bead: a SchNet embedding vector per bead, not per bead type (CONTINUE keeps
   # the model's own)
   [ -n "${EMBEDDING:-}" ] && set -- "$@" --embedding "$EMBEDDING"
+  # WIDTH=256: SchNet hidden and filter width (new models only; default 128)
+  [ -n "${WIDTH:-}" ] && set -- "$@" --hidden "$WIDTH" --filters "$WIDTH"
   # ENERGY_WEIGHT=w: also fit the teacher's energies (less the priors'), weight w Å²/bead
   [ -n "${ENERGY_WEIGHT:-}" ] && set -- "$@" --energy-weight "$ENERGY_WEIGHT"
   # TF32=1: optimiser steps with TF32 matrix products (validation stays FP32)
