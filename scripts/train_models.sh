@@ -80,6 +80,10 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${WIDTH:-}" ] && set -- "$@" --hidden "$WIDTH" --filters "$WIDTH"
   # ENERGY_WEIGHT=w: also fit the teacher's energies (less the priors'), weight w Å²/bead
   [ -n "${ENERGY_WEIGHT:-}" ] && set -- "$@" --energy-weight "$ENERGY_WEIGHT"
+  # GRAD_CLIP=N: largest gradient norm of an optimiser step (see the log's grad_norm);
+  # WEIGHT_AVERAGE=0.999: validate and keep a moving average of the weights
+  [ -n "${GRAD_CLIP:-}" ] && set -- "$@" --grad-clip "$GRAD_CLIP"
+  [ -n "${WEIGHT_AVERAGE:-}" ] && set -- "$@" --weight-average "$WEIGHT_AVERAGE"
   # TF32=1: optimiser steps with TF32 matrix products (validation stays FP32)
   [ -n "${TF32:-}" ] && set -- "$@" --tf32
   # ENSEMBLE_WEIGHT=w (with SAMPLER=1): the relative-entropy term, the sampler's frames

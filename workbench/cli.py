@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -324,6 +325,16 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--ensemble-check-every", type=int, default=50,
         help="with --ensemble-weight: optimiser steps between those checks",
+    )
+    train.add_argument(
+        "--grad-clip", type=float, default=0.0, metavar="NORM",
+        help="largest L2 norm of an optimiser step's weight gradient, larger ones scaled "
+        "down (0: none; the log's grad_norm column is each epoch's median before clipping)",
+    )
+    train.add_argument(
+        "--weight-average", type=float, default=0.0, metavar="DECAY",
+        help="validate, select and keep an exponential moving average of the weights with "
+        "this decay per optimiser step, say 0.999 (0: off; not with --sampler's term)",
     )
     train.add_argument(
         "--tf32", action="store_true",
@@ -798,6 +809,13 @@ def cmd_train(args) -> int:
     if args.ensemble_weight > 0 and args.sampler is None and args.online_walkers <= 0:
         raise UsageError("--ensemble-weight compares the teacher's frames with a model's: add "
                          "--sampler or --online-walkers")
+    if not (args.grad_clip >= 0 and math.isfinite(args.grad_clip)):
+        raise UsageError(f"--grad-clip must be a finite norm >= 0, got {args.grad_clip}")
+    if not 0.0 <= args.weight_average < 1.0:
+        raise UsageError(f"--weight-average must lie in [0, 1), got {args.weight_average}")
+    if args.weight_average > 0 and args.ensemble_weight > 0 and args.online_walkers <= 0:
+        raise UsageError("--weight-average goes with --online-walkers, not with --sampler's "
+                         "term (its reweighting check restores raw weights)")
     if args.online_walkers > 0 and args.ensemble_weight <= 0:
         raise UsageError("--online-walkers feeds the relative-entropy term: add --ensemble-weight")
     if args.online_start is not None and args.online_walkers <= 0:
@@ -935,6 +953,7 @@ def cmd_train(args) -> int:
             energy_weight=args.energy_weight, ensemble_weight=args.ensemble_weight,
             min_sample_fraction=args.min_sample_fraction,
             ensemble_check_every=args.ensemble_check_every, tf32=args.tf32,
+            grad_clip=args.grad_clip, weight_average=args.weight_average,
         ),
         validation_fraction=args.val_fraction,
         prior_temperature=args.prior_temperature,

@@ -149,6 +149,39 @@ def test_energy_term_fits_the_energies_better(data, residual, residual_energy):
     assert final_energy_rmse(10.0) < 0.8 * final_energy_rmse(0.0)
 
 
+def test_gradient_clipping_limits_each_step_and_logs_the_norms(data, residual, monkeypatch):
+    pos, sys = data["positions"][:16], tiny_system()
+    norms = []
+    step = torch.optim.Adam.step
+
+    def recording(self, *args, **kwargs):  # the gradient norm each step applies
+        norms.append(float(torch.cat([p.grad.flatten() for p in schnet.parameters()]).norm()))
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adam, "step", recording)
+
+    def fit(clip):
+        nonlocal schnet
+        schnet = small_schnet(**TINY)
+        settings = FitSettings(epochs=2, batch_size=4, learning_rate=1e-2, grad_clip=clip)
+        return train_force_matching(schnet, sys.bead_types, (pos, residual[:16]),
+                                    (pos, residual[:16]), settings, progress=False)
+
+    schnet = None
+    free = fit(0.0)
+    free_norms, norms[:] = list(norms), []
+    assert free.clipped_steps == 0 and len(free_norms) == 8
+    medians = [row["grad_norm"] for row in free.history]
+    assert medians == pytest.approx([sorted(free_norms[:4])[2], sorted(free_norms[4:])[2]])
+    limit = 0.5 * min(free_norms)
+    clipped = fit(limit)
+    assert clipped.clipped_steps == 8 and max(norms) == pytest.approx(limit, rel=1e-5)
+    assert all(row["grad_norm"] > 1.5 * limit for row in clipped.history)  # before clipping
+    assert clipped.history[-1]["val_loss"] != free.history[-1]["val_loss"]
+    with pytest.raises(ValueError, match="grad_clip must be a finite number >= 0"):
+        FitSettings(grad_clip=-1.0)
+
+
 def test_early_stopping_keeps_the_best_epoch(data, residual):
     pos = data["positions"][:20]
     settings = FitSettings(epochs=50, batch_size=10, learning_rate=0.0, patience=2)
@@ -360,7 +393,8 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
     assert metadata["contact_barrier"] == 0.4  # the teacher variant travels with the data
     assert main(["train", "--data", str(data_file), "--out", str(tmp_path / "b"), *common,
                  "--select-every", "1", "--select-steps", "20", "--select-replicas", "2",
-                 "--energy-weight", "0.5", "--dihedral-degree", "1"]) == 0
+                 "--energy-weight", "0.5", "--dihedral-degree", "1", "--grad-clip", "1000",
+                 "--weight-average", "0.5"]) == 0
     model = load_potential(tmp_path / "b" / "cln025.pt")
     assert model.schnet.config.hidden == 8 and model.priors["dihedrals"].k1s.shape[1] == 1
     card = json.loads((tmp_path / "b" / "cln025.json").read_text())
@@ -375,7 +409,16 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
     assert selection["steps"] == 20 and selection["replicas"] == 2
     assert [row["epoch"] for row in selection["scores"]] == [1]
     assert card["training"]["energy_weight"] == 0.5
+    assert card["training"]["grad_clip"] == 1000.0 and card["training"]["clipped_steps"] == 0
+    assert card["training"]["weight_average"] == 0.5
     assert "val force RMSE" in capsys.readouterr().out
+    for option, value, message in (
+        ("--grad-clip", "-1", "--grad-clip must be a finite norm >= 0"),
+        ("--weight-average", "1", r"--weight-average must lie in [0, 1)"),
+    ):
+        assert main(["train", "--data", str(data_file), option, value, "--out",
+                     str(tmp_path / "none"), *common]) == 2
+        assert message in capsys.readouterr().err and not (tmp_path / "none").exists()
     # a spent wall limit: one batch is trained and the model is still saved
     common[common.index("--epochs") + 1] = "50"
     assert main(["train", "--data", str(data_file), "--wall-limit", "0", "--out",

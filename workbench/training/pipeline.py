@@ -289,6 +289,9 @@ def train_potential(
         card["training"]["energy_weight"] = settings.fit.energy_weight
         card["training"]["tf32"] = settings.fit.tf32
         card["training"]["tf32_force_error"] = fit.tf32_force_error
+        card["training"]["grad_clip"] = settings.fit.grad_clip
+        card["training"]["clipped_steps"] = fit.clipped_steps
+        card["training"]["weight_average"] = settings.fit.weight_average
         if ensemble is not None:
             card["training"]["relative_entropy"] = {
                 "weight": settings.fit.ensemble_weight,
