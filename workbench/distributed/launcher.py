@@ -38,6 +38,7 @@ from workbench.distributed.reports import MetricsReport, metrics_from_matrix, me
 from workbench.distributed.schedule import next_stop
 from workbench.distributed.shards import Shard, build_shard, split_replicas
 from workbench.distributed.tempering_across_ranks import RankExchange
+from workbench.md import Simulation
 from workbench.runner import RunSettings, ThroughputMeter, timed_steps
 
 
@@ -169,6 +170,10 @@ def _rank_main(rank: int, job: _Job, results, stop_event) -> None:
     else:
         device = torch.device("cpu")
         torch.set_num_threads(job.threads)
+    # the shard (its model and structures read from disk) is built before the group forms:
+    # a rank whose input is bad then fails on its own, not as a peer that left a half-made
+    # group under another rank (whose gloo error would be reported in its place)
+    sim = build_shard(job.settings.run, job.shards[rank], str(device)).simulation
     dist.init_process_group(
         job.backend,
         init_method=job.init_method,
@@ -177,7 +182,7 @@ def _rank_main(rank: int, job: _Job, results, stop_event) -> None:
         timeout=timedelta(seconds=job.settings.timeout_s),
     )
     try:
-        _run_rank(rank, job, device, results, stop_event)
+        _run_rank(rank, job, sim, device, results, stop_event)
     finally:
         dist.destroy_process_group()
 
@@ -189,10 +194,11 @@ def _stop_requested(rank: int, stop_event, device: torch.device) -> bool:
     return bool(flag.item())
 
 
-def _run_rank(rank: int, job: _Job, device: torch.device, results, stop_event) -> None:
+def _run_rank(
+    rank: int, job: _Job, sim: Simulation, device: torch.device, results, stop_event
+) -> None:
     settings, shards = job.settings.run, job.shards
     shard = shards[rank]
-    sim = build_shard(settings, shard, str(device)).simulation
     total = settings.replicas
     intervals = [settings.save_interval]
     exchange = None
