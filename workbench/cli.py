@@ -464,6 +464,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --runs: where the long runs' plot goes (default: beside the model, "
         "MODEL.long_run.png)",
     )
+    scales = sub.add_parser(
+        "fit-scales",
+        help="fit energy scales of a model's terms to its teacher's ensemble (relative entropy)",
+    )
+    scales.add_argument("--model", required=True, help="model written by workbench train")
+    scales.add_argument(
+        "--teacher-start", required=True, metavar="RUN",
+        help="a long `workbench run --model teacher` folder at --temperature: its final "
+        "structures start the teacher's sample and every model sample",
+    )
+    scales.add_argument("--terms", default="schnet",
+                        help="comma list of the terms to scale: schnet and/or prior names")
+    scales.add_argument("--temperature", type=float, default=300.0)
+    scales.add_argument("--replicas", type=int, default=None,
+                        help="how many of the run's structures (default all)")
+    scales.add_argument("--iterations", type=int, default=4, help="model samples")
+    scales.add_argument("--time", type=float, default=100.0, help="ps per sample")
+    scales.add_argument("--discard", type=float, default=25.0,
+                        help="ps left out at each sample's start")
+    scales.add_argument("--every", type=float, default=1.0, help="ps between frames")
+    scales.add_argument("--max-step", type=float, default=0.1,
+                        help="longest step in log-scale per iteration")
+    scales.add_argument("--dt", type=float, default=4.0, help="time step, fs")
+    scales.add_argument("--seed", type=int, default=0)
+    scales.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    scales.add_argument("--out", required=True,
+                        help="where the scaled model goes (its card beside it)")
+    scales.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     return parser
 
 
@@ -1004,22 +1032,29 @@ def cmd_train(args) -> int:
     return 0
 
 
-def cmd_validate(args) -> int:
+def _model_and_teacher(path: str):
+    """A trained model file's potential, its system and the teacher it was trained on."""
     from workbench.model.io import load_potential
-    from workbench.runner import resolve_device
     from workbench.system import build_system
     from workbench.teacher import teacher_potential
-    from workbench.training.model_card import card_path, write_model_card
-    from workbench.training.validate import validate_against_teacher
 
-    potential = load_potential(args.model)
+    potential = load_potential(path)
     teacher_meta = potential.metadata.get("teacher")
     if not isinstance(teacher_meta, dict) or "epsilon" not in teacher_meta:
-        raise UsageError(f"{args.model} has no teacher in its metadata (not made by train)")
+        raise UsageError(f"{path} has no teacher in its metadata (not made by train)")
     system = build_system(potential.metadata["protein"])
     teacher = teacher_potential(system, teacher_meta["epsilon"], teacher_meta.get("dihedral_ratio"),
                                 teacher_meta.get("contact_separation"),
                                 teacher_meta.get("contact_barrier"))
+    return potential, system, teacher
+
+
+def cmd_validate(args) -> int:
+    from workbench.runner import resolve_device
+    from workbench.training.model_card import card_path, write_model_card
+    from workbench.training.validate import validate_against_teacher
+
+    potential, system, teacher = _model_and_teacher(args.model)
     if args.runs is not None:
         return _validate_long_run(
             Path(args.model), *args.runs, state_thresholds(system.name), plot=args.plot,
@@ -1131,11 +1166,86 @@ def _validate_long_run(
     return 0
 
 
+def cmd_fit_scales(args) -> int:
+    from workbench.md.simulation import checkpoint_positions
+    from workbench.model.io import save_potential
+    from workbench.runner import resolve_device
+    from workbench.training.energy_scales import fit_energy_scales, sample_frames
+    from workbench.training.model_card import card_path, write_model_card
+
+    out = Path(args.out)
+    if out.resolve() == Path(args.model).resolve():
+        raise UsageError("--out must differ from --model (the scaled model is a new file)")
+    if out.exists() and not args.overwrite:
+        raise UsageError(f"{out} exists; pass --overwrite to replace it")
+    if not out.parent.is_dir():
+        raise UsageError(f"--out: no folder {out.parent}")
+    for name in ("time", "every", "dt", "max_step"):
+        if not getattr(args, name) > 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be positive, got "
+                             f"{getattr(args, name)}")
+    if not 0 <= args.discard < args.time:
+        raise UsageError(f"--discard must lie in [0, --time), got {args.discard}")
+    names = [t.strip() for t in args.terms.split(",") if t.strip()]
+    potential, system, teacher = _model_and_teacher(args.model)
+    starts = checkpoint_positions(Path(args.teacher_start) / "checkpoint.pt", system)
+    if args.replicas is not None:
+        if args.replicas < 1:
+            raise UsageError(f"--replicas must be at least 1, got {args.replicas}")
+        starts = starts[: args.replicas]
+    device, notice = resolve_device(args.device)
+    if notice:
+        print(f"NOTE: {notice}")
+    steps, every = (max(1, round(t * 1000.0 / args.dt)) for t in (args.time, args.every))
+    discard = round(args.discard * 1000.0 / args.dt)
+    teacher_sample = sample_frames(system, teacher, starts, args.temperature, steps, discard,
+                                   every, device, args.seed, args.dt)
+    print(f"teacher: {teacher_sample.positions.shape[0]} frames, Q mean "
+          f"{float(teacher_sample.q.mean()):.3f}")
+
+    def report(row: dict) -> None:
+        scales = ", ".join(f"{k} {v:.3f}" for k, v in row["scales"].items())
+        gradient = ", ".join(f"{v:+.2f}" for v in row["gradient"].values())
+        print(f"iteration {row['iteration']}: scales {scales}; Q mean {row['q_mean']:.3f}, "
+              f"folded {row['folded_fraction']:.2f}; dS/dlog s {gradient}", flush=True)
+
+    fit = fit_energy_scales(
+        system, potential, teacher_sample, starts, names, args.temperature, args.iterations,
+        steps, discard, every, args.max_step, device, args.seed + 1, args.dt, progress=report,
+    )
+    scaled = fit.potential.cpu()
+    record = {
+        "model": str(args.model), "teacher_start": str(args.teacher_start),
+        "temperature_K": args.temperature, "replicas": int(starts.shape[0]),
+        "sample_ps": args.time, "discard_ps": args.discard, "frame_ps": args.every,
+        "timestep_fs": args.dt, "max_step": args.max_step, "scales": fit.scales,
+        "teacher_frames": int(teacher_sample.positions.shape[0]),
+        "teacher_q_mean": fit.teacher_q_mean,
+        "teacher_folded_fraction": fit.teacher_folded_fraction, "history": fit.history,
+    }
+    scaled.metadata = {**potential.metadata, "energy_scales": fit.scales}
+    save_potential(scaled, out)
+    source_card = card_path(args.model)
+    card = json.loads(source_card.read_text()) if source_card.is_file() else {}
+    card.pop("validation", None)  # it was the unscaled model's
+    card["energy_scales"] = record
+    write_model_card(card, out)
+    last = fit.history[-1]
+    print(_summary_table([
+        ("scales", ", ".join(f"{k} {v:.4f}" for k, v in fit.scales.items())),
+        ("Q mean", f"model {last['q_mean']:.3f}, teacher {fit.teacher_q_mean:.3f}"),
+        ("folded", f"model {last['folded_fraction']:.2f}, "
+                   f"teacher {fit.teacher_folded_fraction:.2f}"),
+        ("model", f"{out} (card {card_path(out)})"),
+    ]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {
         "run": cmd_run, "info": cmd_info, "bench": cmd_bench, "train": cmd_train,
-        "validate": cmd_validate,
+        "validate": cmd_validate, "fit-scales": cmd_fit_scales,
     }[args.command]
     try:
         return handler(args)

@@ -31,6 +31,7 @@ class HarmonicImpropers(PriorTerm):
 
     order = 4
     parameter_names = ("x0", "k")
+    energy_parameters = ("k",)
 
     def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
         return self.k * (torsions(pos, self.index) - self.x0) ** 2
@@ -42,6 +43,7 @@ class HarmonicThetaAngles(PriorTerm):
 
     order = 3
     parameter_names = ("x0", "k")
+    energy_parameters = ("k",)
 
     def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
         return self.k * (bend_angles(pos, self.index) - self.x0) ** 2

@@ -36,6 +36,9 @@ class PriorTerm(nn.Module):
 
     order: int = 2
     parameter_names: tuple[str, ...] = ()
+    #: Parameters the energy is linear in (all together): multiplying them multiplies the
+    #: term's energy (``workbench.training.energy_scales``); empty where none are.
+    energy_parameters: tuple[str, ...] = ()
     #: The ``column`` of `bead_layout` that fits :meth:`fused_term`'s gradient rows.
     fused_layout: str | None = None
 
@@ -100,6 +103,7 @@ class HarmonicAngles(PriorTerm):
 
     order = 3
     parameter_names = ("x0", "k")
+    energy_parameters = ("k",)
 
     def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
         return self.k * (angle_cosines(pos, self.index) - self.x0) ** 2
@@ -118,6 +122,7 @@ class FourierDihedrals(PriorTerm):
 
     order = 4
     parameter_names = ("k1s", "k2s", "v0")
+    energy_parameters = ("k1s", "k2s", "v0")
 
     def term_energies(self, pos: torch.Tensor) -> torch.Tensor:
         phi = torsions(pos, self.index)
@@ -158,6 +163,7 @@ class HarmonicBonds(PairPrior):
     """``E = k (r − x0)²`` with ``k`` in kcal/mol/Å², ``x0`` in Å."""
 
     parameter_names = ("x0", "k")
+    energy_parameters = ("k",)
     pair_form = "harmonic"
 
     def pair_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,6 +217,7 @@ class NativeContacts(PairPrior):
     """
 
     parameter_names = ("r0", "epsilon")
+    energy_parameters = ("epsilon",)
     pair_form = "lj12_10"
 
     def pair_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,6 +240,7 @@ class ContactBarriers(PairPrior):
     """
 
     parameter_names = ("center", "height")
+    energy_parameters = ("height",)
     pair_form = "gaussian"
 
     def pair_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
