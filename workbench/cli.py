@@ -1201,13 +1201,15 @@ def cmd_fit_scales(args) -> int:
     teacher_sample = sample_frames(system, teacher, starts, args.temperature, steps, discard,
                                    every, device, args.seed, args.dt)
     print(f"teacher: {teacher_sample.positions.shape[0]} frames, Q mean "
-          f"{float(teacher_sample.q.mean()):.3f}")
+          f"{float(teacher_sample.q.mean()):.3f}", flush=True)
 
     def report(row: dict) -> None:
         scales = ", ".join(f"{k} {v:.3f}" for k, v in row["scales"].items())
         gradient = ", ".join(f"{v:+.2f}" for v in row["gradient"].values())
         print(f"iteration {row['iteration']}: scales {scales}; Q mean {row['q_mean']:.3f}, "
-              f"folded {row['folded_fraction']:.2f}; dS/dlog s {gradient}", flush=True)
+              f"folded {row['folded_fraction']:.2f}, Q overlap {row['q_intersection']:.2f}, "
+              f"flipped dihedrals {row['flipped_dihedrals']:.1%}; dS/dlog s {gradient}",
+              flush=True)
 
     fit = fit_energy_scales(
         system, potential, teacher_sample, starts, names, args.temperature, args.iterations,
@@ -1221,9 +1223,13 @@ def cmd_fit_scales(args) -> int:
         "timestep_fs": args.dt, "max_step": args.max_step, "scales": fit.scales,
         "teacher_frames": int(teacher_sample.positions.shape[0]),
         "teacher_q_mean": fit.teacher_q_mean,
-        "teacher_folded_fraction": fit.teacher_folded_fraction, "history": fit.history,
+        "teacher_folded_fraction": fit.teacher_folded_fraction,
+        "teacher_flipped_dihedrals": fit.teacher_flipped_dihedrals, "history": fit.history,
     }
-    scaled.metadata = {**potential.metadata, "energy_scales": fit.scales}
+    earlier = potential.metadata.get("energy_scales") or {}  # a fit of a fitted model
+    total = {name: earlier.get(name, 1.0) * fit.scales.get(name, 1.0)
+             for name in {**earlier, **fit.scales}}
+    scaled.metadata = {**potential.metadata, "energy_scales": total}
     save_potential(scaled, out)
     source_card = card_path(args.model)
     card = json.loads(source_card.read_text()) if source_card.is_file() else {}

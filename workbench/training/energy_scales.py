@@ -37,11 +37,13 @@ from workbench.model.potential import Potential
 from workbench.neighbors import NeighborList
 from workbench.system import CGSystem
 from workbench.teacher import langevin_simulation, state_thresholds
-from workbench.training.validate import folded_fraction
+from workbench.training.force_matching import LABEL_BEADS_PER_BATCH
+from workbench.training.validate import (
+    flipped_dihedral_fraction,
+    folded_fraction,
+    histogram_intersection,
+)
 from workbench.units import KB
-
-#: Frames per batch when the terms are evaluated (beads per batch ~ 1e5).
-TERM_BEADS_PER_BATCH = 100_000
 
 
 def scalable_terms(potential: Potential) -> list[str]:
@@ -111,7 +113,7 @@ def term_energies(
         kcal/mol.
     """
     potential = potential.to(device)
-    batch = max(1, TERM_BEADS_PER_BATCH // max(1, positions.shape[1]))
+    batch = max(1, LABEL_BEADS_PER_BATCH // max(1, positions.shape[1]))
     rows = []
     for start in range(0, positions.shape[0], batch):
         pos = positions[start : start + batch].to(device)
@@ -134,12 +136,15 @@ class Sample:
         Å, on the CPU.
     q : torch.Tensor, shape (F,), float32
         Fraction of native contacts of each frame.
+    ends : torch.Tensor, shape (R, n, 3), float32
+        The live replicas' last frames.
     frozen : int
         Replicas stopped by the safety checks (their frames are left out).
     """
 
     positions: torch.Tensor
     q: torch.Tensor
+    ends: torch.Tensor
     frozen: int
 
 
@@ -184,8 +189,9 @@ def sample_frames(
     if not frames or not bool(live.any()):
         raise ValueError("no frames: every replica was stopped, or the run is shorter than "
                          "one frame after the discarded start")
-    positions = torch.stack(frames, 1)[live].reshape(-1, *starts.shape[1:])
-    return Sample(positions, torch.stack(qs, 1)[live].reshape(-1), int((~live).sum()))
+    positions = torch.stack(frames, 1)[live]
+    return Sample(positions.reshape(-1, *starts.shape[1:]), torch.stack(qs, 1)[live].reshape(-1),
+                  positions[:, -1], int((~live).sum()))
 
 
 def newton_step(
@@ -238,9 +244,11 @@ class ScaleFit:
         Those scales.
     history : list of dict
         One row per iteration: ``scales``, ``gradient`` (``∂S/∂λ`` per term),
-        ``teacher_means`` and ``model_means`` (kcal/mol), the model sample's ``q_mean`` and
-        ``folded_fraction``, ``frames`` and ``frozen``.
-    teacher_q_mean, teacher_folded_fraction : float
+        ``teacher_means`` and ``model_means`` (kcal/mol), the model sample's ``q_mean``,
+        ``folded_fraction``, ``q_intersection`` (its Q histogram's overlap with the
+        teacher's), ``flipped_dihedrals`` (share more than 90° from native at its last
+        frames), ``frames`` and ``frozen``.
+    teacher_q_mean, teacher_folded_fraction, teacher_flipped_dihedrals : float
         The same numbers for the teacher's frames.
     """
 
@@ -249,6 +257,7 @@ class ScaleFit:
     history: list[dict] = field(default_factory=list)
     teacher_q_mean: float = float("nan")
     teacher_folded_fraction: float = float("nan")
+    teacher_flipped_dihedrals: float = float("nan")
 
 
 def fit_energy_scales(
@@ -308,7 +317,8 @@ def fit_energy_scales(
     log_scales = torch.zeros(len(names), dtype=torch.float64)
     fit = ScaleFit(potential, dict.fromkeys(names, 1.0),
                    teacher_q_mean=float(teacher.q.mean()),
-                   teacher_folded_fraction=folded_fraction(teacher.q, folded_q))
+                   teacher_folded_fraction=folded_fraction(teacher.q, folded_q),
+                   teacher_flipped_dihedrals=flipped_dihedral_fraction(system, teacher.ends))
     for iteration in range(iterations):
         scales = dict(zip(names, log_scales.exp().tolist(), strict=True))
         model = scale_terms(potential, scales)
@@ -325,6 +335,8 @@ def fit_energy_scales(
             "model_means": dict(zip(names, model_terms.mean(0).tolist(), strict=True)),
             "q_mean": float(sample.q.mean()),
             "folded_fraction": folded_fraction(sample.q, folded_q),
+            "q_intersection": histogram_intersection(teacher.q, sample.q),
+            "flipped_dihedrals": flipped_dihedral_fraction(system, sample.ends),
             "frames": int(sample.positions.shape[0]),
             "frozen": sample.frozen,
         }
