@@ -474,6 +474,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a long `workbench run --model teacher` folder at --temperature: its final "
         "structures start the teacher's sample and every model sample",
     )
+    scales.add_argument(
+        "--model-start", default=None, metavar="RUN",
+        help="a long run of the model: its final structures start the first model sample "
+        "(default: --teacher-start's); each later sample starts where the one before ended",
+    )
     scales.add_argument("--terms", default="schnet",
                         help="comma list of the terms to scale: schnet and/or prior names")
     scales.add_argument("--temperature", type=float, default=300.0)
@@ -1189,10 +1194,12 @@ def cmd_fit_scales(args) -> int:
     names = [t.strip() for t in args.terms.split(",") if t.strip()]
     potential, system, teacher = _model_and_teacher(args.model)
     starts = checkpoint_positions(Path(args.teacher_start) / "checkpoint.pt", system)
+    model_starts = starts if args.model_start is None else checkpoint_positions(
+        Path(args.model_start) / "checkpoint.pt", system)
     if args.replicas is not None:
         if args.replicas < 1:
             raise UsageError(f"--replicas must be at least 1, got {args.replicas}")
-        starts = starts[: args.replicas]
+        starts, model_starts = starts[: args.replicas], model_starts[: args.replicas]
     device, notice = resolve_device(args.device)
     if notice:
         print(f"NOTE: {notice}")
@@ -1212,12 +1219,13 @@ def cmd_fit_scales(args) -> int:
               flush=True)
 
     fit = fit_energy_scales(
-        system, potential, teacher_sample, starts, names, args.temperature, args.iterations,
+        system, potential, teacher_sample, model_starts, names, args.temperature, args.iterations,
         steps, discard, every, args.max_step, device, args.seed + 1, args.dt, progress=report,
     )
     scaled = fit.potential.cpu()
     record = {
         "model": str(args.model), "teacher_start": str(args.teacher_start),
+        "model_start": str(args.model_start or args.teacher_start), "persistent_chains": True,
         "temperature_K": args.temperature, "replicas": int(starts.shape[0]),
         "sample_ps": args.time, "discard_ps": args.discard, "frame_ps": args.every,
         "timestep_fs": args.dt, "max_step": args.max_step, "scales": fit.scales,

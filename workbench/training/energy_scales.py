@@ -137,15 +137,20 @@ class Sample:
     q : torch.Tensor, shape (F,), float32
         Fraction of native contacts of each frame.
     ends : torch.Tensor, shape (R, n, 3), float32
-        The live replicas' last frames.
-    frozen : int
-        Replicas stopped by the safety checks (their frames are left out).
+        Every replica's last structure (a frozen one's where it stopped).
+    live : torch.Tensor, shape (R,), bool
+        Replicas not stopped by the safety checks (only their frames are kept).
     """
 
     positions: torch.Tensor
     q: torch.Tensor
     ends: torch.Tensor
-    frozen: int
+    live: torch.Tensor
+
+    @property
+    def frozen(self) -> int:
+        """Replicas stopped by the safety checks."""
+        return int((~self.live).sum())
 
 
 def sample_frames(
@@ -191,7 +196,7 @@ def sample_frames(
                          "one frame after the discarded start")
     positions = torch.stack(frames, 1)[live]
     return Sample(positions.reshape(-1, *starts.shape[1:]), torch.stack(qs, 1)[live].reshape(-1),
-                  positions[:, -1], int((~live).sum()))
+                  frames[-1], live)
 
 
 def newton_step(
@@ -246,8 +251,8 @@ class ScaleFit:
         One row per iteration: ``scales``, ``gradient`` (``∂S/∂λ`` per term),
         ``teacher_means`` and ``model_means`` (kcal/mol), the model sample's ``q_mean``,
         ``folded_fraction``, ``q_intersection`` (its Q histogram's overlap with the
-        teacher's), ``flipped_dihedrals`` (share more than 90° from native at its last
-        frames), ``frames`` and ``frozen``.
+        teacher's), ``flipped_dihedrals`` (share more than 90° from native at its live
+        replicas' last frames), ``frames`` and ``frozen``.
     teacher_q_mean, teacher_folded_fraction, teacher_flipped_dihedrals : float
         The same numbers for the teacher's frames.
     """
@@ -276,6 +281,7 @@ def fit_energy_scales(
     seed: int = 0,
     timestep_fs: float = 4.0,
     progress: Callable[[dict], None] | None = None,
+    persistent: bool = True,
 ) -> ScaleFit:
     """Scales of the ``names`` terms that bring the model's ensemble to the teacher's.
 
@@ -287,7 +293,8 @@ def fit_energy_scales(
     teacher : Sample
         Equilibrium frames of the teacher at ``temperature`` (:func:`sample_frames`).
     starts : torch.Tensor, shape (R, n, 3), float32
-        Where each iteration's model run starts (say, the ends of a long teacher run).
+        Where the first model run starts: the ends of a long run of the model (its own
+        ensemble) or of the teacher.
     names : sequence of str
         Terms to scale (:func:`scalable_terms`).
     temperature : float
@@ -303,6 +310,11 @@ def fit_energy_scales(
         Run settings; iteration ``i`` runs with seed ``seed + i``.
     progress : callable, optional
         Called with each history row as it is made.
+    persistent : bool
+        Each model run starts where the one before ended (a frozen replica where it
+        started), so the chains add up to a long run that follows the scales; otherwise
+        every run starts from ``starts``. A slow protein needs it: 1YRF's teacher takes
+        ~400 ps to leave the native state's neighbourhood, far longer than one sample.
 
     Returns
     -------
@@ -318,7 +330,8 @@ def fit_energy_scales(
     fit = ScaleFit(potential, dict.fromkeys(names, 1.0),
                    teacher_q_mean=float(teacher.q.mean()),
                    teacher_folded_fraction=folded_fraction(teacher.q, folded_q),
-                   teacher_flipped_dihedrals=flipped_dihedral_fraction(system, teacher.ends))
+                   teacher_flipped_dihedrals=flipped_dihedral_fraction(
+                       system, teacher.ends[teacher.live]))
     for iteration in range(iterations):
         scales = dict(zip(names, log_scales.exp().tolist(), strict=True))
         model = scale_terms(potential, scales)
@@ -336,7 +349,8 @@ def fit_energy_scales(
             "q_mean": float(sample.q.mean()),
             "folded_fraction": folded_fraction(sample.q, folded_q),
             "q_intersection": histogram_intersection(teacher.q, sample.q),
-            "flipped_dihedrals": flipped_dihedral_fraction(system, sample.ends),
+            "flipped_dihedrals": flipped_dihedral_fraction(
+                system, sample.ends[sample.live]),
             "frames": int(sample.positions.shape[0]),
             "frozen": sample.frozen,
         }
@@ -345,4 +359,6 @@ def fit_energy_scales(
         if progress is not None:
             progress(row)
         log_scales = log_scales + step
+        if persistent:
+            starts = torch.where(sample.live[:, None, None], sample.ends, starts)
     return fit
