@@ -1175,7 +1175,7 @@ def cmd_fit_scales(args) -> int:
     from workbench.md.simulation import checkpoint_positions
     from workbench.model.io import save_potential
     from workbench.runner import resolve_device
-    from workbench.training.energy_scales import fit_energy_scales, sample_frames
+    from workbench.training.energy_scales import fit_energy_scales, sample_frames, scale_terms
     from workbench.training.model_card import card_path, write_model_card
 
     out = Path(args.out)
@@ -1193,6 +1193,7 @@ def cmd_fit_scales(args) -> int:
         raise UsageError(f"--discard must lie in [0, --time), got {args.discard}")
     names = [t.strip() for t in args.terms.split(",") if t.strip()]
     potential, system, teacher = _model_and_teacher(args.model)
+    scale_terms(potential, dict.fromkeys(names, 1.0))  # refuses terms it cannot scale now
     starts = checkpoint_positions(Path(args.teacher_start) / "checkpoint.pt", system)
     model_starts = starts if args.model_start is None else checkpoint_positions(
         Path(args.model_start) / "checkpoint.pt", system)
@@ -1232,7 +1233,8 @@ def cmd_fit_scales(args) -> int:
         "teacher_frames": int(teacher_sample.positions.shape[0]),
         "teacher_q_mean": fit.teacher_q_mean,
         "teacher_folded_fraction": fit.teacher_folded_fraction,
-        "teacher_flipped_dihedrals": fit.teacher_flipped_dihedrals, "history": fit.history,
+        "teacher_flipped_dihedrals": fit.teacher_flipped_dihedrals,
+        "interrupted": fit.interrupted, "history": fit.history,
     }
     earlier = potential.metadata.get("energy_scales") or {}  # a fit of a fitted model
     total = {name: earlier.get(name, 1.0) * fit.scales.get(name, 1.0)
@@ -1252,6 +1254,8 @@ def cmd_fit_scales(args) -> int:
                    f"teacher {fit.teacher_folded_fraction:.2f}"),
         ("model", f"{out} (card {card_path(out)})"),
     ]))
+    if fit.interrupted:
+        print(f"interrupted: the scales of iteration {last['iteration']}, the last finished")
     return 0
 
 

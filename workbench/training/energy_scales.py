@@ -255,6 +255,9 @@ class ScaleFit:
         replicas' last frames), ``frames`` and ``frozen``.
     teacher_q_mean, teacher_folded_fraction, teacher_flipped_dihedrals : float
         The same numbers for the teacher's frames.
+    interrupted : bool
+        Whether an interrupt (Ctrl-C, ``timeout -s INT``) ended the fit early; the
+        scales are then those of the last finished iteration.
     """
 
     potential: Potential
@@ -263,6 +266,7 @@ class ScaleFit:
     teacher_q_mean: float = float("nan")
     teacher_folded_fraction: float = float("nan")
     teacher_flipped_dihedrals: float = float("nan")
+    interrupted: bool = False
 
 
 def fit_energy_scales(
@@ -319,6 +323,8 @@ def fit_energy_scales(
     Returns
     -------
     ScaleFit
+        An interrupt during an iteration after the first ends the fit with the last
+        finished one (``interrupted``); during the first it propagates.
     """
     names = list(names)
     if not names or len(set(names)) != len(names):
@@ -335,10 +341,16 @@ def fit_energy_scales(
     for iteration in range(iterations):
         scales = dict(zip(names, log_scales.exp().tolist(), strict=True))
         model = scale_terms(potential, scales)
-        sample = sample_frames(system, model, starts, temperature, steps, discard, every,
-                               device, seed + iteration, timestep_fs)
-        teacher_terms = term_energies(model, teacher.positions, names, device)
-        model_terms = term_energies(model, sample.positions, names, device)
+        try:
+            sample = sample_frames(system, model, starts, temperature, steps, discard, every,
+                                   device, seed + iteration, timestep_fs)
+            teacher_terms = term_energies(model, teacher.positions, names, device)
+            model_terms = term_energies(model, sample.positions, names, device)
+        except KeyboardInterrupt:
+            if not fit.history:
+                raise
+            fit.interrupted = True
+            break
         step, gradient = newton_step(teacher_terms, model_terms, temperature, max_step)
         row = {
             "iteration": iteration,
