@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from workbench.analysis import fraction_native_contacts
+from workbench.analysis.native_contacts import contact_formation
 
 
 def test_hand_values():
@@ -18,6 +19,10 @@ def test_hand_values():
     expected = 0.5 * (1.0 / (1.0 + math.exp(7.0 - 6.0)) + 1.0 / (1.0 + math.exp(8.0 - 9.0)))
     assert q.shape == (1,)
     assert q.item() == pytest.approx(expected, rel=1e-14)
+    each = contact_formation(pos, contacts, r0)  # the two terms Q averages
+    assert each.shape == (1, 2)
+    assert each[0, 0].item() == pytest.approx(1.0 / (1.0 + math.exp(1.0)), rel=1e-14)
+    assert each[0, 1].item() == pytest.approx(1.0 / (1.0 + math.exp(-1.0)), rel=1e-14)
     q_beta = fraction_native_contacts(pos, contacts, r0, beta=2.0, lam=1.0)
     expected = 0.5 * (1.0 / (1.0 + math.exp(2.0 * 3.0)) + 1.0 / (1.0 + math.exp(2.0 * 2.0)))
     assert q_beta.item() == pytest.approx(expected, rel=1e-14)

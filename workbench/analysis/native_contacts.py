@@ -37,8 +37,26 @@ def fraction_native_contacts(
     """
     if contacts.shape[0] == 0:
         raise ValueError("fraction_native_contacts needs at least one contact")
+    return contact_formation(ca_pos, contacts, r0, beta, lam).mean(dim=-1)
+
+
+def contact_formation(
+    ca_pos: torch.Tensor,
+    contacts: torch.Tensor,
+    r0: torch.Tensor,
+    beta: float = 1.0,
+    lam: float = 1.5,
+) -> torch.Tensor:
+    """How formed each native contact is: the terms whose mean is
+    :func:`fraction_native_contacts` (same parameters).
+
+    Returns
+    -------
+    torch.Tensor, shape (R, C) (the leading axes of ``ca_pos``), dtype of ``ca_pos``
+        ``1 / (1 + exp(beta * (r_c - lam * r0_c)))`` in [0, 1].
+    """
     contacts = contacts.to(ca_pos.device)
     r0 = r0.to(device=ca_pos.device, dtype=ca_pos.dtype)
     diff = ca_pos[..., contacts[:, 0], :] - ca_pos[..., contacts[:, 1], :]
     r = torch.linalg.vector_norm(diff, dim=-1)
-    return torch.sigmoid(beta * (lam * r0 - r)).mean(dim=-1)
+    return torch.sigmoid(beta * (lam * r0 - r))
