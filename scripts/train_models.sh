@@ -78,6 +78,10 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${EMBEDDING:-}" ] && set -- "$@" --embedding "$EMBEDDING"
   # WIDTH=256: SchNet hidden and filter width (new models only; default 128)
   [ -n "${WIDTH:-}" ] && set -- "$@" --hidden "$WIDTH" --filters "$WIDTH"
+  # BLOCKS=1, CUTOFF=8: SchNet interaction blocks and cutoff, Å (new models only; default
+  # 3 and 10): a shallower, more local network
+  [ -n "${BLOCKS:-}" ] && set -- "$@" --blocks "$BLOCKS"
+  [ -n "${CUTOFF:-}" ] && set -- "$@" --cutoff "$CUTOFF"
   # ENERGY_WEIGHT=w: also fit the teacher's energies (less the priors'), weight w Å²/bead
   [ -n "${ENERGY_WEIGHT:-}" ] && set -- "$@" --energy-weight "$ENERGY_WEIGHT"
   # GRAD_CLIP=N: largest gradient norm of an optimiser step (see the log's grad_norm);
