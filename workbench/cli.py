@@ -252,6 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
         "mapping's, 5 for five-bead; 4 also keeps 1-5 pairs apart)",
     )
     train.add_argument(
+        "--repulsion-grouping", default=None, choices=["pair", "type", "name"],
+        help="pairs that share one repulsion σ, their smallest closest approach: each pair "
+        "alone (default; far pairs then repel at the closest they came in the data), pairs "
+        "of the same bead types (mlcg's), or of the same bead names (a sequence-free hard "
+        "core); new priors only",
+    )
+    train.add_argument(
         "--dihedral-degree", type=int, default=None,
         help="highest harmonic of the fitted dihedral priors (default 3; 1: one minimum "
         "per dihedral, as the teacher's; new priors only)",
@@ -994,6 +1001,7 @@ def cmd_train(args) -> int:
         prior_repulsion=args.repulsion,
         prior_repulsion_separation=args.repulsion_separation,
         prior_dihedral_degree=args.dihedral_degree,
+        prior_repulsion_grouping=args.repulsion_grouping,
         embedding=args.embedding,
         validate_steps=args.validate_steps,
         validate_replicas=args.validate_replicas,

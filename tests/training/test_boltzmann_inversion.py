@@ -19,6 +19,7 @@ from workbench.training.boltzmann_inversion import (
     fit_harmonic,
     fit_priors,
     non_native_minima,
+    repulsion_sigma,
     term_groups,
 )
 from workbench.training.data import generate_teacher_data
@@ -129,3 +130,45 @@ def test_repulsion_separation_adds_the_one_five_pairs():
     torch.testing.assert_close(wider.sigma, closest.float())
     with pytest.raises(ValueError, match="at least 4 bonds"):
         fit_priors(sys, data["positions"], 300.0, repulsion_separation=3)
+
+
+@pytest.mark.parametrize("grouping", ["type", "name"])
+def test_grouped_repulsion_shares_the_smallest_closest_approach_of_a_class(grouping):
+    sys = tiny_system()
+    data = generate_teacher_data(sys, teacher_potential(sys), [300.0], 4, 200, 10, seed=0)
+    prior = fit_priors(sys, data["positions"], 300.0, repulsion_separation=4,
+                       repulsion_grouping=grouping)["repulsion"]
+    pairs = prior.index
+    closest = closest_approach(data["positions"], pairs)
+    separation = graph_distances(sys.n_beads, sys.bonds)
+    labels = sys.bead_types.tolist() if grouping == "type" else list(sys.bead_names)
+
+    def key(i, j):  # unordered labels, and 1-5 pairs apart from the rest
+        return frozenset((labels[i], labels[j])), min(int(separation[i, j]), 5)
+
+    smallest = {}
+    for (i, j), r in zip(pairs.tolist(), closest.tolist(), strict=True):
+        smallest[key(i, j)] = min(r, smallest.get(key(i, j), math.inf))
+    expected = torch.tensor([smallest[key(i, j)] for i, j in pairs.tolist()])
+    torch.testing.assert_close(prior.sigma, expected.float())
+    # a hard core: no pair's σ exceeds its own closest approach, and pairs across the
+    # fold no longer repel at their own (most of them share a smaller σ)
+    assert bool((prior.sigma <= closest.float() + 1e-6).all())
+    assert float((prior.sigma < closest.float() - 0.5).float().mean()) > 0.5
+    # the 1-5 pairs' classes are their own: adding them leaves the others' σ unchanged
+    without = fit_priors(sys, data["positions"], 300.0, repulsion_grouping=grouping)["repulsion"]
+    wider = {tuple(p): s for p, s in zip(pairs.tolist(), prior.sigma.tolist(), strict=True)}
+    assert all(abs(wider[tuple(p)] - s) < 1e-6
+               for p, s in zip(without.index.tolist(), without.sigma.tolist(), strict=True))
+
+
+def test_repulsion_groupings_refused_by_name():
+    sys = tiny_system()
+    positions = sys.native_positions[None]
+    pairs = torch.tensor([[0, 10]])
+    torch.testing.assert_close(repulsion_sigma(sys, positions, pairs),
+                               closest_approach(positions, pairs))
+    with pytest.raises(ValueError, match="unknown repulsion grouping 'atom'"):
+        repulsion_sigma(sys, positions, pairs, "atom")
+    with pytest.raises(ValueError, match="unknown repulsion grouping 'atom'"):
+        fit_priors(sys, positions, 300.0, repulsion_grouping="atom")

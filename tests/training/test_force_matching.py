@@ -313,6 +313,7 @@ def test_pipeline_saves_a_loadable_model_and_card(data, tmp_path, monkeypatch):
     assert card_file["training"]["tf32"] is False
     assert card_file["training"]["tf32_force_error"] is None
     assert card_file["priors"]["repulsion_min_separation"] == 5
+    assert card_file["priors"]["repulsion_grouping"] == "pair"
     assert card_file["priors"]["repulsion_pairs"] == potential.priors["repulsion"].index.shape[0]
     assert card_file["priors"]["dihedral_degree"] == 3
     assert 0 <= card_file["priors"]["dihedrals_with_a_non_native_minimum"] <= len(sys.dihedrals)
@@ -370,6 +371,10 @@ def test_training_continues_from_a_saved_model(data, tmp_path):
     other_pairs = replace(other_form, prior_repulsion=None, prior_repulsion_separation=4)
     with pytest.raises(ValueError, match="leave out the repulsion separation"):
         train_potential(sys, teacher_potential(sys), data, other_pairs, tmp_path / "z")
+    other_classes = replace(other_pairs, prior_repulsion_separation=None,
+                            prior_repulsion_grouping="name")
+    with pytest.raises(ValueError, match="leave out the repulsion grouping"):
+        train_potential(sys, teacher_potential(sys), data, other_classes, tmp_path / "z")
     other_series = replace(other_pairs, prior_repulsion_separation=None,
                            prior_dihedral_degree=1)
     with pytest.raises(ValueError, match="leave out the dihedral degree"):

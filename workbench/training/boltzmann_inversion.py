@@ -5,9 +5,9 @@ Bonds are fitted by ``k (r − x0)²`` and angles by ``k (cos θ − x0)²`` (we
 squares, each bin weighted by its count), dihedrals by a Fourier series in φ, and the
 repulsion radius σ of a non-bonded pair is its closest approach in the data (its
 repulsion ``(σ/r)⁶`` is then 1 kcal/mol there; the ``"cutoff"`` form shifts that to zero
-at ``REPULSION_RANGE · σ``). Parameters are fitted per term or per
-class of terms (terms whose bead types agree, in either direction), pooling the samples
-of a class.
+at ``REPULSION_RANGE · σ``), or the smallest closest approach of its class of pairs
+(:func:`repulsion_sigma`). Parameters are fitted per term or per class of terms (terms
+whose bead types agree, in either direction), pooling the samples of a class.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from workbench.model.priors import (
     Repulsion,
 )
 from workbench.system.cg_system import CGSystem
-from workbench.system.topology import nonbonded_pairs
+from workbench.system.topology import graph_distances, nonbonded_pairs
 from workbench.units import KB
 
 #: Forms of the fitted repulsion: ``"power"`` (σ/r)⁶ over all distances, ``"cutoff"`` the
@@ -39,6 +39,13 @@ REPULSION_RANGE = 1.25
 
 #: Ways to group terms whose samples are pooled for one fit.
 GROUPINGS = ("term", "type")
+
+#: How the repulsion's σ is shared among pairs (:func:`repulsion_sigma`).
+REPULSION_GROUPINGS = ("pair", "type", "name")
+
+#: Bond-graph separations at and beyond which repulsion pairs share one class in a
+#: grouped fit (closer pairs, such as 1-5, get classes of their own).
+SHARED_SEPARATION = 5
 
 #: Smallest force constant a harmonic fit returns (a flat histogram fits no well).
 MIN_FORCE_CONSTANT = 1e-3
@@ -284,6 +291,57 @@ def closest_approach(
     return closest
 
 
+def _check_repulsion_grouping(grouping: str) -> None:
+    if grouping not in REPULSION_GROUPINGS:
+        raise ValueError(
+            f"unknown repulsion grouping {grouping!r}; use one of {REPULSION_GROUPINGS}"
+        )
+
+
+def repulsion_sigma(
+    system: CGSystem, positions: torch.Tensor, pairs: torch.Tensor, grouping: str = "pair"
+) -> torch.Tensor:
+    """σ of every repulsion pair: the closest approach in the data, of the pair or of its class.
+
+    With ``"pair"`` every pair keeps its own closest approach. Pairs that lie far apart in
+    the fold then repel at the shortest distance they reached in the data: the prior
+    becomes a cage of the sampled structures (on 1YRF's teacher frames its energy is
+    ~300 kcal/mol with a spread of ~35, all of which SchNet must cancel). A class shares
+    the smallest closest approach of its members, a hard core that holds wherever the data
+    went: ``"type"`` puts pairs of the same two bead types in one class (mlcg's
+    convention), ``"name"`` pairs of the same two bead names (N, CA, CB, C, O), whatever
+    the residues. Pairs fewer than :data:`SHARED_SEPARATION` bonds apart (1-5 pairs) form
+    classes of their own, since the chain lets them come closer than pairs across the fold.
+
+    Parameters
+    ----------
+    system : CGSystem
+    positions : torch.Tensor, shape (M, n, 3), float
+    pairs : torch.Tensor, shape (P, 2), int64
+    grouping : {"pair", "type", "name"}
+
+    Returns
+    -------
+    torch.Tensor, shape (P,), float64
+        Å.
+    """
+    _check_repulsion_grouping(grouping)
+    closest = closest_approach(positions, pairs)
+    if grouping == "pair" or pairs.shape[0] == 0:
+        return closest
+    if grouping == "type":
+        labels = system.bead_types.cpu()
+    else:
+        names = sorted(set(system.bead_names))
+        labels = torch.tensor([names.index(name) for name in system.bead_names])
+    classes = term_groups(labels, pairs, "type")
+    separation = graph_distances(system.n_beads, system.bonds)[pairs[:, 0], pairs[:, 1]]
+    keys = classes * (SHARED_SEPARATION + 1) + separation.clamp(max=SHARED_SEPARATION)
+    groups = torch.unique(keys, return_inverse=True)[1]
+    smallest = torch.full((int(groups.max()) + 1,), torch.inf, dtype=torch.float64)
+    return smallest.scatter_reduce(0, groups, closest, "amin")[groups]
+
+
 def fit_priors(
     system: CGSystem,
     positions: torch.Tensor,
@@ -293,6 +351,7 @@ def fit_priors(
     dihedral_degree: int = 3,
     repulsion: str = "power",
     repulsion_separation: int | None = None,
+    repulsion_grouping: str = "pair",
 ) -> dict[str, PriorTerm]:
     """Bond, angle, dihedral and repulsion priors of ``system`` fitted to sampled frames.
 
@@ -304,8 +363,8 @@ def fit_priors(
     temperature : float
         Kelvin.
     grouping : {"term", "type"}
-        Fit each term alone, or each class of bead-type tuples (:func:`term_groups`).
-        The repulsion is always fitted per pair.
+        Fit each term alone, or each class of bead-type tuples (:func:`term_groups`);
+        bonds, angles and dihedrals only (the repulsion has ``repulsion_grouping``).
     bins : int
         Histogram bins of the harmonic fits (the dihedral fit uses 72 over 2π).
     dihedral_degree : int
@@ -322,6 +381,8 @@ def fit_priors(
         (:func:`~workbench.system.topology.nonbonded_pairs`: 5 bonds for five-bead, as
         mlcg). 4 also keeps the 1-5 pairs apart (say O of one residue and CB of the next),
         which otherwise only the angle and dihedral priors hold.
+    repulsion_grouping : {"pair", "type", "name"}
+        Which pairs share one σ (:func:`repulsion_sigma`).
 
     Returns
     -------
@@ -331,6 +392,7 @@ def fit_priors(
     """
     if repulsion not in REPULSION_FORMS:
         raise ValueError(f"repulsion must be one of {REPULSION_FORMS}, got {repulsion!r}")
+    _check_repulsion_grouping(repulsion_grouping)
     if repulsion_separation is not None and repulsion_separation < 4:
         raise ValueError(
             f"repulsion separation must be at least 4 bonds (closer pairs are held by the "
@@ -351,7 +413,7 @@ def fit_priors(
         phi, kT, term_groups(types, system.dihedrals, grouping), dihedral_degree
     )
     pairs = nonbonded_pairs(system, repulsion_separation)
-    sigma = closest_approach(positions, pairs)
+    sigma = repulsion_sigma(system, positions, pairs, repulsion_grouping)
     return {
         "bonds": HarmonicBonds(system.bonds, x0=bond_x0, k=bond_k),
         "angles": HarmonicAngles(system.angles, x0=angle_x0, k=angle_k),

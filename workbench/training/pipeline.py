@@ -62,6 +62,10 @@ class TrainSettings:
     prior_dihedral_degree : int or None
         Highest harmonic of the fitted dihedral series; None: 3. 1 gives every dihedral
         one minimum, as the teacher's (``fit_priors``). Refused with ``start_from``.
+    prior_repulsion_grouping : {"pair", "type", "name"} or None
+        Which repulsion pairs share one σ
+        (:func:`~workbench.training.boltzmann_inversion.repulsion_sigma`); None:
+        ``"pair"``. Refused with ``start_from``.
     embedding : {"type", "bead"} or None
         What the SchNet embedding tells apart: the bead types of the mapping (``"type"``,
         the CGSchNet convention: beads of the same amino acid and kind share a vector), or
@@ -118,6 +122,7 @@ class TrainSettings:
     prior_repulsion: str | None = None
     prior_repulsion_separation: int | None = None
     prior_dihedral_degree: int | None = None
+    prior_repulsion_grouping: str | None = None
     embedding: str | None = None
     validate_steps: int = 0
     validate_replicas: int = 32
@@ -175,15 +180,18 @@ def train_potential(
         raise ValueError(f"no teacher-sampled frames at the prior temperature {prior_t} K")
     start = _starting_model(settings.start_from, system, teacher, settings.prior_repulsion,
                             settings.prior_repulsion_separation,
-                            settings.prior_dihedral_degree)
+                            settings.prior_dihedral_degree,
+                            settings.prior_repulsion_grouping)
     types = _embedding_types(system, start, settings.embedding)
     if start is None:
         repulsion = settings.prior_repulsion or "power"
         degree = 3 if settings.prior_dihedral_degree is None else settings.prior_dihedral_degree
+        repulsion_grouping = settings.prior_repulsion_grouping or "pair"
         priors = fit_priors(
             system, data["positions"][at_prior_t], prior_t, grouping=settings.prior_grouping,
             dihedral_degree=degree, repulsion=repulsion,
             repulsion_separation=settings.prior_repulsion_separation,
+            repulsion_grouping=repulsion_grouping,
         )
         prior_settings = {
             "method": "Boltzmann inversion",
@@ -193,6 +201,7 @@ def train_potential(
             "repulsion_pairs": int(priors["repulsion"].index.shape[0]),
             "repulsion_min_separation": settings.prior_repulsion_separation
             or MIN_SEPARATION[system.mapping],
+            "repulsion_grouping": repulsion_grouping,
             "dihedral_degree": degree,
             "terms": list(priors),
         }
@@ -392,11 +401,12 @@ def _starting_model(
     repulsion: str | None = None,
     repulsion_separation: int | None = None,
     dihedral_degree: int | None = None,
+    repulsion_grouping: str | None = None,
 ) -> Potential | None:
     """The model a run continues from, checked against the system, the teacher (the force
     targets must not change under it) and, when given, the repulsion form; None for none.
-    Its priors are kept, so a repulsion separation or dihedral degree given with it is
-    refused."""
+    Its priors are kept, so a repulsion separation or grouping or a dihedral degree given
+    with it is refused."""
     if path is None:
         return None
     start = load_potential(path)
@@ -407,6 +417,7 @@ def _starting_model(
             + ("a prior-only potential" if start.schnet is None else f"a model of {protein}")
         )
     refits = [name for name, value in (("repulsion separation", repulsion_separation),
+                                       ("repulsion grouping", repulsion_grouping),
                                        ("dihedral degree", dihedral_degree))
               if value is not None]
     if refits:
