@@ -37,6 +37,13 @@ fi
 DEST=${DEST:-$(mktemp -d /tmp/models.XXXXXX)}
 mkdir -p "$DEST" "$OUT"
 export PYTHONPATH=".:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+pack() {  # DEST as it is now into $OUT/models.tar (a new archive renamed over the old one,
+  # so jobs that pack at once never leave a torn file): a call cut short by the device's
+  # time limit still returns what was packed last
+  local part
+  part=$(mktemp "$OUT/models.tar.XXXXXX")
+  tar -C "$DEST" --exclude="*.data.pt" -cf "$part" . && mv -f "$part" "$OUT/models.tar"
+}
 train() {  # protein, training seconds, extra arguments
   local protein=$1 limit=$2
   shift 2
@@ -136,6 +143,7 @@ train() {  # protein, training seconds, extra arguments
       --denatured-fraction "${TEACHER_EQ_DENATURED:-0.5}" --out "$DEST/$protein-teacher" \
       --quiet > "$DEST/$protein-teacher.out" 2>&1
     echo "$protein teacher run finished with exit code $?"
+    pack
     set -- "$@" --teacher-start "$DEST/$protein-teacher"
   fi
   # EPSILON=E, CONTACT_BARRIER=B, CONTACT_SEPARATION=S: a teacher variant (see
@@ -156,6 +164,7 @@ train() {  # protein, training seconds, extra arguments
     --seed 0 --device cuda --quiet --out "$DEST" "$@" \
     > "$DEST/$protein.out" 2>&1
   echo "$protein finished with exit code $?"
+  pack
   # RELAX=T1,T2,...: then run the new model from TEACHER_START's ends (64 replicas, ps):
   # its Q and folded fraction against the teacher's own from there (docs/models.md,
   # twenty-fourth session) show within ~100 ps whether its ensemble drifts off the teacher's
@@ -198,4 +207,4 @@ for protein in ${PROTEINS:-cln025 2jof 1yrf 1enh 2a3d}; do
 done
 wait
 tail -n 9 "$DEST"/*.out
-tar -C "$DEST" --exclude="*.data.pt" -cf "$OUT/models.tar" .  # the data stay on the machine
+pack  # the data stay on the machine
