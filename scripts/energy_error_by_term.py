@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from workbench.cli import _model_and_teacher, atomic_write_text
+from workbench.cli import UsageError, atomic_write_text, model_and_teacher
 from workbench.md.simulation import checkpoint_positions
 from workbench.model.geometry import bond_lengths
 from workbench.system.topology import graph_distances
@@ -68,11 +68,11 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="JSON file for the numbers")
     args = parser.parse_args()
     try:
-        model, system, teacher = _model_and_teacher(args.model)
+        model, system, teacher = model_and_teacher(args.model)
         starts = checkpoint_positions(args.teacher_run, system)
         sample = sample_frames(system, teacher, starts, args.temperature, args.steps,
                                args.discard, args.every, args.device, args.seed)
-    except (ValueError, OSError) as exc:
+    except (UsageError, ValueError, OSError) as exc:
         parser.error(str(exc))
     positions, q = sample.positions, sample.q
     model_names = (["schnet"] if model.schnet is not None else []) + list(model.priors)

@@ -1045,7 +1045,7 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _model_and_teacher(path: str):
+def model_and_teacher(path: str):
     """A trained model file's potential, its system and the teacher it was trained on."""
     from workbench.model.io import load_potential
     from workbench.system import build_system
@@ -1067,7 +1067,7 @@ def cmd_validate(args) -> int:
     from workbench.training.model_card import card_path, write_model_card
     from workbench.training.validate import validate_against_teacher
 
-    potential, system, teacher = _model_and_teacher(args.model)
+    potential, system, teacher = model_and_teacher(args.model)
     if args.runs is not None:
         return _validate_long_run(
             Path(args.model), *args.runs, state_thresholds(system.name), plot=args.plot,
@@ -1200,7 +1200,7 @@ def cmd_fit_scales(args) -> int:
     if not 0 <= args.discard < args.time:
         raise UsageError(f"--discard must lie in [0, --time), got {args.discard}")
     names = [t.strip() for t in args.terms.split(",") if t.strip()]
-    potential, system, teacher = _model_and_teacher(args.model)
+    potential, system, teacher = model_and_teacher(args.model)
     scale_terms(potential, dict.fromkeys(names, 1.0))  # refuses terms it cannot scale now
     starts = checkpoint_positions(Path(args.teacher_start) / "checkpoint.pt", system)
     model_starts = starts if args.model_start is None else checkpoint_positions(
