@@ -60,6 +60,8 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${SAMPLER_START:-}" ] && set -- "$@" --sampler-start "$SAMPLER_START"
   [ -n "${SAMPLER_REPLICAS:-}" ] && set -- "$@" --sampler-replicas "$SAMPLER_REPLICAS"
   [ -n "${SAMPLER_STEPS:-}" ] && set -- "$@" --sampler-steps "$SAMPLER_STEPS"
+  # SAMPLER_MAX_FORCE=F: leave out sampled frames with a teacher force above F (default 1000)
+  [ -n "${SAMPLER_MAX_FORCE:-}" ] && set -- "$@" --sampler-max-force "$SAMPLER_MAX_FORCE"
   # SELECT_EVERY=K: keep the epoch whose short run (SELECT_STEPS) is closest to the
   # teacher's, scored every K epochs: by folded fraction, or with SELECT_BY=ensemble by
   # both long-run criteria (folded fraction and Q overlap)

@@ -385,6 +385,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--sampler-save-every", type=int, default=None, help="default --save-every")
     train.add_argument(
+        "--sampler-max-force", type=float, default=1000.0, metavar="KCAL_PER_MOL_A",
+        help="leave out sampled frames where the teacher's force on a bead exceeds this "
+        "(kcal/mol/Å; frames of a sampler that drifted into overlapping beads, whose "
+        "forces would swamp the squared error); inf keeps all (default 1000; the teacher's "
+        "own frames at 360 K stay below ~100)",
+    )
+    train.add_argument(
         "--sampler-start", default=None, metavar="RUN[,RUN...]",
         help="start the sampler's replicas from the structures of a run's checkpoint (its "
         "folder or checkpoint.pt; say, a long run of the model that drifted somewhere) "
@@ -832,6 +839,7 @@ def cmd_train(args) -> int:
         generate_teacher_data,
         load_teacher_data,
         save_teacher_data,
+        without_violent_frames,
     )
     from workbench.training.force_matching import FitSettings
     from workbench.training.online_ensemble import OnlineSettings
@@ -849,6 +857,8 @@ def cmd_train(args) -> int:
     if args.ensemble_weight > 0 and args.sampler is None and args.online_walkers <= 0:
         raise UsageError("--ensemble-weight compares the teacher's frames with a model's: add "
                          "--sampler or --online-walkers")
+    if not args.sampler_max_force > 0:
+        raise UsageError(f"--sampler-max-force must be positive, got {args.sampler_max_force}")
     if not (args.grad_clip >= 0 and math.isfinite(args.grad_clip)):
         raise UsageError(f"--grad-clip must be a finite norm >= 0, got {args.grad_clip}")
     if not 0.0 <= args.weight_average < 1.0:
@@ -940,6 +950,16 @@ def cmd_train(args) -> int:
             device, args.seed, args.equilibration, progress=not args.quiet,
             sampler=sampler_potential, starts=sampler_starts,
         )
+        sampled, violent = without_violent_frames(sampled, args.sampler_max_force)
+        if violent:
+            print(f"{violent} of {violent + sampled['temperature'].shape[0]} sampled frames "
+                  f"left out: a teacher force above {args.sampler_max_force:g} kcal/mol/Å")
+        if sampled["temperature"].shape[0] == 0:
+            raise UsageError(
+                f"every sampled frame has a teacher force above {args.sampler_max_force:g} "
+                "kcal/mol/Å: the sampler's structures overlap; start it elsewhere "
+                "(--sampler-start) or raise --sampler-max-force"
+            )
         # the ensemble term compares this sampler's frames only (frames of an earlier
         # sampler in --data stay marked ``sampled``, apart from the teacher's own)
         mask = torch.zeros(data["temperature"].shape[0] + sampled["temperature"].shape[0],
@@ -948,7 +968,8 @@ def cmd_train(args) -> int:
         data = concatenate_data(data, sampled)
         sampler = SamplerFrames(sampler_potential.cpu(), mask)
         origin["sampler"] = {"model": args.sampler, "start": args.sampler_start,
-                             "frames": int(sampled["temperature"].shape[0])}
+                             "frames": int(sampled["temperature"].shape[0]),
+                             "left_out": violent, "max_force": args.sampler_max_force}
     if cold is not None:
         chilled = generate_teacher_data(
             system, teacher, cold, args.cold_replicas or max(1, args.replicas // 4), args.steps,

@@ -20,6 +20,7 @@ from workbench.training.data import (
     load_teacher_data,
     sampled_mask,
     save_teacher_data,
+    without_violent_frames,
 )
 from workbench.training.force_matching import FitSettings
 from workbench.training.pipeline import TrainSettings, train_potential
@@ -105,12 +106,15 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
     earlier.save_checkpoint(tmp_path / "earlier.pt")
     starts = f"{tmp_path / 'run'},{tmp_path / 'earlier.pt'}"
     assert main(["train", "--generate", "--sampler", str(model), "--sampler-replicas", "3",
-                 "--sampler-steps", "60", "--sampler-save-every", "20", "--save-data",
-                 str(tmp_path / "data.pt"), "--sampler-start", starts,
+                 "--sampler-steps", "60", "--sampler-save-every", "20",
+                 # this barely trained model's frames may overlap: all are kept here
+                 "--sampler-max-force", "1e12", "--save-data", str(tmp_path / "data.pt"),
+                 "--sampler-start", starts,
                  "--out", str(tmp_path / "b"), *common]) == 0
     card = json.loads((tmp_path / "b" / "cln025.json").read_text())
     assert card["data"]["frames"] == 8 + 9 and card["data"]["frames_sampled_by_a_model"] == 9
-    assert card["data"]["sampler"] == {"model": str(model), "start": starts, "frames": 9}
+    assert card["data"]["sampler"] == {"model": str(model), "start": starts, "frames": 9,
+                                       "left_out": 0, "max_force": 1e12}
     assert "17 (9 from --sampler, --compact or --cold)" in capsys.readouterr().out
     data, _ = load_teacher_data(tmp_path / "data.pt")
     assert sampled_mask(data).tolist() == [False] * 8 + [True] * 9
@@ -125,6 +129,7 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
     assert main(["train", "--data", str(tmp_path / "data.pt"), "--sampler", str(model),
                  "--sampler-replicas", "1", "--sampler-steps", "40", "--sampler-save-every",
                  "20", "--temperatures", "350", "--save-data", str(tmp_path / "more.pt"),
+                 "--sampler-max-force", "1e12",
                  "--out", str(tmp_path / "c"), *common]) == 0
     card = json.loads((tmp_path / "c" / "cln025.json").read_text())
     assert card["data"]["frames"] == 17 + 2 and card["data"]["frames_sampled_by_a_model"] == 11
@@ -132,13 +137,53 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
     # where the saved frames came from, and this call's sampler
     assert card["data"]["saved_data"] == {
         "file": str(tmp_path / "data.pt"),
-        "sampler": {"model": str(model), "start": starts, "frames": 9},
+        "sampler": {"model": str(model), "start": starts, "frames": 9, "left_out": 0,
+                    "max_force": 1e12},
     }
-    assert card["data"]["sampler"] == {"model": str(model), "start": None, "frames": 2}
+    assert card["data"]["sampler"] == {"model": str(model), "start": None, "frames": 2,
+                                       "left_out": 0, "max_force": 1e12}
     more, _ = load_teacher_data(tmp_path / "more.pt")
     assert sampled_mask(more).tolist() == [False] * 8 + [True] * 11
     assert torch.equal(more["positions"][:17], data["positions"])
     assert more["temperature"].tolist() == [300.0] * 17 + [350.0] * 2
+
+
+def test_frames_with_a_force_above_the_limit_are_left_out():
+    forces = torch.zeros(4, 3, 3)
+    forces[1, 2] = torch.tensor([0.0, 600.0, 800.0])  # norm 1000: kept (the limit is inclusive)
+    forces[2, 0, 0] = -1000.5
+    forces[3, 1] = torch.tensor([1e8, 0.0, 0.0])
+    data = {"positions": torch.arange(36.0).reshape(4, 3, 3), "forces": forces,
+            "temperature": torch.tensor([300.0, 330.0, 360.0, 300.0]),
+            "sampled": torch.ones(4, dtype=torch.bool)}
+    kept, dropped = without_violent_frames(data, 1000.0)
+    assert dropped == 2
+    assert kept["temperature"].tolist() == [300.0, 330.0]
+    assert torch.equal(kept["positions"], data["positions"][:2])
+    assert torch.equal(kept["forces"], forces[:2]) and kept["sampled"].tolist() == [True, True]
+    assert without_violent_frames(data, float("inf"))[1] == 0
+    with pytest.raises(ValueError, match="max_force must be positive"):
+        without_violent_frames(data, 0.0)
+
+
+def test_cli_train_refuses_a_sampler_whose_every_frame_is_violent(tmp_path, capsys):
+    common = ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
+              "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",
+              "--device", "cpu", "--quiet", "--replicas", "1", "--steps", "20",
+              "--save-every", "10", "--equilibration", "0"]
+    assert main(["train", "--generate", "--out", str(tmp_path / "a"), *common]) == 0
+    capsys.readouterr()
+    # thermal frames near native have teacher forces of tens of kcal/mol/Å
+    code = main(["train", "--generate", "--sampler", str(tmp_path / "a" / "cln025.pt"),
+                 "--sampler-max-force", "1e-3", "--out", str(tmp_path / "b"), *common])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "every sampled frame has a teacher force above 0.001 kcal/mol/Å" in err
+    assert not (tmp_path / "b" / "cln025.pt").exists()
+    assert main(["train", "--generate", "--sampler", str(tmp_path / "a" / "cln025.pt"),
+                 "--sampler-max-force", "0", "--out", str(tmp_path / "c"), *common]) == 2
+    assert "--sampler-max-force must be positive, got 0.0" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
 
 
 def test_sampler_start_needs_a_sampler(tmp_path, capsys):

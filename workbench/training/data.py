@@ -119,6 +119,37 @@ def generate_teacher_data(
     return data
 
 
+def without_violent_frames(
+    data: dict[str, torch.Tensor], max_force: float
+) -> tuple[dict[str, torch.Tensor], int]:
+    """A data set less the frames where a force on some bead exceeds ``max_force``.
+
+    A sampler that drifts into overlapping beads hands the teacher frames whose forces
+    reach 10⁴–10⁸ kcal/mol/Å (a 12–10 contact at a quarter of its native distance, say).
+    One such frame would outweigh every other in a squared force error, so such frames
+    are left out of training, and counted; the frames on the way there, where the
+    teacher's walls are steep but finite, stay.
+
+    Parameters
+    ----------
+    data : dict
+        A data set (module docstring); ``forces`` (M, n, 3) float32, kcal/mol/Å.
+    max_force : float
+        Largest force norm on one bead kept, kcal/mol/Å; ``inf`` keeps every frame.
+
+    Returns
+    -------
+    dict
+        The frames kept, every key filtered alike.
+    int
+        Frames left out.
+    """
+    if not max_force > 0:
+        raise ValueError(f"max_force must be positive, got {max_force}")
+    keep = data["forces"].norm(dim=-1).amax(dim=-1) <= max_force
+    return {key: value[keep] for key, value in data.items()}, int((~keep).sum())
+
+
 def concatenate_data(*parts: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """One data set from several (frames in order; ``sampled`` False where a part has none)."""
     merged = {k: torch.cat([p[k] for p in parts]) for k in KEYS}
