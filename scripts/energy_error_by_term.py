@@ -1,7 +1,7 @@
 """Where a model's energy error over its teacher's ensemble sits, term by term.
 
     python scripts/energy_error_by_term.py MODEL TEACHER_RUN [--steps 3000] [--discard 500]
-        [--every 250] [--temperature 300] [--device cpu] [--out F.json]
+        [--every 250] [--temperature 300] [--device cpu] [--ends RUN[,RUN...]] [--out F.json]
 
 The teacher of MODEL's card runs from the final structures of TEACHER_RUN (a long
 ``workbench run`` of that teacher, i.e. its equilibrium) and its frames are kept. Over
@@ -16,7 +16,9 @@ them the script prints:
   and the share of pair distances inside its range (a prior fitted per pair repels pairs
   across the fold at the closest distance they reached in the training data);
 - the repulsion refitted on these frames with each grouping of
-  :func:`~workbench.training.boltzmann_inversion.repulsion_sigma`, energy mean and spread.
+  :func:`~workbench.training.boltzmann_inversion.repulsion_sigma`, energy mean and spread,
+  and with ``--ends`` its mean energy at the final structures of those runs (runs of models
+  that left the teacher's states: how hard each grouping's walls hold against that).
 """
 
 from __future__ import annotations
@@ -65,10 +67,15 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=300.0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--ends", default=None, metavar="RUN[,RUN...]",
+                        help="runs at whose final structures the refitted repulsions are "
+                        "also evaluated")
     parser.add_argument("--out", default=None, help="JSON file for the numbers")
     args = parser.parse_args()
     try:
         model, system, teacher = model_and_teacher(args.model)
+        ends = {run: checkpoint_positions(run, system)
+                for run in (args.ends or "").split(",") if run.strip()}
         starts = checkpoint_positions(args.teacher_run, system)
         sample = sample_frames(system, teacher, starts, args.temperature, args.steps,
                                args.discard, args.every, args.device, args.seed)
@@ -111,7 +118,10 @@ def main() -> None:
         for grouping in REPULSION_GROUPINGS:
             sigma = repulsion_sigma(system, positions, pairs, grouping).float()
             refit = type(repulsion)(pairs, **_repulsion_parameters(repulsion, sigma))
-            report["repulsion_refitted"][grouping] = spread(refit(positions))
+            report["repulsion_refitted"][grouping] = {
+                **spread(refit(positions)),
+                "at_ends": {run: float(refit(end).mean()) for run, end in ends.items()},
+            }
     print(json.dumps(report, indent=2))
     if args.out is not None:
         atomic_write_text(Path(args.out), json.dumps(report, indent=2) + "\n")

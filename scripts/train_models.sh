@@ -60,6 +60,10 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${SAMPLER_START:-}" ] && set -- "$@" --sampler-start "$SAMPLER_START"
   [ -n "${SAMPLER_REPLICAS:-}" ] && set -- "$@" --sampler-replicas "$SAMPLER_REPLICAS"
   [ -n "${SAMPLER_STEPS:-}" ] && set -- "$@" --sampler-steps "$SAMPLER_STEPS"
+  # SAMPLER_SAVE_EVERY=K, SAMPLER_EQUILIBRATION=S: the sampler's frame interval and the steps
+  # before its first frame (defaults 150 and 1000; 10 and 0 keep a model's first picoseconds)
+  [ -n "${SAMPLER_SAVE_EVERY:-}" ] && set -- "$@" --sampler-save-every "$SAMPLER_SAVE_EVERY"
+  [ -n "${SAMPLER_EQUILIBRATION:-}" ] && set -- "$@" --sampler-equilibration "$SAMPLER_EQUILIBRATION"
   # SAMPLER_MAX_FORCE=F: leave out sampled frames with a teacher force above F (default 1000)
   [ -n "${SAMPLER_MAX_FORCE:-}" ] && set -- "$@" --sampler-max-force "$SAMPLER_MAX_FORCE"
   # SELECT_EVERY=K: keep the epoch whose short run (SELECT_STEPS) is closest to the

@@ -385,6 +385,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--sampler-save-every", type=int, default=None, help="default --save-every")
     train.add_argument(
+        "--sampler-equilibration", type=int, default=None,
+        help="steps the sampler runs before its first frame (default --equilibration); 0 "
+        "with a small --sampler-save-every keeps the frames of a model's first picoseconds, "
+        "where it leaves the teacher's states for overlapping ones",
+    )
+    train.add_argument(
         "--sampler-max-force", type=float, default=1000.0, metavar="KCAL_PER_MOL_A",
         help="leave out sampled frames where the teacher's force on a bead exceeds this "
         "(kcal/mol/Å; frames of a sampler that drifted into overlapping beads, whose "
@@ -857,6 +863,8 @@ def cmd_train(args) -> int:
     if args.ensemble_weight > 0 and args.sampler is None and args.online_walkers <= 0:
         raise UsageError("--ensemble-weight compares the teacher's frames with a model's: add "
                          "--sampler or --online-walkers")
+    if args.sampler_equilibration is not None and args.sampler_equilibration < 0:
+        raise UsageError(f"--sampler-equilibration must be >= 0, got {args.sampler_equilibration}")
     if not args.sampler_max_force > 0:
         raise UsageError(f"--sampler-max-force must be positive, got {args.sampler_max_force}")
     if not (args.grad_clip >= 0 and math.isfinite(args.grad_clip)):
@@ -947,8 +955,10 @@ def cmd_train(args) -> int:
         sampled = generate_teacher_data(
             system, teacher, temperatures, args.sampler_replicas or args.replicas,
             args.sampler_steps or args.steps, args.sampler_save_every or args.save_every,
-            device, args.seed, args.equilibration, progress=not args.quiet,
-            sampler=sampler_potential, starts=sampler_starts,
+            device, args.seed,
+            args.equilibration if args.sampler_equilibration is None
+            else args.sampler_equilibration,
+            progress=not args.quiet, sampler=sampler_potential, starts=sampler_starts,
         )
         sampled, violent = without_violent_frames(sampled, args.sampler_max_force)
         if violent:

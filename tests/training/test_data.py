@@ -166,7 +166,7 @@ def test_frames_with_a_force_above_the_limit_are_left_out():
         without_violent_frames(data, 0.0)
 
 
-def test_cli_train_refuses_a_sampler_whose_every_frame_is_violent(tmp_path, capsys):
+def test_cli_train_refuses_violent_samplers_and_bad_sampler_options(tmp_path, capsys):
     common = ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
               "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",
               "--device", "cpu", "--quiet", "--replicas", "1", "--steps", "20",
@@ -184,6 +184,35 @@ def test_cli_train_refuses_a_sampler_whose_every_frame_is_violent(tmp_path, caps
                  "--sampler-max-force", "0", "--out", str(tmp_path / "c"), *common]) == 2
     assert "--sampler-max-force must be positive, got 0.0" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+    assert main(["train", "--generate", "--sampler", str(tmp_path / "a" / "cln025.pt"),
+                 "--sampler-equilibration", "-1", "--out", str(tmp_path / "c"), *common]) == 2
+    assert "--sampler-equilibration must be >= 0, got -1" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+
+
+def test_cli_sampler_equilibration_applies_to_the_sampler_only(tmp_path, monkeypatch):
+    import workbench.training.data as data_module
+
+    calls = []
+    generate = data_module.generate_teacher_data
+
+    def recording(*args, **kwargs):
+        calls.append((kwargs.get("sampler") is not None, args[8]))  # the equilibration
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(data_module, "generate_teacher_data", recording)
+    common = ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
+              "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",
+              "--device", "cpu", "--quiet", "--replicas", "1", "--steps", "20",
+              "--save-every", "10", "--equilibration", "30", "--sampler-max-force", "1e12"]
+    assert main(["train", "--generate", "--out", str(tmp_path / "a"), *common]) == 0
+    model = str(tmp_path / "a" / "cln025.pt")
+    assert main(["train", "--generate", "--sampler", model, "--sampler-equilibration", "0",
+                 "--out", str(tmp_path / "b"), *common]) == 0
+    assert main(["train", "--generate", "--sampler", model, "--out", str(tmp_path / "c"),
+                 *common]) == 0
+    # teacher runs keep --equilibration; the sampler's follows its own option, or that one
+    assert calls == [(False, 30), (False, 30), (True, 0), (False, 30), (True, 30)]
 
 
 def test_sampler_start_needs_a_sampler(tmp_path, capsys):
