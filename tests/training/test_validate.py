@@ -308,6 +308,21 @@ def test_relaxation_shows_the_teacher_leaving_a_state_and_holding_its_own():
         relaxation(sys, teacher, native, [0.4, 0.2])
 
 
+def test_relaxation_reports_the_teachers_largest_forces():
+    sys = tiny_system()
+    teacher = teacher_potential(sys)
+    starts = sys.native_positions.float().expand(3, -1, -1).clone()
+    starts[1, 0] = starts[1, 3] + 0.3  # bead 0 onto bead 3
+    rows = relaxation(sys, teacher, starts, [0.2], seed=1, teacher=teacher)
+    largest = teacher.energy_and_forces(starts, None)[1].norm(dim=-1).amax(dim=-1)
+    assert rows[0]["teacher_force_median"] == pytest.approx(float(largest.median()))
+    assert rows[0]["teacher_force_max"] == pytest.approx(float(largest[1]))
+    assert rows[0]["teacher_force_max"] > 10 * rows[0]["teacher_force_median"]
+    assert [row["time_ps"] for row in rows] == [0.0, 0.2]
+    assert 0.0 < rows[1]["teacher_force_median"] <= rows[1]["teacher_force_max"]
+    assert "teacher_force_max" not in relaxation(sys, teacher, starts[:1], [0.2])[0]
+
+
 def test_the_teacher_runs_as_a_model():
     from workbench.runner import TEACHER_MODEL, choose_potential
 

@@ -316,6 +316,7 @@ def relaxation(
     device: str | torch.device = "cpu",
     seed: int = 0,
     timestep_fs: float = 4.0,
+    teacher: Potential | None = None,
 ) -> list[dict]:
     """What a potential does with given structures: Q and flipped dihedrals over time.
 
@@ -333,6 +334,12 @@ def relaxation(
         Increasing times (ps) at which to measure; each is rounded to whole steps.
     temperature, device, seed, timestep_fs
         Langevin run settings (friction 1/ps).
+    teacher : Potential, optional
+        The teacher of a model being run: each row then also holds the teacher's largest
+        force on one bead (kcal/mol/Å), its median over the replicas
+        (``teacher_force_median``) and the largest (``teacher_force_max``). A model that
+        falls into a hole of its own makes beads overlap, and those forces climb from the
+        teacher's thermal ~50–100 to 10⁴–10⁸ within picoseconds (1YRF, docs/models.md).
 
     Returns
     -------
@@ -347,17 +354,24 @@ def relaxation(
     folded_q = state_thresholds(system.name)[0]
     sim = langevin_simulation(system, potential, temperature, starts, device, seed,
                               timestep_fs=timestep_fs)
+    labeller = None if teacher is None else teacher.to(sim.device)
     rows = []
     for time_ps in points:
         sim.step(round(time_ps * 1000.0 / timestep_fs) - sim.step_count)
         live = ~sim.frozen
         q = sim.native_q()[live].float().cpu()
-        rows.append({
+        row = {
             "time_ps": sim.step_count * timestep_fs / 1000.0,
             "q_mean": float(q.mean()),
             "folded_fraction": folded_fraction(q, folded_q),
             "flipped_dihedrals": flipped_dihedral_fraction(system, sim.positions[live]),
-        })
+        }
+        if labeller is not None:
+            forces = labeller.energy_and_forces(sim.positions[live], None)[1]
+            largest = forces.norm(dim=-1).amax(dim=-1).cpu()
+            row["teacher_force_median"] = float(largest.median())
+            row["teacher_force_max"] = float(largest.max())
+        rows.append(row)
     return rows
 
 
