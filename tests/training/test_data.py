@@ -28,6 +28,14 @@ from workbench.training.pipeline import TrainSettings, train_potential
 TINY = {"hidden": 8, "filters": 8, "blocks": 1, "num_rbf": 6, "cutoff": 5.0}
 
 
+def tiny_train_args(replicas: int, steps: int, equilibration: int, *extra: str) -> list[str]:
+    """``workbench train`` options of a one-epoch CLN025 run with a tiny network on the CPU."""
+    return ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
+            "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",
+            "--device", "cpu", "--quiet", "--replicas", str(replicas), "--steps", str(steps),
+            "--save-every", "10", "--equilibration", str(equilibration), *extra]
+
+
 def test_frames_sampled_by_another_potential_carry_the_teachers_forces(tmp_path):
     system = tiny_system()
     teacher = teacher_potential(system)
@@ -88,10 +96,7 @@ def test_priors_are_fitted_on_the_teachers_own_frames_only(tmp_path):
 
 
 def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
-    common = ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
-              "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",
-              "--device", "cpu", "--quiet", "--replicas", "2", "--steps", "40",
-              "--save-every", "10", "--equilibration", "0"]
+    common = tiny_train_args(2, 40, 0)
     assert main(["train", "--generate", "--out", str(tmp_path / "a"), *common]) == 0
     model = tmp_path / "a" / "cln025.pt"
     run = Simulation(tiny_system(), load_potential(model), LangevinIntegrator(), replicas=2)
@@ -167,10 +172,7 @@ def test_frames_with_a_force_above_the_limit_are_left_out():
 
 
 def test_cli_train_refuses_violent_samplers_and_bad_sampler_options(tmp_path, capsys):
-    common = ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
-              "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",
-              "--device", "cpu", "--quiet", "--replicas", "1", "--steps", "20",
-              "--save-every", "10", "--equilibration", "0"]
+    common = tiny_train_args(1, 20, 0)
     assert main(["train", "--generate", "--out", str(tmp_path / "a"), *common]) == 0
     capsys.readouterr()
     # thermal frames near native have teacher forces of tens of kcal/mol/Å
@@ -201,10 +203,7 @@ def test_cli_sampler_equilibration_applies_to_the_sampler_only(tmp_path, monkeyp
         return generate(*args, **kwargs)
 
     monkeypatch.setattr(data_module, "generate_teacher_data", recording)
-    common = ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
-              "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",
-              "--device", "cpu", "--quiet", "--replicas", "1", "--steps", "20",
-              "--save-every", "10", "--equilibration", "30", "--sampler-max-force", "1e12"]
+    common = tiny_train_args(1, 20, 30, "--sampler-max-force", "1e12")
     assert main(["train", "--generate", "--out", str(tmp_path / "a"), *common]) == 0
     model = str(tmp_path / "a" / "cln025.pt")
     assert main(["train", "--generate", "--sampler", model, "--sampler-equilibration", "0",
@@ -224,10 +223,7 @@ def test_sampler_start_needs_a_sampler(tmp_path, capsys):
 
 
 def test_cli_train_adds_cold_frames_from_native_kept_out_of_the_priors(tmp_path, capsys):
-    common = ["--protein", "cln025", "--hidden", "8", "--filters", "8", "--blocks", "1",
-              "--num-rbf", "6", "--cutoff", "5", "--epochs", "1", "--batch-size", "8",
-              "--device", "cpu", "--quiet", "--replicas", "4", "--steps", "40",
-              "--save-every", "10", "--equilibration", "0"]
+    common = tiny_train_args(4, 40, 0)
     assert main(["train", "--generate", "--cold", "100,150", "--save-data",
                  str(tmp_path / "data.pt"), "--out", str(tmp_path / "a"), *common]) == 0
     assert "24 (8 from --sampler, --compact or --cold)" in capsys.readouterr().out
