@@ -132,7 +132,7 @@ def test_repulsion_separation_adds_the_one_five_pairs():
         fit_priors(sys, data["positions"], 300.0, repulsion_separation=3)
 
 
-@pytest.mark.parametrize("grouping", ["type", "name"])
+@pytest.mark.parametrize("grouping", ["type", "name", "sequence"])
 def test_grouped_repulsion_shares_the_smallest_closest_approach_of_a_class(grouping):
     sys = tiny_system()
     data = generate_teacher_data(sys, teacher_potential(sys), [300.0], 4, 200, 10, seed=0)
@@ -141,10 +141,13 @@ def test_grouped_repulsion_shares_the_smallest_closest_approach_of_a_class(group
     pairs = prior.index
     closest = closest_approach(data["positions"], pairs)
     separation = graph_distances(sys.n_beads, sys.bonds)
-    labels = sys.bead_types.tolist() if grouping == "type" else list(sys.bead_names)
+    labels = list(sys.bead_names) if grouping == "name" else sys.bead_types.tolist()
+    residue = sys.bead_residue.tolist()
 
-    def key(i, j):  # unordered labels, and 1-5 pairs apart from the rest
-        return frozenset((labels[i], labels[j])), min(int(separation[i, j]), 5)
+    def key(i, j):  # unordered labels, 1-5 pairs apart from the rest, and with "sequence"
+        # each residue separation up to 5 apart from the others
+        apart = min(abs(residue[i] - residue[j]), 5) if grouping == "sequence" else 0
+        return frozenset((labels[i], labels[j])), min(int(separation[i, j]), 5), apart
 
     smallest = {}
     for (i, j), r in zip(pairs.tolist(), closest.tolist(), strict=True):
@@ -155,6 +158,11 @@ def test_grouped_repulsion_shares_the_smallest_closest_approach_of_a_class(group
     # fold no longer repel at their own (most of them share a smaller σ)
     assert bool((prior.sigma <= closest.float() + 1e-6).all())
     assert float((prior.sigma < closest.float() - 0.5).float().mean()) > 0.5
+    if grouping == "sequence":  # finer than "type": never a softer wall, and some harder
+        by_type = fit_priors(sys, data["positions"], 300.0, repulsion_separation=4,
+                             repulsion_grouping="type")["repulsion"].sigma
+        assert bool((prior.sigma >= by_type - 1e-6).all())
+        assert bool((prior.sigma > by_type + 0.5).any())
     # the 1-5 pairs' classes are their own: adding them leaves the others' σ unchanged
     without = fit_priors(sys, data["positions"], 300.0, repulsion_grouping=grouping)["repulsion"]
     wider = {tuple(p): s for p, s in zip(pairs.tolist(), prior.sigma.tolist(), strict=True)}

@@ -41,7 +41,11 @@ REPULSION_RANGE = 1.25
 GROUPINGS = ("term", "type")
 
 #: How the repulsion's σ is shared among pairs (:func:`repulsion_sigma`).
-REPULSION_GROUPINGS = ("pair", "type", "name")
+REPULSION_GROUPINGS = ("pair", "type", "name", "sequence")
+
+#: Residue separations at and beyond which pairs of the ``"sequence"`` grouping share one
+#: class (closer pairs, such as O(i)–O(i+4) of a helix, get a class per separation).
+SEQUENCE_CLASSES = 5
 
 #: Bond-graph separations at and beyond which repulsion pairs share one class in a
 #: grouped fit (closer pairs, such as 1-5, get classes of their own).
@@ -310,15 +314,20 @@ def repulsion_sigma(
     the smallest closest approach of its members, a hard core that holds wherever the data
     went: ``"type"`` puts pairs of the same two bead types in one class (mlcg's
     convention), ``"name"`` pairs of the same two bead names (N, CA, CB, C, O), whatever
-    the residues. Pairs fewer than :data:`SHARED_SEPARATION` bonds apart (1-5 pairs) form
-    classes of their own, since the chain lets them come closer than pairs across the fold.
+    the residues. ``"sequence"`` splits the type classes further by residue separation
+    (1, 2, … up to :data:`SEQUENCE_CLASSES` and beyond): the chain holds near neighbours
+    in their own geometry, so O(i)–O(i+4) of a helix never comes closer than ~4 Å while
+    O(i)–O(i+1) reaches ~2.2 Å, and a class of both would wall the helix pairs off only at
+    2.2 Å, where a network trained on top extrapolates into overlapping beads. Pairs fewer
+    than :data:`SHARED_SEPARATION` bonds apart (1-5 pairs) form classes of their own in
+    every grouping, since the chain lets them come closer than pairs across the fold.
 
     Parameters
     ----------
     system : CGSystem
     positions : torch.Tensor, shape (M, n, 3), float
     pairs : torch.Tensor, shape (P, 2), int64
-    grouping : {"pair", "type", "name"}
+    grouping : {"pair", "type", "name", "sequence"}
 
     Returns
     -------
@@ -329,14 +338,18 @@ def repulsion_sigma(
     closest = closest_approach(positions, pairs)
     if grouping == "pair" or pairs.shape[0] == 0:
         return closest
-    if grouping == "type":
-        labels = system.bead_types.cpu()
-    else:
+    if grouping == "name":
         names = sorted(set(system.bead_names))
         labels = torch.tensor([names.index(name) for name in system.bead_names])
+    else:
+        labels = system.bead_types.cpu()
     classes = term_groups(labels, pairs, "type")
     separation = graph_distances(system.n_beads, system.bonds)[pairs[:, 0], pairs[:, 1]]
     keys = classes * (SHARED_SEPARATION + 1) + separation.clamp(max=SHARED_SEPARATION)
+    if grouping == "sequence":
+        residue = system.bead_residue.cpu()
+        apart = (residue[pairs[:, 1]] - residue[pairs[:, 0]]).abs()
+        keys = keys * (SEQUENCE_CLASSES + 1) + apart.clamp(max=SEQUENCE_CLASSES)
     groups = torch.unique(keys, return_inverse=True)[1]
     smallest = torch.full((int(groups.max()) + 1,), torch.inf, dtype=torch.float64)
     return smallest.scatter_reduce(0, groups, closest, "amin")[groups]
@@ -381,7 +394,7 @@ def fit_priors(
         (:func:`~workbench.system.topology.nonbonded_pairs`: 5 bonds for five-bead, as
         mlcg). 4 also keeps the 1-5 pairs apart (say O of one residue and CB of the next),
         which otherwise only the angle and dihedral priors hold.
-    repulsion_grouping : {"pair", "type", "name"}
+    repulsion_grouping : {"pair", "type", "name", "sequence"}
         Which pairs share one σ (:func:`repulsion_sigma`).
 
     Returns
