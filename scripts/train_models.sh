@@ -77,6 +77,9 @@ train() {  # protein, training seconds, extra arguments
   # COMPACT=0.7,0.8: also frames of the teacher squeezed to these fractions of the native
   # radius of gyration (the over-compact states a network extrapolates into)
   [ -n "${COMPACT:-}" ] && set -- "$@" --compact "$COMPACT"
+  # NOISE=0.15,0.3: also copies of NOISE_FRACTION (default 0.1) of the teacher frames with
+  # every coordinate displaced by Gaussian noise of these Å, labelled by the teacher
+  [ -n "${NOISE:-}" ] && set -- "$@" --noise "$NOISE" --noise-fraction "${NOISE_FRACTION:-0.1}"
   # COLD=200,250: also teacher frames at these temperatures from native (ordered
   # near-native states, which the teacher's frames from its equilibrium do not reach)
   [ -n "${COLD:-}" ] && set -- "$@" --cold "$COLD"

@@ -393,7 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--sampler-max-force", type=float, default=1000.0, metavar="KCAL_PER_MOL_A",
-        help="leave out sampled frames where the teacher's force on a bead exceeds this "
+        help="leave out sampled (and --noise) frames where the teacher's force on a bead "
+        "exceeds this "
         "(kcal/mol/Å; frames of a sampler that drifted into overlapping beads, whose "
         "forces would swamp the squared error); inf keeps all (default 1000; the teacher's "
         "own frames at 360 K stay below ~100)",
@@ -419,6 +420,18 @@ def build_parser() -> argparse.ArgumentParser:
         "the native structure: the ordered near-native states that the teacher's frames at "
         "the data temperatures, started from its equilibrium, do not reach and a model may "
         "hold too low (not used to fit priors or in the relative-entropy term)",
+    )
+    train.add_argument(
+        "--noise", default=None, metavar="ANGSTROMS",
+        help="also copies of teacher frames with every coordinate displaced by Gaussian "
+        "noise of these standard deviations (comma list, Å, say 0.15,0.3), labelled by the "
+        "teacher: unbiased frames just off its ensemble, compressed pairs included, where a "
+        "network trained on equilibrium frames alone extrapolates into holes (not used to "
+        "fit priors; frames above --sampler-max-force left out)",
+    )
+    train.add_argument(
+        "--noise-fraction", type=float, default=0.1,
+        help="share of the teacher's frames copied at each --noise scale (default 0.1)",
     )
     train.add_argument(
         "--cold-replicas", type=int, default=None,
@@ -850,6 +863,7 @@ def cmd_train(args) -> int:
     )
     from workbench.training.force_matching import FitSettings
     from workbench.training.online_ensemble import OnlineSettings
+    from workbench.training.perturbation import displaced_frames
     from workbench.training.pipeline import TrainSettings, train_potential
     from workbench.training.relative_entropy import SamplerFrames
 
@@ -900,6 +914,11 @@ def cmd_train(args) -> int:
     compact = None if args.compact is None else _floats(args.compact)
     if compact is not None and not all(0.0 < f <= 1.0 for f in compact):
         raise UsageError(f"--compact fractions must lie in (0, 1], got {args.compact}")
+    noise = None if args.noise is None else _floats(args.noise)
+    if noise is not None and not all(s > 0.0 and math.isfinite(s) for s in noise):
+        raise UsageError(f"--noise scales must be positive Å, got {args.noise}")
+    if not 0.0 < args.noise_fraction <= 1.0:
+        raise UsageError(f"--noise-fraction must lie in (0, 1], got {args.noise_fraction}")
     device, notice = resolve_device(args.device)
     if notice:
         print(f"NOTE: {notice}")
@@ -1004,6 +1023,19 @@ def cmd_train(args) -> int:
             "radius_of_gyration_fractions": compact, "strength_kcal_per_A2": SQUEEZE_STRENGTH,
             "frames": int(squeezed["temperature"].shape[0]),
         }
+    if noise is not None:
+        displaced, violent = without_violent_frames(
+            displaced_frames(teacher, data, noise, args.noise_fraction, args.seed, device),
+            args.sampler_max_force,
+        )
+        if violent:
+            print(f"{violent} of {violent + displaced['temperature'].shape[0]} displaced "
+                  f"frames left out: a teacher force above {args.sampler_max_force:g} "
+                  "kcal/mol/Å")
+        data = _appended(data, displaced, sampler)
+        origin["noise"] = {"scales_A": noise, "fraction": args.noise_fraction,
+                           "frames": int(displaced["temperature"].shape[0]),
+                           "left_out": violent, "max_force": args.sampler_max_force}
     if args.save_data:
         save_teacher_data(data, args.save_data, {**teacher.metadata, "origin": origin})
     deadline = None
@@ -1055,7 +1087,7 @@ def cmd_train(args) -> int:
     rows = [
         ("teacher ε", f"{card['teacher']['epsilon']:g} kcal/mol"),
         ("frames", f"{card['data']['frames']} ({card['data']['frames_sampled_by_a_model']} "
-                   "from --sampler, --compact or --cold)"),
+                   "from --sampler, --compact, --cold or --noise)"),
         ("epochs", f"{training['epochs_run']} (best {training['best_epoch']})"),
         ("val force RMSE", f"{training['val_force_rmse']:.4f} kcal/mol/Å"),
         ("val energy RMSE", f"{training['val_energy_rmse']:.3f} kcal/mol (centred)"),

@@ -97,7 +97,7 @@ def test_cli_train_adds_compacted_frames_and_records_them(tmp_path, capsys):
     assert card["data"]["frames"] == 8 + 12 and card["data"]["frames_sampled_by_a_model"] == 12
     assert card["data"]["compaction"]["radius_of_gyration_fractions"] == [0.7, 0.8]
     assert card["data"]["compaction"]["frames"] == 12
-    assert "20 (12 from --sampler, --compact or --cold)" in capsys.readouterr().out
+    assert "20 (12 from --sampler, --compact, --cold or --noise)" in capsys.readouterr().out
 
 
 def test_cli_refuses_bad_compaction(tmp_path, capsys):

@@ -120,7 +120,7 @@ def test_cli_train_adds_frames_the_model_samples(tmp_path, capsys):
     assert card["data"]["frames"] == 8 + 9 and card["data"]["frames_sampled_by_a_model"] == 9
     assert card["data"]["sampler"] == {"model": str(model), "start": starts, "frames": 9,
                                        "left_out": 0, "max_force": 1e12}
-    assert "17 (9 from --sampler, --compact or --cold)" in capsys.readouterr().out
+    assert "17 (9 from --sampler, --compact, --cold or --noise)" in capsys.readouterr().out
     data, _ = load_teacher_data(tmp_path / "data.pt")
     assert sampled_mask(data).tolist() == [False] * 8 + [True] * 9
     # frames are saved replica by replica within each save: run 0's first structure, the
@@ -226,7 +226,7 @@ def test_cli_train_adds_cold_frames_from_native_kept_out_of_the_priors(tmp_path,
     common = tiny_train_args(4, 40, 0)
     assert main(["train", "--generate", "--cold", "100,150", "--save-data",
                  str(tmp_path / "data.pt"), "--out", str(tmp_path / "a"), *common]) == 0
-    assert "24 (8 from --sampler, --compact or --cold)" in capsys.readouterr().out
+    assert "24 (8 from --sampler, --compact, --cold or --noise)" in capsys.readouterr().out
     card = json.loads((tmp_path / "a" / "cln025.json").read_text())
     # a quarter of the 4 replicas per cold temperature, 4 frames each
     assert card["data"]["cold"] == {"temperatures_K": [100.0, 150.0], "start": "native",
