@@ -394,10 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--sampler-max-force", type=float, default=1000.0, metavar="KCAL_PER_MOL_A",
         help="leave out sampled (and --noise) frames where the teacher's force on a bead "
-        "exceeds this "
-        "(kcal/mol/Å; frames of a sampler that drifted into overlapping beads, whose "
-        "forces would swamp the squared error); inf keeps all (default 1000; the teacher's "
-        "own frames at 360 K stay below ~100)",
+        "exceeds this (kcal/mol/Å; frames of a sampler that drifted into overlapping beads, "
+        "whose forces would swamp the squared error); inf keeps all (default 1000; the "
+        "teacher's own frames at 360 K stay below ~100)",
     )
     train.add_argument(
         "--sampler-start", default=None, metavar="RUN[,RUN...]",
