@@ -89,7 +89,8 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${REPULSION_SEPARATION:-}" ] && set -- "$@" --repulsion-separation "$REPULSION_SEPARATION"
   # REPULSION_GROUPING=name: pairs of the same bead names share one repulsion σ, a hard
   # core, instead of each pair repelling at its own closest approach (new priors only);
-  # =sequence: classes of bead types and residue separation (1-4, 5 and more)
+  # =sequence: classes of bead types and residue separation (1-4, 5 and more); =touching:
+  # as sequence, but pairs that came within 6.5 Å keep their own closest approach
   [ -n "${REPULSION_GROUPING:-}" ] && set -- "$@" --repulsion-grouping "$REPULSION_GROUPING"
   # DIHEDRAL_DEGREE=1: dihedral priors of one harmonic, one minimum each (new priors only)
   [ -n "${DIHEDRAL_DEGREE:-}" ] && set -- "$@" --dihedral-degree "$DIHEDRAL_DEGREE"

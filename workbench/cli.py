@@ -252,12 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
         "mapping's, 5 for five-bead; 4 also keeps 1-5 pairs apart)",
     )
     train.add_argument(
-        "--repulsion-grouping", default=None, choices=["pair", "type", "name", "sequence"],
+        "--repulsion-grouping", default=None,
+        choices=["pair", "type", "name", "sequence", "touching"],
         help="pairs that share one repulsion σ, their smallest closest approach: each pair "
         "alone (default; far pairs then repel at the closest they came in the data), pairs "
         "of the same bead types (mlcg's), of the same bead names (a sequence-free hard "
         "core), or of the same bead types and residue separation (1-4, 5 and more: helix "
-        "neighbours walled at their own closest approach); new priors only",
+        "neighbours walled at their own closest approach), and with 'touching' pairs that "
+        "came within 6.5 Å keep their own (contacts walled where the data found them); new "
+        "priors only",
     )
     train.add_argument(
         "--dihedral-degree", type=int, default=None,

@@ -14,6 +14,7 @@ from workbench.system.topology import graph_distances
 from workbench.teacher import teacher_potential
 from workbench.training.boltzmann_inversion import (
     REPULSION_RANGE,
+    TOUCH_RANGE,
     closest_approach,
     fit_fourier,
     fit_harmonic,
@@ -168,6 +169,24 @@ def test_grouped_repulsion_shares_the_smallest_closest_approach_of_a_class(group
     wider = {tuple(p): s for p, s in zip(pairs.tolist(), prior.sigma.tolist(), strict=True)}
     assert all(abs(wider[tuple(p)] - s) < 1e-6
                for p, s in zip(without.index.tolist(), without.sigma.tolist(), strict=True))
+
+
+def test_touching_repulsion_keeps_the_own_wall_of_pairs_that_came_close():
+    sys = tiny_system()
+    data = generate_teacher_data(sys, teacher_potential(sys), [300.0], 4, 200, 10, seed=0)
+
+    def sigma(grouping):
+        return fit_priors(sys, data["positions"], 300.0, repulsion_separation=4,
+                          repulsion_grouping=grouping)["repulsion"]
+
+    touching, by_sequence = sigma("touching"), sigma("sequence")
+    closest = closest_approach(data["positions"], touching.index).float()
+    near = closest < TOUCH_RANGE
+    assert bool(near.any()) and bool((~near).any())
+    torch.testing.assert_close(touching.sigma[near], closest[near])
+    torch.testing.assert_close(touching.sigma[~near], by_sequence.sigma[~near])
+    # pairs in contact that their class would wall off closer are held at their own wall
+    assert bool((touching.sigma[near] > by_sequence.sigma[near] + 0.5).any())
 
 
 def test_repulsion_groupings_refused_by_name():

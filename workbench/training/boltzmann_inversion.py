@@ -41,11 +41,17 @@ REPULSION_RANGE = 1.25
 GROUPINGS = ("term", "type")
 
 #: How the repulsion's σ is shared among pairs (:func:`repulsion_sigma`).
-REPULSION_GROUPINGS = ("pair", "type", "name", "sequence")
+REPULSION_GROUPINGS = ("pair", "type", "name", "sequence", "touching")
 
 #: Residue separations at and beyond which pairs of the ``"sequence"`` grouping share one
 #: class (closer pairs, such as O(i)–O(i+4) of a helix, get a class per separation).
 SEQUENCE_CLASSES = 5
+
+#: Closest approach, Å, below which a pair of the ``"touching"`` grouping keeps its own σ:
+#: above the five-bead native contacts' closest approaches (at most ~6.3 Å on 1YRF's
+#: teacher frames), well below the 8–20 Å of pairs across the fold (whose own σ would cage
+#: the sampled structures).
+TOUCH_RANGE = 6.5
 
 #: Bond-graph separations at and beyond which repulsion pairs share one class in a
 #: grouped fit (closer pairs, such as 1-5, get classes of their own).
@@ -321,13 +327,18 @@ def repulsion_sigma(
     2.2 Å, where a network trained on top extrapolates into overlapping beads. Pairs fewer
     than :data:`SHARED_SEPARATION` bonds apart (1-5 pairs) form classes of their own in
     every grouping, since the chain lets them come closer than pairs across the fold.
+    ``"touching"`` is ``"sequence"`` except for pairs that came within :data:`TOUCH_RANGE`
+    of each other in the data: they keep their own closest approach, so beads in contact
+    (a native contact of the fold, say) are walled where the data found their wall, not at
+    their class's smallest approach (on 1YRF a half to nine tenths of their native
+    distance, where a network extrapolating past the data squashed them together).
 
     Parameters
     ----------
     system : CGSystem
     positions : torch.Tensor, shape (M, n, 3), float
     pairs : torch.Tensor, shape (P, 2), int64
-    grouping : {"pair", "type", "name", "sequence"}
+    grouping : {"pair", "type", "name", "sequence", "touching"}
 
     Returns
     -------
@@ -346,13 +357,16 @@ def repulsion_sigma(
     classes = term_groups(labels, pairs, "type")
     separation = graph_distances(system.n_beads, system.bonds)[pairs[:, 0], pairs[:, 1]]
     keys = classes * (SHARED_SEPARATION + 1) + separation.clamp(max=SHARED_SEPARATION)
-    if grouping == "sequence":
+    if grouping in ("sequence", "touching"):
         residue = system.bead_residue.cpu()
         apart = (residue[pairs[:, 1]] - residue[pairs[:, 0]]).abs()
         keys = keys * (SEQUENCE_CLASSES + 1) + apart.clamp(max=SEQUENCE_CLASSES)
     groups = torch.unique(keys, return_inverse=True)[1]
     smallest = torch.full((int(groups.max()) + 1,), torch.inf, dtype=torch.float64)
-    return smallest.scatter_reduce(0, groups, closest, "amin")[groups]
+    shared = smallest.scatter_reduce(0, groups, closest, "amin")[groups]
+    if grouping == "touching":
+        return torch.where(closest < TOUCH_RANGE, closest, shared)
+    return shared
 
 
 def fit_priors(
@@ -394,7 +408,7 @@ def fit_priors(
         (:func:`~workbench.system.topology.nonbonded_pairs`: 5 bonds for five-bead, as
         mlcg). 4 also keeps the 1-5 pairs apart (say O of one residue and CB of the next),
         which otherwise only the angle and dihedral priors hold.
-    repulsion_grouping : {"pair", "type", "name", "sequence"}
+    repulsion_grouping : {"pair", "type", "name", "sequence", "touching"}
         Which pairs share one σ (:func:`repulsion_sigma`).
 
     Returns

@@ -62,7 +62,7 @@ class TrainSettings:
     prior_dihedral_degree : int or None
         Highest harmonic of the fitted dihedral series; None: 3. 1 gives every dihedral
         one minimum, as the teacher's (``fit_priors``). Refused with ``start_from``.
-    prior_repulsion_grouping : {"pair", "type", "name", "sequence"} or None
+    prior_repulsion_grouping : {"pair", "type", "name", "sequence", "touching"} or None
         Which repulsion pairs share one σ
         (:func:`~workbench.training.boltzmann_inversion.repulsion_sigma`); None:
         ``"pair"``. Refused with ``start_from``.
