@@ -258,9 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
         "alone (default; far pairs then repel at the closest they came in the data), pairs "
         "of the same bead types (mlcg's), of the same bead names (a sequence-free hard "
         "core), or of the same bead types and residue separation (1-4, 5 and more: helix "
-        "neighbours walled at their own closest approach), and with 'touching' pairs that "
-        "came within 6.5 Å keep their own (contacts walled where the data found them); new "
-        "priors only",
+        "neighbours walled at their own closest approach); 'touching' is the last, except "
+        "that pairs that came within 6.5 Å keep their own (contacts walled where the data "
+        "found them); new priors only",
     )
     train.add_argument(
         "--dihedral-degree", type=int, default=None,

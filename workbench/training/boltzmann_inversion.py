@@ -48,9 +48,9 @@ REPULSION_GROUPINGS = ("pair", "type", "name", "sequence", "touching")
 SEQUENCE_CLASSES = 5
 
 #: Closest approach, Å, below which a pair of the ``"touching"`` grouping keeps its own σ:
-#: above the five-bead native contacts' closest approaches (at most ~6.3 Å on 1YRF's
-#: teacher frames), well below the 8–20 Å of pairs across the fold (whose own σ would cage
-#: the sampled structures).
+#: above the closest approaches of nearly all five-bead native contacts (99 % of 1YRF's
+#: lie below 6.25 Å over 64 teacher frames), below the 8–20 Å of pairs across the fold
+#: (whose own σ would cage the sampled structures).
 TOUCH_RANGE = 6.5
 
 #: Bond-graph separations at and beyond which repulsion pairs share one class in a
