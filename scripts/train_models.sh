@@ -83,7 +83,8 @@ train() {  # protein, training seconds, extra arguments
   # COLD=200,250: also teacher frames at these temperatures from native (ordered
   # near-native states, which the teacher's frames from its equilibrium do not reach)
   [ -n "${COLD:-}" ] && set -- "$@" --cold "$COLD"
-  # REPULSION=cutoff: the fitted repulsion vanishes beyond 1.25 σ (CONTINUE keeps the priors)
+  # REPULSION=cutoff: the fitted repulsion vanishes beyond 1.25 σ; =edge: beyond σ, the
+  # closest approach, so it adds nothing on the data (CONTINUE keeps the priors)
   [ -n "${REPULSION:-}" ] && set -- "$@" --repulsion "$REPULSION"
   # REPULSION_SEPARATION=4: the fitted repulsion also between 1-5 pairs (new priors only)
   [ -n "${REPULSION_SEPARATION:-}" ] && set -- "$@" --repulsion-separation "$REPULSION_SEPARATION"

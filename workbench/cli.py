@@ -242,9 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--prior-temperature", type=float, default=None)
     train.add_argument("--prior-grouping", default="term", choices=["term", "type"])
     train.add_argument(
-        "--repulsion", default=None, choices=["power", "cutoff"],
-        help="fitted repulsion: (σ/r)^6 at all distances (default), or shifted to zero at "
-        "1.25 σ; with --start-from the model's own priors are kept",
+        "--repulsion", default=None, choices=["power", "cutoff", "edge"],
+        help="fitted repulsion: (σ/r)^6 at all distances (default), shifted to zero at "
+        "1.25 σ, or shifted to zero at σ, the closest approach (nothing wherever the data "
+        "went); with --start-from the model's own priors are kept",
     )
     train.add_argument(
         "--repulsion-separation", type=int, default=None,

@@ -115,6 +115,33 @@ def test_cutoff_repulsion_form_adds_little_at_the_data():
         fit_priors(sys, data["positions"], 300.0, repulsion="soft")
 
 
+def test_edge_repulsion_form_is_zero_on_the_data_and_a_wall_below_it():
+    sys = tiny_system()
+    data = generate_teacher_data(sys, teacher_potential(sys), [300.0], 4, 200, 10, seed=0)
+    power = fit_priors(sys, data["positions"], 300.0)["repulsion"]
+    edge = fit_priors(sys, data["positions"], 300.0, repulsion="edge")["repulsion"]
+    assert type(edge).__name__ == "CutoffRepulsion"
+    assert torch.equal(edge.sigma, power.sigma) and torch.equal(edge.cutoff, edge.sigma)
+    # no energy and no force on any frame it was fitted to: every pair is at or beyond σ
+    # (up to the float32 rounding of σ, for the pair that set it)
+    positions = data["positions"].clone().requires_grad_(True)
+    energy = edge.term_energies(positions)
+    assert float(energy.detach().abs().max()) < 1e-5
+    assert float(torch.autograd.grad(energy.sum(), positions)[0].abs().max()) < 1e-3
+    # below its closest approach a pair is pushed apart, harder the closer it comes
+    pair = edge.index[:1]
+    sigma = float(edge.sigma[0])
+    walls = []
+    for fraction in (0.8, 0.7, 0.6):
+        pos = sys.native_positions[None].clone().float()
+        direction = pos[0, pair[0, 1]] - pos[0, pair[0, 0]]
+        pos[0, pair[0, 1]] = pos[0, pair[0, 0]] + direction / direction.norm() * fraction * sigma
+        walls.append(float(edge.term_energies(pos)[0, 0]))
+    expected = [(1 / f) ** 6 - 1 + 6 * (f - 1) for f in (0.8, 0.7, 0.6)]
+    assert walls == pytest.approx(expected, rel=1e-4)
+    assert walls[0] > 1.5 and walls[2] > 17.0
+
+
 def test_repulsion_separation_adds_the_one_five_pairs():
     sys = tiny_system()
     data = generate_teacher_data(sys, teacher_potential(sys), [300.0], 4, 200, 10, seed=0)

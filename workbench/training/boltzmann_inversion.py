@@ -5,9 +5,10 @@ Bonds are fitted by ``k (r − x0)²`` and angles by ``k (cos θ − x0)²`` (we
 squares, each bin weighted by its count), dihedrals by a Fourier series in φ, and the
 repulsion radius σ of a non-bonded pair is its closest approach in the data (its
 repulsion ``(σ/r)⁶`` is then 1 kcal/mol there; the ``"cutoff"`` form shifts that to zero
-at ``REPULSION_RANGE · σ``), or the smallest closest approach of its class of pairs
-(:func:`repulsion_sigma`). Parameters are fitted per term or per class of terms (terms
-whose bead types agree, in either direction), pooling the samples of a class.
+at ``REPULSION_RANGE · σ``, the ``"edge"`` form at σ itself), or the smallest closest
+approach of its class of pairs (:func:`repulsion_sigma`). Parameters are fitted per term
+or per class of terms (terms whose bead types agree, in either direction), pooling the
+samples of a class.
 """
 
 from __future__ import annotations
@@ -30,8 +31,14 @@ from workbench.system.topology import graph_distances, nonbonded_pairs
 from workbench.units import KB
 
 #: Forms of the fitted repulsion: ``"power"`` (σ/r)⁶ over all distances, ``"cutoff"`` the
-#: same shifted to zero at ``REPULSION_RANGE · σ`` (:class:`CutoffRepulsion`).
-REPULSION_FORMS = ("power", "cutoff")
+#: same shifted to zero at ``REPULSION_RANGE · σ`` (:class:`CutoffRepulsion`), ``"edge"``
+#: shifted to zero at σ, the closest approach itself: ``(σ/r)⁶ − 1 + 6 (r − σ)/σ`` below
+#: it (1.6 kcal/mol at 0.8 σ, 5.7 at 0.7 σ, 18 at 0.6 σ), nothing wherever the data went.
+#: The other two forms add energy across the data (a pair near its σ), and a network
+#: trained on top learns to cancel it; on 1YRF it cancels the cutoff walls' energy with
+#: a slope of −1.2 over the teacher's frames, and carries that cancellation past the
+#: data, where it should hold the beads apart.
+REPULSION_FORMS = ("power", "cutoff", "edge")
 
 #: ``r_x / σ`` of the ``"cutoff"`` repulsion (its energy at σ is then 0.42 kcal/mol). On
 #: CLN025 teacher frames it sums to ~2 kcal/mol where the power form sums to ~98.
@@ -401,7 +408,7 @@ def fit_priors(
         it has further minima on that plateau (`non_native_minima`; 157 of the 169
         dihedral priors of the shipped 1YRF model). Degree 1, ``a cos(φ − φ_min)``, the
         teacher's own form, has exactly one minimum.
-    repulsion : {"power", "cutoff"}
+    repulsion : {"power", "cutoff", "edge"}
         Form of the repulsion (``REPULSION_FORMS``).
     repulsion_separation : int, optional
         Smallest bond-graph separation of a repelling pair; default the mapping's
@@ -446,5 +453,6 @@ def fit_priors(
         "angles": HarmonicAngles(system.angles, x0=angle_x0, k=angle_k),
         "dihedrals": FourierDihedrals(system.dihedrals, k1s=k1s, k2s=k2s, v0=v0),
         "repulsion": Repulsion(pairs, sigma=sigma) if repulsion == "power"
-        else CutoffRepulsion(pairs, sigma=sigma, cutoff=REPULSION_RANGE * sigma),
+        else CutoffRepulsion(pairs, sigma=sigma,
+                             cutoff=sigma if repulsion == "edge" else REPULSION_RANGE * sigma),
     }

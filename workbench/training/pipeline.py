@@ -73,7 +73,7 @@ class TrainSettings:
         give each pair its own interaction, as a structure-based teacher does; the model
         then holds for this one sequence only). None: ``"type"`` for a new model, and
         whatever the model of ``start_from`` has (a different one given is refused).
-    prior_repulsion : {"power", "cutoff"} or None
+    prior_repulsion : {"power", "cutoff", "edge"} or None
         Form of the fitted repulsion (:func:`~workbench.training.boltzmann_inversion.fit_priors`);
         None: ``"power"`` for new priors, and whatever the model of ``start_from`` has (a
         form given that differs from it is refused: continued priors are never refitted).
@@ -391,7 +391,9 @@ def _ensemble_frames(
 
 
 #: Repulsion prior class of each form of ``fit_priors``.
-_REPULSION_CLASSES = {"power": "Repulsion", "cutoff": "CutoffRepulsion"}
+_REPULSION_CLASSES = {
+    "power": "Repulsion", "cutoff": "CutoffRepulsion", "edge": "CutoffRepulsion",
+}
 
 
 def _starting_model(
