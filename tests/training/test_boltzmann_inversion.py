@@ -96,11 +96,17 @@ def test_priors_fitted_to_teacher_frames():
     assert (sigma > 2.0).all()
 
 
-def test_cutoff_repulsion_form_adds_little_at_the_data():
+def _repulsion_forms(form):
+    """The tiny system, teacher frames of it, and the repulsion fitted to them in the
+    default (power) form and in ``form``."""
     sys = tiny_system()
     data = generate_teacher_data(sys, teacher_potential(sys), [300.0], 4, 200, 10, seed=0)
     power = fit_priors(sys, data["positions"], 300.0)["repulsion"]
-    cutoff = fit_priors(sys, data["positions"], 300.0, repulsion="cutoff")["repulsion"]
+    return sys, data, power, fit_priors(sys, data["positions"], 300.0, repulsion=form)["repulsion"]
+
+
+def test_cutoff_repulsion_form_adds_little_at_the_data():
+    sys, data, power, cutoff = _repulsion_forms("cutoff")
     assert type(cutoff).__name__ == "CutoffRepulsion"
     assert torch.equal(cutoff.sigma, power.sigma)
     torch.testing.assert_close(cutoff.cutoff, REPULSION_RANGE * power.sigma)
@@ -116,10 +122,7 @@ def test_cutoff_repulsion_form_adds_little_at_the_data():
 
 
 def test_edge_repulsion_form_is_zero_on_the_data_and_a_wall_below_it():
-    sys = tiny_system()
-    data = generate_teacher_data(sys, teacher_potential(sys), [300.0], 4, 200, 10, seed=0)
-    power = fit_priors(sys, data["positions"], 300.0)["repulsion"]
-    edge = fit_priors(sys, data["positions"], 300.0, repulsion="edge")["repulsion"]
+    sys, data, power, edge = _repulsion_forms("edge")
     assert type(edge).__name__ == "CutoffRepulsion"
     assert torch.equal(edge.sigma, power.sigma) and torch.equal(edge.cutoff, edge.sigma)
     # no energy and no force on any frame it was fitted to: every pair is at or beyond σ
