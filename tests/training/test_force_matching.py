@@ -491,3 +491,24 @@ def test_a_per_bead_embedding_gives_every_bead_its_own_vector(data, tmp_path):
     with pytest.raises(ValueError, match="embedding must be one of"):
         train_potential(sys, teacher_potential(sys), data,
                         TrainSettings(fit=fit, progress=False, embedding="atom"), tmp_path / "x")
+
+
+def test_edge_walls_lie_below_the_teacher_frames_of_every_temperature(tmp_path):
+    sys = tiny_system()
+    teacher = teacher_potential(sys)
+    data = generate_teacher_data(sys, teacher, [300.0, 600.0], 4, 200, 10, seed=0)
+    fit = FitSettings(epochs=1, batch_size=20)
+
+    def walls(form):
+        settings = TrainSettings(schnet=small_config(**TINY), fit=fit, progress=False,
+                                 prior_repulsion=form)
+        (tmp_path / form).mkdir()
+        model, card = train_potential(sys, teacher, data, settings, tmp_path / form)
+        return model.priors["repulsion"].term_energies(data["positions"]), card["priors"]
+
+    edge, card = walls("edge")
+    # fitted on the 300-K and the 600-K frames alike: nothing on any frame trained on
+    assert card["repulsion_temperatures_K"] == [300.0, 600.0]
+    assert float(edge.abs().max()) < 1e-5
+    # the other forms keep their σ from the prior temperature's frames alone
+    assert walls("cutoff")[1]["repulsion_temperatures_K"] == [300.0]

@@ -386,6 +386,7 @@ def fit_priors(
     repulsion: str = "power",
     repulsion_separation: int | None = None,
     repulsion_grouping: str = "pair",
+    repulsion_positions: torch.Tensor | None = None,
 ) -> dict[str, PriorTerm]:
     """Bond, angle, dihedral and repulsion priors of ``system`` fitted to sampled frames.
 
@@ -417,6 +418,10 @@ def fit_priors(
         which otherwise only the angle and dihedral priors hold.
     repulsion_grouping : {"pair", "type", "name", "sequence", "touching"}
         Which pairs share one σ (:func:`repulsion_sigma`).
+    repulsion_positions : torch.Tensor, shape (M', n, 3), float, optional
+        Frames the repulsion's σ is fitted to; default ``positions``. The ``"edge"`` form
+        adds nothing on the frames it was fitted to, so given all the frames a network is
+        trained on (every temperature), it adds nothing on any of them.
 
     Returns
     -------
@@ -447,7 +452,10 @@ def fit_priors(
         phi, kT, term_groups(types, system.dihedrals, grouping), dihedral_degree
     )
     pairs = nonbonded_pairs(system, repulsion_separation)
-    sigma = repulsion_sigma(system, positions, pairs, repulsion_grouping)
+    sigma = repulsion_sigma(
+        system, positions if repulsion_positions is None else repulsion_positions.detach().cpu(),
+        pairs, repulsion_grouping,
+    )
     return {
         "bonds": HarmonicBonds(system.bonds, x0=bond_x0, k=bond_k),
         "angles": HarmonicAngles(system.angles, x0=angle_x0, k=angle_k),

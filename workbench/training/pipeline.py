@@ -187,11 +187,15 @@ def train_potential(
         repulsion = settings.prior_repulsion or "power"
         degree = 3 if settings.prior_dihedral_degree is None else settings.prior_dihedral_degree
         repulsion_grouping = settings.prior_repulsion_grouping or "pair"
+        # the edge walls lie below every teacher frame, of every temperature (the network
+        # is trained on all of them and so never meets a wall it would learn to cancel)
+        walled = ~sampled_mask(data) if repulsion == "edge" else at_prior_t
         priors = fit_priors(
             system, data["positions"][at_prior_t], prior_t, grouping=settings.prior_grouping,
             dihedral_degree=degree, repulsion=repulsion,
             repulsion_separation=settings.prior_repulsion_separation,
             repulsion_grouping=repulsion_grouping,
+            repulsion_positions=data["positions"][walled],
         )
         prior_settings = {
             "method": "Boltzmann inversion",
@@ -202,6 +206,7 @@ def train_potential(
             "repulsion_min_separation": settings.prior_repulsion_separation
             or MIN_SEPARATION[system.mapping],
             "repulsion_grouping": repulsion_grouping,
+            "repulsion_temperatures_K": sorted({round(float(t), 3) for t in temperature[walled]}),
             "dihedral_degree": degree,
             "terms": list(priors),
         }
