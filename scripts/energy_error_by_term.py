@@ -12,6 +12,9 @@ them the script prints:
 - the spread of each term of the model and of the teacher, and each one's correlation
   with that error: two large model terms that cancel (say SchNet against a prior) leave
   the error of their cancellation;
+- the least-squares slopes of SchNet's energy on the priors' energies, and those of its
+  target (teacher − priors): a slope near −1 on a prior term is a network that learned to
+  take that term's energy back over the data, and carries the habit past them;
 - the model's repulsion prior by bond separation of its pairs: energy mean and spread,
   and the share of pair distances inside its range (a prior fitted per pair repels pairs
   across the fold at the closest distance they reached in the training data);
@@ -50,6 +53,14 @@ def correlation(a: torch.Tensor, b: torch.Tensor) -> float:
     a, b = a.double() - a.double().mean(), b.double() - b.double().mean()
     scale = (a.square().sum() * b.square().sum()).sqrt()
     return float((a * b).sum() / scale) if scale > 0 else 0.0
+
+
+def prior_slopes(energy: torch.Tensor, priors: torch.Tensor) -> list[float]:
+    """Least-squares slopes of ``energy`` (M,) on the columns of ``priors`` (M, K), both
+    centred (energies are known up to a constant)."""
+    x = (priors - priors.mean(0)).double()
+    y = (energy - energy.mean()).double()[:, None]
+    return torch.linalg.lstsq(x, y).solution.flatten().tolist()
 
 
 def spread(values: torch.Tensor) -> dict:
@@ -105,7 +116,7 @@ def main() -> None:
         pairs = repulsion.index
         separation = graph_distances(system.n_beads, system.bonds)[pairs[:, 0], pairs[:, 1]]
         energy = repulsion.term_energies(positions)
-        inside = bond_lengths(positions, pairs) < REPULSION_RANGE * repulsion.sigma
+        inside = bond_lengths(positions, pairs) < _wall_range(repulsion)
         report["repulsion_by_separation"] = {}
         for low, high in SEPARATION_CLASSES:
             mask = separation >= low if high is None else (separation >= low) & (separation <= high)
@@ -122,15 +133,30 @@ def main() -> None:
                 **spread(refit(positions)),
                 "at_ends": {run: float(refit(end).mean()) for run, end in ends.items()},
             }
+    priors = [i for i, name in enumerate(model_names) if name != "schnet"]
+    if "schnet" in model_names and priors:
+        target = teacher_terms.sum(1) - model_terms[:, priors].sum(1)
+        report["slopes_on_priors"] = {
+            "terms": [model_names[i] for i in priors],
+            "schnet": prior_slopes(model_terms[:, 0], model_terms[:, priors]),
+            "target": prior_slopes(target, model_terms[:, priors]),
+        }
     print(json.dumps(report, indent=2))
     if args.out is not None:
         atomic_write_text(Path(args.out), json.dumps(report, indent=2) + "\n")
 
 
+def _wall_range(repulsion) -> torch.Tensor:
+    """Distance (P,) within which each pair of ``repulsion`` feels it: its cutoff, or for
+    the power form (all distances) the cutoff form's ``REPULSION_RANGE · σ``."""
+    return getattr(repulsion, "cutoff", REPULSION_RANGE * repulsion.sigma)
+
+
 def _repulsion_parameters(repulsion, sigma: torch.Tensor) -> dict:
-    """Parameters of a repulsion of ``repulsion``'s form with radii ``sigma``."""
+    """Parameters of a repulsion of ``repulsion``'s form (power, cutoff or edge: its own
+    ratio of cutoff to σ) with radii ``sigma``."""
     if hasattr(repulsion, "cutoff"):
-        return {"sigma": sigma, "cutoff": REPULSION_RANGE * sigma}
+        return {"sigma": sigma, "cutoff": _wall_range(repulsion) / repulsion.sigma * sigma}
     return {"sigma": sigma}
 
 

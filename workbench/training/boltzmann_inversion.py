@@ -36,7 +36,7 @@ from workbench.units import KB
 #: it (1.6 kcal/mol at 0.8 σ, 5.7 at 0.7 σ, 18 at 0.6 σ), nothing wherever the data went.
 #: The other two forms add energy across the data (a pair near its σ), and a network
 #: trained on top learns to cancel it; on 1YRF it cancels the cutoff walls' energy with
-#: a slope of −1.2 over the teacher's frames, and carries that cancellation past the
+#: a slope of −1.1 over the teacher's frames, and carries that cancellation past the
 #: data, where it should hold the beads apart.
 REPULSION_FORMS = ("power", "cutoff", "edge")
 
