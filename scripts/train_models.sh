@@ -95,6 +95,9 @@ train() {  # protein, training seconds, extra arguments
   [ -n "${REPULSION_GROUPING:-}" ] && set -- "$@" --repulsion-grouping "$REPULSION_GROUPING"
   # DIHEDRAL_DEGREE=1: dihedral priors of one harmonic, one minimum each (new priors only)
   [ -n "${DIHEDRAL_DEGREE:-}" ] && set -- "$@" --dihedral-degree "$DIHEDRAL_DEGREE"
+  # REFINE_PRIORS=1: bonds, angles and dihedrals refitted to the teacher's forces after the
+  # Boltzmann inversion, so SchNet is left the contacts (new priors only)
+  [ -n "${REFINE_PRIORS:-}" ] && set -- "$@" --refine-priors
   # EMBEDDING=bead: a SchNet embedding vector per bead, not per bead type (CONTINUE keeps
   # the model's own)
   [ -n "${EMBEDDING:-}" ] && set -- "$@" --embedding "$EMBEDDING"

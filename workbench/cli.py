@@ -269,6 +269,12 @@ def build_parser() -> argparse.ArgumentParser:
         "per dihedral, as the teacher's; new priors only)",
     )
     train.add_argument(
+        "--refine-priors", action="store_true",
+        help="after Boltzmann inversion, refit the bond, angle and dihedral priors to the "
+        "teacher's forces by linear least squares, so that SchNet is left the contacts "
+        "(new priors only)",
+    )
+    train.add_argument(
         "--embedding", default=None, choices=["type", "bead"],
         help="SchNet embedding: one vector per bead type (default, the CGSchNet convention) "
         "or one per bead of the chain (pair-specific interactions, as a structure-based "
@@ -1069,6 +1075,7 @@ def cmd_train(args) -> int:
         prior_repulsion_separation=args.repulsion_separation,
         prior_dihedral_degree=args.dihedral_degree,
         prior_repulsion_grouping=args.repulsion_grouping,
+        prior_refinement=args.refine_priors,
         embedding=args.embedding,
         validate_steps=args.validate_steps,
         validate_replicas=args.validate_replicas,

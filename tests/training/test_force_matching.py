@@ -379,6 +379,9 @@ def test_training_continues_from_a_saved_model(data, tmp_path):
                            prior_dihedral_degree=1)
     with pytest.raises(ValueError, match="leave out the dihedral degree"):
         train_potential(sys, teacher_potential(sys), data, other_series, tmp_path / "z")
+    refitted = replace(other_series, prior_dihedral_degree=None, prior_refinement=True)
+    with pytest.raises(ValueError, match="leave out the prior refinement"):
+        train_potential(sys, teacher_potential(sys), data, refitted, tmp_path / "z")
 
 
 def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
@@ -407,6 +410,7 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
     # one harmonic: one minimum per dihedral, at none of them far from native
     assert card["priors"]["dihedral_degree"] == 1
     assert card["priors"]["dihedrals_with_a_non_native_minimum"] == 0
+    assert "refinement" not in card["priors"]
     # a series of no harmonic is refused before any data or folder is made
     assert main(["train", "--data", str(data_file), "--dihedral-degree", "0", "--out",
                  str(tmp_path / "none"), *common]) == 2
@@ -428,9 +432,15 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
     # a spent wall limit: one batch is trained and the model is still saved
     common[common.index("--epochs") + 1] = "50"
     assert main(["train", "--data", str(data_file), "--wall-limit", "0", "--out",
-                 str(tmp_path / "c"), *common]) == 0
+                 str(tmp_path / "c"), "--refine-priors", *common]) == 0
     card = json.loads((tmp_path / "c" / "cln025.json").read_text())
     assert card["training"]["stopped_by_time_limit"] and card["training"]["epochs_run"] == 1
+    # the inverted bonded terms refitted to the teacher's forces leave SchNet less to learn
+    refinement = card["priors"]["refinement"]
+    assert refinement["terms"] == ["bonds", "angles", "dihedrals"] and refinement["frames"] == 8
+    assert (refinement["residual_force_rms_refined"]
+            < refinement["residual_force_rms_boltzmann"])
+    assert "refined by force matching" in card["priors"]["method"]
     assert "training ends 0 s from now (wall limit)" in capsys.readouterr().out
 
 

@@ -38,6 +38,7 @@ from workbench.training.force_matching import (
 )
 from workbench.training.model_card import build_model_card, write_model_card
 from workbench.training.online_ensemble import OnlineEnsemble, OnlineSettings
+from workbench.training.prior_refinement import refine_priors
 from workbench.training.relative_entropy import EnsembleSet, SamplerFrames, ensemble_sets
 from workbench.training.selection import selection_score
 from workbench.training.validate import force_rmse, validate_against_teacher
@@ -66,6 +67,11 @@ class TrainSettings:
         Which repulsion pairs share one σ
         (:func:`~workbench.training.boltzmann_inversion.repulsion_sigma`); None:
         ``"pair"``. Refused with ``start_from``.
+    prior_refinement : bool
+        Refit the Boltzmann-inverted bonds, angles and dihedrals to the teacher's forces
+        on all frames (:func:`~workbench.training.prior_refinement.refine_priors`), so that
+        SchNet is left the contacts and not the difference between those terms' free
+        energies and the teacher's own terms. Refused with ``start_from``.
     embedding : {"type", "bead"} or None
         What the SchNet embedding tells apart: the bead types of the mapping (``"type"``,
         the CGSchNet convention: beads of the same amino acid and kind share a vector), or
@@ -123,6 +129,7 @@ class TrainSettings:
     prior_repulsion_separation: int | None = None
     prior_dihedral_degree: int | None = None
     prior_repulsion_grouping: str | None = None
+    prior_refinement: bool = False
     embedding: str | None = None
     validate_steps: int = 0
     validate_replicas: int = 32
@@ -181,7 +188,8 @@ def train_potential(
     start = _starting_model(settings.start_from, system, teacher, settings.prior_repulsion,
                             settings.prior_repulsion_separation,
                             settings.prior_dihedral_degree,
-                            settings.prior_repulsion_grouping)
+                            settings.prior_repulsion_grouping,
+                            settings.prior_refinement)
     types = _embedding_types(system, start, settings.embedding)
     if start is None:
         repulsion = settings.prior_repulsion or "power"
@@ -210,6 +218,14 @@ def train_potential(
             "dihedral_degree": degree,
             "terms": list(priors),
         }
+        if settings.prior_refinement:
+            priors, refinement = refine_priors(
+                priors, data["positions"], data["forces"], seed=settings.fit.seed,
+                device=settings.fit.device,
+            )
+            prior_settings["method"] = ("Boltzmann inversion, then bonds, angles and "
+                                        "dihedrals refined by force matching")
+            prior_settings["refinement"] = refinement.card()
     else:
         priors = dict(start.priors)
         prior_settings = {"method": f"kept from {settings.start_from}", "terms": list(priors)}
@@ -409,11 +425,12 @@ def _starting_model(
     repulsion_separation: int | None = None,
     dihedral_degree: int | None = None,
     repulsion_grouping: str | None = None,
+    refinement: bool = False,
 ) -> Potential | None:
     """The model a run continues from, checked against the system, the teacher (the force
     targets must not change under it) and, when given, the repulsion form; None for none.
-    Its priors are kept, so a repulsion separation or grouping or a dihedral degree given
-    with it is refused."""
+    Its priors are kept, so a repulsion separation or grouping, a dihedral degree or a
+    refinement given with it is refused."""
     if path is None:
         return None
     start = load_potential(path)
@@ -425,7 +442,8 @@ def _starting_model(
         )
     refits = [name for name, value in (("repulsion separation", repulsion_separation),
                                        ("repulsion grouping", repulsion_grouping),
-                                       ("dihedral degree", dihedral_degree))
+                                       ("dihedral degree", dihedral_degree),
+                                       ("prior refinement", refinement or None))
               if value is not None]
     if refits:
         raise ValueError(f"{path} keeps its priors when continued: leave out the "
