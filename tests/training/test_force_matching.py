@@ -441,6 +441,7 @@ def test_cli_train_generates_then_reuses_data(tmp_path, capsys):
     assert (refinement["residual_force_rms_refined"]
             < refinement["residual_force_rms_boltzmann"])
     assert "refined by force matching" in card["priors"]["method"]
+    assert "bonded terms refined by force matching" in card["model"]
     assert "training ends 0 s from now (wall limit)" in capsys.readouterr().out
 
 

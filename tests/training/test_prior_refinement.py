@@ -45,6 +45,7 @@ def test_the_teachers_bonded_terms_are_recovered(chain):
                 assert torch.allclose(refined[name].state_dict()[key], value, atol=atol,
                                       rtol=1e-4), (name, key)
     assert refined["repulsion"] is priors["repulsion"]
+    assert refined["bonds"] is not priors["bonds"]  # new terms; the inverted ones unchanged
     assert list(refined) == list(priors)
     # the refitted dihedrals' minimum is zero, as the inverted ones'
     phi = torch.linspace(-torch.pi, torch.pi, 721, dtype=torch.float64)
@@ -56,8 +57,13 @@ def test_the_teachers_bonded_terms_are_recovered(chain):
 def test_the_residuals_are_those_of_the_forces(chain):
     sys, teacher, data, priors = chain
     positions, forces = data["positions"], data["forces"]
+    before = {name: {key: value.clone() for key, value in term.state_dict().items()}
+              for name, term in priors.items()}
     refined, report = refine_priors(priors, positions, forces, frames=10_000)
     assert report.frames == positions.shape[0]
+    for name, term in priors.items():  # the inverted priors are left as they were
+        for key, value in term.state_dict().items():
+            assert torch.equal(value, before[name][key])
 
     def rms(terms):
         return float((forces - _forces(sys, terms, positions)).double().square().mean().sqrt())

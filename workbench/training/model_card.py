@@ -55,7 +55,9 @@ def build_model_card(
     history = fit.history
     return {
         "protein": protein,
-        "model": "CGSchNet + priors fitted by Boltzmann inversion, trained by force matching",
+        "model": "CGSchNet + priors fitted by Boltzmann inversion"
+        + (", bonded terms refined by force matching" if "refinement" in prior_settings else "")
+        + ", trained by force matching",
         "teacher": teacher_metadata,
         "data": {
             "frames": int(data["positions"].shape[0]),

@@ -31,6 +31,7 @@ the contacts: pair terms, which it represents well.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -199,8 +200,10 @@ def refine_priors(
     generator = torch.Generator().manual_seed(seed)
     chosen = torch.randperm(positions.shape[0], generator=generator)[:frames]
     device = torch.device(device)
-    terms = [priors[name].to(device) for name in names]
-    kept_terms = [term.to(device) for name, term in priors.items() if name not in names]
+    # copies: Module.to moves a term in place, and the caller's priors stay where they are
+    terms = [copy.deepcopy(priors[name]).to(device) for name in names]
+    kept_terms = [copy.deepcopy(term).to(device) for name, term in priors.items()
+                  if name not in names]
     n = positions.shape[1]
     start = torch.cat([_start(term).reshape(-1) for term in terms])
     size = start.numel()
