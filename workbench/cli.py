@@ -1191,12 +1191,17 @@ def _validate_long_run(
     runs' final structures (``long_run["end_structures"]``)."""
     from workbench.md.simulation import checkpoint_positions
     from workbench.training.model_card import card_path, write_model_card
-    from workbench.training.validate import compare_end_structures, compare_runs, plot_long_runs
+    from workbench.training.validate import (
+        compare_end_structures,
+        compare_runs,
+        metrics_file,
+        plot_long_runs,
+    )
 
-    files = [Path(folder) / "metrics.csv" for folder in (model_run, teacher_run)]
-    for file in files:
-        if not file.is_file():
-            raise UsageError(f"--runs: no metrics.csv in {file.parent}")
+    try:
+        files = [metrics_file(folder) for folder in (model_run, teacher_run)]
+    except FileNotFoundError as error:
+        raise UsageError(f"--runs: {error}") from None
     long_run = compare_runs(*files, states=states)
     plot = Path(plot) if plot is not None else model.with_suffix(".long_run.png")
     if plot_long_runs({"model": files[0]}, files[1], plot, states):

@@ -4,13 +4,17 @@ complete card; only a card whose validation passed makes a model the default of 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from workbench.model.io import load_potential
 from workbench.models import shipped_model_file, shipped_model_path, validation_passed
 from workbench.system import build_system
+from workbench.teacher import state_thresholds
+from workbench.training.validate import compare_runs
 
+ROOT = Path(__file__).resolve().parents[2]
 PROTEINS = ["cln025", "2jof", "1yrf", "1enh", "2a3d"]
 
 
@@ -65,3 +69,22 @@ def test_validation_verdict_reads_every_check(tmp_path):
     assert not validation_passed(model)  # nothing checked
     card.write_text("{not json")
     assert not validation_passed(model)
+
+
+@pytest.mark.parametrize("protein", PROTEINS)
+def test_each_default_rests_on_a_long_run_reproduced_from_the_kept_metrics(protein):
+    """Every shipped model is the default, by a long run whose card figures come back from
+    the runs the repository keeps (model run and teacher run, gzipped)."""
+    path = shipped_model_file(protein)
+    long_run = json.loads(path.with_suffix(".json").read_text())["validation"]["long_run"]
+    assert shipped_model_path(protein) == path and validation_passed(path)
+    assert long_run["replicas"] == 64 and long_run["time_ps"] >= 1000
+    # the card may note after the path how the run was made: "PATH (...)"
+    runs = [ROOT / long_run[key].split(" (")[0] for key in ("model_run", "teacher_run")]
+    # a card written before the thresholds were recorded in it used the protein's own
+    states = tuple(long_run.get("states") or state_thresholds(protein))
+    again = compare_runs(*runs, states=states)
+    for key in ("q_intersection", "folded_teacher", "folded_model", "time_ps"):
+        assert again[key] == pytest.approx(long_run[key], abs=1e-6), key
+    assert again["passes"] == long_run["passes"]
+    assert (ROOT / long_run["plot"]).is_file()

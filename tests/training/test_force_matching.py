@@ -339,7 +339,7 @@ def test_training_continues_from_a_saved_model(data, tmp_path):
     sys = tiny_system()
     fit = FitSettings(epochs=2, batch_size=20)
     first = TrainSettings(schnet=small_config(**TINY), fit=fit, progress=False)
-    model, _ = train_potential(sys, teacher_potential(sys), data, first, tmp_path)
+    model, first_card = train_potential(sys, teacher_potential(sys), data, first, tmp_path)
     more = TrainSettings(
         schnet=small_config(), fit=FitSettings(epochs=1, batch_size=20, learning_rate=0.0),
         progress=False, start_from=str(tmp_path / "cln025.pt"),
@@ -351,7 +351,10 @@ def test_training_continues_from_a_saved_model(data, tmp_path):
         assert torch.equal(a, b), name
     assert resumed.schnet.config == model.schnet.config  # the saved sizes, not TrainSettings'
     assert card["training"]["continued_from"]["epochs_before"] == 2
-    assert card["priors"]["method"].startswith("kept from")
+    # the card keeps the record of how the priors were fitted, and where they came from
+    assert card["priors"]["method"] == first_card["priors"]["method"] == "Boltzmann inversion"
+    assert card["priors"]["repulsion_pairs"] == first_card["priors"]["repulsion_pairs"]
+    assert card["priors"]["kept_from"] == [str(tmp_path / "cln025.pt")]
     with open(tmp_path / "cln025.log.csv", newline="") as handle:
         assert [row["epoch"] for row in csv.DictReader(handle)] == ["1", "2", "3"]
     bare = tmp_path / "other.pt"

@@ -5,6 +5,7 @@ they gate the default model)."""
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 import re
@@ -172,6 +173,11 @@ def test_cli_counts_a_proteins_states_with_its_thresholds(tmp_path, capsys):
     breathing = torch.tensor([[0.55, 0.2] * 6] * 2)
     for name in ("model", "teacher"):
         write_metrics(tmp_path / name / "metrics.csv", breathing)
+    # a run kept gzipped, as in the repository, is read as it is
+    plain = tmp_path / "teacher" / "metrics.csv"
+    with gzip.open(plain.with_suffix(".csv.gz"), "wb") as packed:
+        packed.write(plain.read_bytes())
+    plain.unlink()
     args = ["validate", "--model", str(model), "--runs", str(tmp_path / "model"),
             str(tmp_path / "teacher")]
     assert main(args) == 0
@@ -179,6 +185,7 @@ def test_cli_counts_a_proteins_states_with_its_thresholds(tmp_path, capsys):
     assert "(10, 12) (fold, unfold; Q 0.5 / 0.3)" in out and re.search(r"verdict +\| pass", out)
     long_run = json.loads((tmp_path / "2jof.json").read_text())["validation"]["long_run"]
     assert long_run["states"] == [0.5, 0.3] and all(long_run["passes"].values())
+    assert long_run["teacher_run"] == str(tmp_path / "teacher" / "metrics.csv.gz")
 
 
 def test_cli_records_a_long_run_that_gates_the_default(tmp_path, capsys):
@@ -221,7 +228,7 @@ def test_cli_records_a_long_run_that_gates_the_default(tmp_path, capsys):
     assert validation_passed(model) and f"plot      | {elsewhere}" in capsys.readouterr().out
     assert elsewhere.read_bytes()[:8] == PNG_SIGNATURE
     assert main([*runs, str(tmp_path / "none"), str(tmp_path / "teacher")]) == 2
-    assert "no metrics.csv in" in capsys.readouterr().err
+    assert "no metrics.csv or metrics.csv.gz in" in capsys.readouterr().err
     # with both runs' checkpoints: the two potentials at the runs' final structures
     for name in ("good", "teacher"):
         sim = Simulation(tiny_system(), potential, replicas=2, seed=1,

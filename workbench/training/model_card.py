@@ -22,6 +22,59 @@ def card_path(model_path: str | os.PathLike) -> Path:
     return Path(model_path).with_suffix(".json")
 
 
+def model_description(prior_settings: dict) -> str:
+    """The card's one-line ``model``: how the priors were made (``prior_settings`` is the
+    card's priors record) and how CGSchNet was trained."""
+    refined = ", bonded terms refined by force matching" if "refinement" in prior_settings else ""
+    return f"CGSchNet + priors fitted by Boltzmann inversion{refined}, trained by force matching"
+
+
+def kept_prior_settings(start_from: str | os.PathLike, terms: list[str]) -> dict:
+    """The priors record of a model whose priors were kept from the model ``start_from``.
+
+    It is the record of the model that fitted them, read from the cards along the way,
+    with ``kept_from`` listing the models they passed through (``start_from`` first).
+    Cards of older continued models recorded only ``"method": "kept from PATH"``; such a
+    card is followed to PATH's card. Where no card with the fit is found, ``method``
+    says so.
+
+    Parameters
+    ----------
+    start_from : str or path
+        The model file training continued from.
+    terms : list of str
+        The prior terms (``list(priors)``).
+
+    Returns
+    -------
+    dict
+        JSON-able: the fit's fields, ``kept_from`` and ``terms``.
+    """
+    chain = [str(start_from)]
+    record = _card_priors(start_from)
+    while record is not None and str(record.get("method", "")).startswith("kept from "):
+        earlier = record["method"].removeprefix("kept from ")
+        if earlier in chain:  # a card naming a model already passed: no fit to find
+            record = None
+            break
+        chain.append(earlier)
+        record = _card_priors(earlier)
+    record = dict(record) if record is not None else {
+        "method": f"kept from {chain[-1]} (no card records how they were fitted)"
+    }
+    chain += [path for path in record.pop("kept_from", []) if path not in chain]
+    record.pop("dihedrals_with_a_non_native_minimum", None)  # recounted for the new card
+    return {**record, "kept_from": chain, "terms": list(terms)}
+
+
+def _card_priors(model_path: str | os.PathLike) -> dict | None:
+    """The priors record of the card beside ``model_path``, or None without one."""
+    path = card_path(model_path)
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text()).get("priors")
+
+
 def build_model_card(
     protein: str,
     teacher_metadata: dict,
@@ -55,9 +108,7 @@ def build_model_card(
     history = fit.history
     return {
         "protein": protein,
-        "model": "CGSchNet + priors fitted by Boltzmann inversion"
-        + (", bonded terms refined by force matching" if "refinement" in prior_settings else "")
-        + ", trained by force matching",
+        "model": model_description(prior_settings),
         "teacher": teacher_metadata,
         "data": {
             "frames": int(data["positions"].shape[0]),

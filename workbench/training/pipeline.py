@@ -36,7 +36,11 @@ from workbench.training.force_matching import (
     prior_labels,
     train_force_matching,
 )
-from workbench.training.model_card import build_model_card, write_model_card
+from workbench.training.model_card import (
+    build_model_card,
+    kept_prior_settings,
+    write_model_card,
+)
 from workbench.training.online_ensemble import OnlineEnsemble, OnlineSettings
 from workbench.training.prior_refinement import refine_priors
 from workbench.training.relative_entropy import EnsembleSet, SamplerFrames, ensemble_sets
@@ -228,7 +232,7 @@ def train_potential(
             prior_settings["refinement"] = refinement.card()
     else:
         priors = dict(start.priors)
-        prior_settings = {"method": f"kept from {settings.start_from}", "terms": list(priors)}
+        prior_settings = kept_prior_settings(settings.start_from, list(priors))
     if isinstance(priors.get("dihedrals"), FourierDihedrals):
         native = torsions(system.native_positions[None].double(), system.dihedrals)[0]
         prior_settings["dihedrals_with_a_non_native_minimum"] = int(

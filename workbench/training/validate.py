@@ -15,6 +15,7 @@ Plots need matplotlib, which is optional.
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -93,7 +94,7 @@ def run_states(path: str | Path, basin: tuple[float, float] | None = None) -> di
     Parameters
     ----------
     path : str or Path
-        A ``workbench run`` output folder or its ``metrics.csv``.
+        A ``workbench run`` output folder or its metrics (`metrics_file`).
     basin : (float, float), optional
         Thresholds ``(high, low)`` of a native basin that sits below ``FOLDED_Q`` (a teacher
         whose contacts breathe at 300 K): adds ``basin_fraction`` (Q > high) and
@@ -109,7 +110,7 @@ def run_states(path: str | Path, basin: tuple[float, float] | None = None) -> di
         two separated peaks, a downhill one a single broad peak.
     """
     path = Path(path)
-    q, _, time_ps = series_from_metrics(path / "metrics.csv" if path.is_dir() else path)
+    q, _, time_ps = series_from_metrics(metrics_file(path) if path.is_dir() else path)
     folding, unfolding = count_transitions(q)
     histogram = torch.histc(q.double(), bins=10, min=0.0, max=1.0)
     states = {
@@ -218,6 +219,18 @@ def compare_q(
     }
 
 
+def metrics_file(folder: str | Path) -> Path:
+    """The metrics CSV of the ``workbench run`` output folder ``folder``.
+
+    ``metrics.csv`` where it is there, else ``metrics.csv.gz`` (runs kept in the
+    repository are gzipped); FileNotFoundError naming the folder where neither is.
+    """
+    for name in ("metrics.csv", "metrics.csv.gz"):
+        if (Path(folder) / name).is_file():
+            return Path(folder) / name
+    raise FileNotFoundError(f"no metrics.csv or metrics.csv.gz in {folder}")
+
+
 def series_from_metrics(path: str | Path) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Q and CA RMSD of every replica at every save of a run's metrics CSV.
 
@@ -225,7 +238,7 @@ def series_from_metrics(path: str | Path) -> tuple[torch.Tensor, torch.Tensor, f
     ----------
     path : str or Path
         ``metrics.csv`` written by ``workbench run`` (rows of step and replica; a resumed
-        run's repeated rows count once).
+        run's repeated rows count once), or that file gzipped (``.gz``).
 
     Returns
     -------
@@ -233,7 +246,8 @@ def series_from_metrics(path: str | Path) -> tuple[torch.Tensor, torch.Tensor, f
     time_ps : float
         Simulated time of the last save.
     """
-    with open(path, newline="") as handle:
+    opener = gzip.open if Path(path).suffix == ".gz" else open
+    with opener(path, "rt", newline="") as handle:
         rows = {(int(r["step"]), int(r["replica"])): r for r in csv.DictReader(handle)}
     if not rows:
         raise ValueError(f"{path} holds no metrics rows")
