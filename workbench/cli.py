@@ -838,6 +838,14 @@ def cmd_bench(args) -> int:
     return 1 if failures else 0
 
 
+def _extra_frames_held(origin: dict) -> set[str]:
+    """Which extra frames (``noise``, ``compaction``, ``cold``) a saved data set holds, by
+    its ``origin`` record, through the saved data sets it was made from."""
+    held = {kind for kind in ("noise", "compaction", "cold") if kind in origin}
+    earlier = origin.get("saved_data")
+    return held | (_extra_frames_held(earlier) if isinstance(earlier, dict) else set())
+
+
 def _floats(text: str) -> list[float]:
     return [float(t) for t in text.split(",") if t.strip()]
 
@@ -945,11 +953,20 @@ def cmd_train(args) -> int:
         )
         for runs in (args.sampler_start, args.online_start)
     )
+    saved = None if args.data is None else load_teacher_data(args.data)
+    if saved is not None:
+        # the same seed would add the very same frames again, each then counted twice
+        held = _extra_frames_held(saved[1].get("origin", {}))
+        for kind, option, given in (("noise", "--noise", noise), ("compaction", "--compact",
+                                    compact), ("cold", "--cold", cold)):
+            if given is not None and kind in held:
+                raise UsageError(f"{args.data} already holds the frames of {option} (added "
+                                 f"when it was saved): leave out {option}, or they count twice")
     out = ensure_writable_folder(args.out)
     origin: dict = {}
     sampler = None
-    if args.data is not None:
-        data, metadata = load_teacher_data(args.data)
+    if saved is not None:
+        data, metadata = saved
         teacher = teacher_potential(system, metadata["epsilon"], metadata["dihedral_ratio"],
                                     metadata.get("contact_separation"),
                                     metadata.get("contact_barrier"))

@@ -74,6 +74,18 @@ def test_cli_train_adds_displaced_frames_kept_out_of_the_priors(tmp_path, capsys
                                      "left_out": 0, "max_force": 1000.0}
     data, _ = load_teacher_data(tmp_path / "data.pt")
     assert data["sampled"].tolist() == [False] * 16 + [True] * 16
+    # the saved data hold them: the same copies are not added to them twice
+    again = ["train", "--data", str(tmp_path / "data.pt"), "--out", str(tmp_path / "d")]
+    assert main([*again, "--noise", "0.1", *common]) == 2
+    assert "already holds the frames of --noise" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+    resaved = tmp_path / "resaved.pt"
+    assert main([*again, "--save-data", str(resaved), *common]) == 0
+    assert "32 (16 from --sampler" in capsys.readouterr().out
+    # nor to data saved again from them (the record goes back through each saving)
+    assert main(["train", "--data", str(resaved), "--noise", "0.2", "--out",
+                 str(tmp_path / "e"), *common]) == 2
+    assert f"{resaved} already holds the frames of --noise" in capsys.readouterr().err
     # a limit below thermal forces leaves every displaced frame out, and says so
     assert main(["train", "--generate", "--noise", "0.3", "--sampler-max-force", "1e-3",
                  "--out", str(tmp_path / "b"), *common]) == 0
