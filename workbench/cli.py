@@ -957,8 +957,9 @@ def cmd_train(args) -> int:
     if saved is not None:
         # the same seed would add the very same frames again, each then counted twice
         held = _extra_frames_held(saved[1].get("origin", {}))
-        for kind, option, given in (("noise", "--noise", noise), ("compaction", "--compact",
-                                    compact), ("cold", "--cold", cold)):
+        requested = {"noise": ("--noise", noise), "compaction": ("--compact", compact),
+                     "cold": ("--cold", cold)}
+        for kind, (option, given) in requested.items():
             if given is not None and kind in held:
                 raise UsageError(f"{args.data} already holds the frames of {option} (added "
                                  f"when it was saved): leave out {option}, or they count twice")
