@@ -1156,7 +1156,7 @@ def model_and_teacher(path: str):
 
 def cmd_validate(args) -> int:
     from workbench.runner import resolve_device
-    from workbench.training.model_card import card_path, write_model_card
+    from workbench.training.model_card import card_path, read_model_card, write_model_card
     from workbench.training.validate import validate_against_teacher
 
     potential, system, teacher = model_and_teacher(args.model)
@@ -1175,8 +1175,7 @@ def cmd_validate(args) -> int:
         max(1, args.steps // 1000), device, args.seed,
         plot_path=f"{stem}.validation.png", series_path=f"{stem}.validation.pt",
     )
-    card_file = card_path(model)
-    card = json.loads(card_file.read_text()) if card_file.is_file() else {}
+    card = read_model_card(model)
     previous = card.get("validation") or {}
     # kept: the force error on held-out teacher frames (training) and a long run
     for key in ("force_rmse", "long_run"):
@@ -1194,7 +1193,7 @@ def cmd_validate(args) -> int:
             f"teacher {tuple(result['events_teacher'])} model {tuple(result['events_model'])}: "
             f"{verdict}",
         ))
-    rows.append(("card", str(card_file)))
+    rows.append(("card", str(card_path(model))))
     print(_summary_table(rows))
     return 0
 
@@ -1208,7 +1207,7 @@ def _validate_long_run(
     model potential, teacher)`` and both runs' checkpoints, also the two potentials at the
     runs' final structures (``long_run["end_structures"]``)."""
     from workbench.md.simulation import checkpoint_positions
-    from workbench.training.model_card import card_path, write_model_card
+    from workbench.training.model_card import card_path, read_model_card, write_model_card
     from workbench.training.validate import (
         compare_end_structures,
         compare_runs,
@@ -1231,8 +1230,7 @@ def _validate_long_run(
             system, potential, teacher,
             *(checkpoint_positions(file, system) for file in checkpoints),
         )
-    card_file = card_path(model)
-    card = json.loads(card_file.read_text()) if card_file.is_file() else {}
+    card = read_model_card(model)
     card["validation"] = {**(card.get("validation") or {}), "long_run": long_run}
     write_model_card(card, model)
     failed = [name for name, ok in long_run["passes"].items() if not ok]
@@ -1270,7 +1268,7 @@ def _validate_long_run(
         ))
     rows += [
         ("plot", long_run.get("plot", "none (matplotlib is not installed)")),
-        ("card", str(card_file)),
+        ("card", str(card_path(model))),
     ]
     print(_summary_table(rows))
     return 0
@@ -1281,7 +1279,7 @@ def cmd_fit_scales(args) -> int:
     from workbench.model.io import save_potential
     from workbench.runner import resolve_device
     from workbench.training.energy_scales import fit_energy_scales, sample_frames, scale_terms
-    from workbench.training.model_card import card_path, write_model_card
+    from workbench.training.model_card import card_path, read_model_card, write_model_card
 
     out = Path(args.out)
     if out.resolve() == Path(args.model).resolve():
@@ -1346,8 +1344,7 @@ def cmd_fit_scales(args) -> int:
              for name in {**earlier, **fit.scales}}
     scaled.metadata = {**potential.metadata, "energy_scales": total}
     save_potential(scaled, out)
-    source_card = card_path(args.model)
-    card = json.loads(source_card.read_text()) if source_card.is_file() else {}
+    card = read_model_card(args.model)
     card.pop("validation", None)  # it was the unscaled model's
     card["energy_scales"] = record
     write_model_card(card, out)

@@ -69,10 +69,7 @@ def kept_prior_settings(start_from: str | os.PathLike, terms: list[str]) -> dict
 
 def _card_priors(model_path: str | os.PathLike) -> dict | None:
     """The priors record of the card beside ``model_path``, or None without one."""
-    path = card_path(model_path)
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text()).get("priors")
+    return read_model_card(model_path).get("priors")
 
 
 def build_model_card(
@@ -135,6 +132,12 @@ def build_model_card(
         },
         "validation": validation,
     }
+
+
+def read_model_card(model_path: str | os.PathLike) -> dict:
+    """The card next to ``model_path`` (see :func:`card_path`); ``{}`` where it has none."""
+    path = card_path(model_path)
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def write_model_card(card: dict, model_path: str | os.PathLike) -> Path:
