@@ -28,6 +28,10 @@ class FakeSimulation:
         Raise when asked to step with non-baseline options.
     warn_fused : bool
         Warn when stepping with non-baseline options.
+    system : CGSystem, optional
+        A real system: the replicas start at its native structure and every step moves
+        each bead by up to ``jitter`` Å (so neighbours come and go); ``beads`` is ignored.
+    jitter : float
     """
 
     def __init__(
@@ -38,14 +42,22 @@ class FakeSimulation:
         fail_at=None,
         refuse_fused=False,
         warn_fused=False,
+        system=None,
+        jitter=0.05,
     ):
         self.replicas = replicas
         self.device = torch.device("cpu")
         self.options = KernelOptions()
         self.step_count = 0
-        self.positions = torch.arange(replicas * beads * 3, dtype=torch.float32).reshape(
-            replicas, beads, 3
-        )
+        self.system = system
+        if system is None:
+            self.positions = torch.arange(replicas * beads * 3, dtype=torch.float32).reshape(
+                replicas, beads, 3
+            )
+        else:
+            self.positions = system.native_positions.cpu().repeat(replicas, 1, 1)
+        self.jitter = jitter
+        self._noise = torch.Generator().manual_seed(0)
         self.potential = SimpleNamespace(cutoff=10.0)
         self.graph = None
         self.step_seconds = step_seconds
@@ -66,6 +78,9 @@ class FakeSimulation:
                 warnings.warn("`torch.jit.script` is deprecated", DeprecationWarning, stacklevel=2)
             if self.step_seconds:
                 time.sleep(self.step_seconds)
+            if self.system is not None:
+                noise = torch.rand(self.positions.shape, generator=self._noise) - 0.5
+                self.positions += 2 * self.jitter * noise
             self.step_count += 1
             self.options_seen.append(replace(self.options))
 

@@ -3,7 +3,9 @@
 Start JupyterLab on a free port with a scratch HOME and a token, open a copy of
 01-quickstart, run all cells, press Start, then check what a user would see: plotly
 figures with data, a non-blank NGL canvas, the Start button changed, and no widget
-error. Screenshots go to ``artifacts/browser/``. See shared/design/WORKBENCH-NOTES.md.
+error. Then two longer runs, each recording more frames than the panels keep (so the
+adjacency slider shrinks while it is drawn), must reach their last step: a workbench that
+hangs fails here. Screenshots go to ``artifacts/browser/``.
 """
 
 from __future__ import annotations
@@ -149,6 +151,29 @@ def _line_traces_with_data(page) -> int:
     return sum(1 for d in paths if d and re.search(r"[LC]", d))
 
 
+#: Steps (one frame each) of the long runs: more than the 200 frames the panels keep.
+LONG_RUN_STEPS = 260
+
+
+def _set_number(page, label: str, value: int) -> None:
+    """Type ``value`` into the Launch panel's number field called ``label``."""
+    field = page.locator(
+        f".jp-OutputArea-output .widget-inline-hbox:has(label:text-is('{label}')) input"
+    ).first
+    field.fill(str(value))
+    field.press("Enter")
+
+
+def _run_to_the_end(page, start, steps: int, timeout_ms: int = 240000) -> None:
+    """Press Start, see the new run begin, and wait until the status line says it finished
+    ``steps`` steps."""
+    finished = f"""() => [...document.querySelectorAll('.jp-OutputArea-output .widget-html')]
+                        .some(e => e.innerText.includes('finished {steps} steps'))"""
+    start.first.click()
+    page.wait_for_function(f"() => !({finished})()", timeout=60000)
+    page.wait_for_function(finished, timeout=timeout_ms)
+
+
 def test_quickstart_runs_in_jupyterlab(lab):
     from playwright.sync_api import sync_playwright
 
@@ -200,6 +225,19 @@ def test_quickstart_runs_in_jupyterlab(lab):
             data_url_length = canvas.evaluate("c => c.toDataURL().length")
             svgs = page.locator(".jp-OutputArea-output .main-svg").count()
             traces = _line_traces_with_data(page)
+
+            # long runs, twice: the frame buffer thins past 200 frames and a new run
+            # shrinks the adjacency slider again; a hang never says "finished"
+            page.wait_for_function(
+                """() => [...document.querySelectorAll('.jp-OutputArea-output button')]
+                        .some(b => b.innerText.includes('Start new run'))""",
+                timeout=240000,
+            )
+            _set_number(page, "steps", LONG_RUN_STEPS)
+            _set_number(page, "save interval", 1)
+            _run_to_the_end(page, start, LONG_RUN_STEPS)
+            _run_to_the_end(page, start, LONG_RUN_STEPS)
+            page.screenshot(path=str(ARTIFACTS / "05-after-long-runs.png"), full_page=True)
         finally:
             (ARTIFACTS / "console.log").write_text("\n".join(console))
             browser.close()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import html
+import threading
 
 import ipywidgets as ipw
 import numpy as np
@@ -78,7 +80,10 @@ class AdjacencyPanel(LivePanel):
         self.counts.add_scatter(mode="lines+markers", name="edges")
         self.counts.update_layout(width=460)
         self._count_cache: dict[tuple, int] = {}
-        for control in (self.replica, self.level, self.source_choice, self.diff):
+        self._moving_slider: int | None = None  # thread fitting the slider to the frames
+        self._frame_steps: list[int] = []
+        self._shown_step = 0
+        for control in (self.replica, self.level, self.source_choice, self.diff, self.follow):
             control.observe(lambda _: self.refresh(), names="value")
         self.frame.observe(self._on_frame, names="value")
         self.set_body(
@@ -92,11 +97,18 @@ class AdjacencyPanel(LivePanel):
             self.attach(controller)
 
     def attach(self, source) -> None:
-        """Follow a new run (cached edge counts of the previous one are dropped)."""
+        """Follow a new run from its newest frame (the previous run's edge counts are
+        dropped)."""
         self._count_cache.clear()
+        self._frame_steps, self._shown_step = [], 0
+        self.follow.value = True
         super().attach(source)
 
     def _on_frame(self, change) -> None:
+        if self._moving_slider == threading.get_ident():
+            return  # the panel's own move (another thread's is the user's)
+        if change["new"] < len(self._frame_steps):
+            self._shown_step = self._frame_steps[change["new"]]
         if change["new"] != self.frame.max:
             self.follow.value = False
         self.refresh()
@@ -112,7 +124,7 @@ class AdjacencyPanel(LivePanel):
         frames = self.source.frames()
         if not frames:
             return
-        self._update_slider(len(frames))
+        self._update_slider([step for step, _ in frames])
         replica, level = self.replica.value, self.level.value
         labels = self._labels(system, level)
         if self.source_choice.value == GRAPH:
@@ -150,13 +162,30 @@ class AdjacencyPanel(LivePanel):
             )
         self._draw_counts(frames, system, snapshot.cutoff, replica, level)
 
-    def _update_slider(self, count: int) -> None:
-        if self.frame.max != count - 1:
-            self.frame.max = count - 1
-        if self.follow.value and self.frame.value != count - 1:
-            self.frame.unobserve(self._on_frame, names="value")
-            self.frame.value = count - 1
-            self.frame.observe(self._on_frame, names="value")
+    def _update_slider(self, steps: list[int]) -> None:
+        """Fit the frame slider to the recorded frames without calling back into the panel.
+
+        Following, the slider sits on the newest frame. Otherwise it stays on the step the
+        user chose: when the frames were thinned, on the latest kept frame at or before it.
+        """
+        last = len(steps) - 1
+        if self.follow.value:
+            index = last
+        else:
+            index = max(0, bisect.bisect_right(steps, self._shown_step) - 1)
+        self._frame_steps = steps
+        self._moving_slider = threading.get_ident()
+        try:
+            if index > self.frame.max:
+                self.frame.max = last
+                self.frame.value = index
+            else:
+                self.frame.value = index
+                self.frame.max = last
+        finally:
+            self._moving_slider = None
+        if self.follow.value:
+            self._shown_step = steps[last]
 
     @staticmethod
     def _labels(system, level: str) -> list[str]:
@@ -193,6 +222,8 @@ class AdjacencyPanel(LivePanel):
             for (step, _), count in zip(missing, counts, strict=True):
                 self._count_cache[(step, replica, level)] = int(count)
         steps = [s for s, _ in frames]
+        kept = set(steps)
+        self._count_cache = {k: v for k, v in self._count_cache.items() if k[0] in kept}
         with self.counts.batch_update():
             self.counts.data[0].x = steps
             self.counts.data[0].y = [self._count_cache[(s, replica, level)] for s in steps]

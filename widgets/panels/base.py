@@ -1,4 +1,11 @@
-"""Common behaviour of panels that follow a run: throttled refreshes from any thread."""
+"""Common behaviour of panels that follow a run: throttled refreshes from any thread.
+
+A redraw may change a widget whose observer asks for another redraw of the same panel
+(a slider whose maximum shrinks clamps its value, and the value's observer refreshes).
+Refreshes therefore never wait for each other: a request made while a redraw is under way,
+on any thread, marks the panel stale, and the thread that is drawing draws once more when
+it is done. No lock is held while a widget changes, so no request can deadlock.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +23,10 @@ class LivePanel(ipw.VBox):
     Subclasses implement :meth:`update` and lay themselves out with :meth:`set_body`.
     Refreshes arrive from the run's thread and are throttled to one per
     ``refresh_interval`` seconds; a skipped refresh is made up for later by a timer, so
-    the last state is always drawn. A failing redraw shows its message in the panel.
+    the last state is always drawn. Refreshes requested during a redraw (from an observer
+    of a widget the redraw changed, or from another thread) are folded into one more
+    redraw by the drawing thread; :meth:`refresh` never blocks. A failing redraw shows its
+    message in the panel.
 
     Parameters
     ----------
@@ -30,7 +40,9 @@ class LivePanel(ipw.VBox):
         super().__init__(**kwargs)
         self.source = None
         self._throttle = Throttle(refresh_interval)
-        self._draw_lock = threading.Lock()
+        self._state_lock = threading.Lock()  # guards the two flags below, never a redraw
+        self._drawing = False
+        self._stale = False
         self._timer: threading.Timer | None = None
         self.error_html = ipw.HTML()
 
@@ -48,20 +60,50 @@ class LivePanel(ipw.VBox):
         self.refresh()
 
     def refresh(self) -> None:
-        """Redraw from the source's current snapshot (nothing without a source)."""
+        """Redraw from the source's current snapshot (nothing without a source).
+
+        Returns at once when another redraw is under way: that one draws again after it
+        finishes, from the snapshot of that moment.
+        """
         if self.source is None:
             return
-        with self._draw_lock:
-            try:
-                self.update(self.source.snapshot())
-            except Exception as exc:  # noqa: BLE001 - shown in the panel, never swallowed
-                self.error_html.value = (
-                    "<span style='color:#b00020'>display error: "
-                    f"{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</span>"
-                )
-            else:
-                if self.error_html.value:
-                    self.error_html.value = ""
+        with self._state_lock:
+            self._stale = True
+            if self._drawing:
+                return
+            self._drawing = True
+        try:
+            while True:
+                with self._state_lock:
+                    if not self._stale:
+                        self._drawing = False
+                        return
+                    self._stale = False
+                self._draw()
+        except BaseException:
+            with self._state_lock:
+                self._drawing = False
+            raise
+
+    @property
+    def drawing(self) -> bool:
+        """True while a redraw is under way."""
+        return self._drawing
+
+    def _draw(self) -> None:
+        source = self.source
+        if source is None:
+            return
+        try:
+            self.update(source.snapshot())
+        except Exception as exc:  # noqa: BLE001 - shown in the panel, never swallowed
+            self.error_html.value = (
+                "<span style='color:#b00020'>display error: "
+                f"{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</span>"
+            )
+        else:
+            if self.error_html.value:
+                self.error_html.value = ""
 
     def update(self, snapshot) -> None:
         """Draw ``snapshot``."""
