@@ -3,7 +3,7 @@
 Start JupyterLab on a free port with a scratch HOME and a token, open a copy of
 01-quickstart, run all cells, press Start, then check what a user would see: plotly
 figures with data, a non-blank NGL canvas, the Start button changed, and no widget
-error. Screenshots go to ``artifacts/browser/``. See shared/design/WORKBENCH-NOTES.md.
+error. Screenshots go to ``artifacts/browser/``. See docs/browser-test.md.
 """
 
 from __future__ import annotations
