@@ -40,9 +40,9 @@ def test_a_page_carries_the_cards_figures_plot_and_defects(tmp_path):
     (tmp_path / "docs" / "models" / "cln025-v1.long-run.png").write_bytes(b"png")
     page = model_page(CARD, Path("cln025-v1.pt"), tmp_path / "docs" / "models", tmp_path)
     assert page.startswith("<!-- generated") and "# CLN025: `cln025-v1`" in page
-    for text in ("| training frames | 215,040 |", "| epsilon | 0.104 |",
+    for text in ("| training frames | 215,040 |", "| epsilon | 0.1041 |",
                  "| validation force RMSE (kcal/mol/Å) | 0.471 |",
-                 "| final learning rate | 0.0003 |",
+                 "| final learning rate | 0.0003 |", "| data temperatures (K) | 300 / 360 |",
                  "| Q-histogram intersection, model vs teacher | 0.961 |",
                  "| folding / unfolding events, model | 687 / 693 |",
                  "0.1, 0.2 Å on 10% of the frames, 5,690 kept",

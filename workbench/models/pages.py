@@ -41,8 +41,8 @@ _END_ROWS = [
 
 
 def _value(value) -> str:
-    """A card value as table text: floats to three decimals (≥ 100 whole, < 0.01 two
-    significant digits), lists joined by " / "."""
+    """A measured card value as table text: floats to three decimals (≥ 100 whole, < 0.01
+    two significant digits), lists joined by " / "."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
@@ -54,6 +54,15 @@ def _value(value) -> str:
     if isinstance(value, list):
         return " / ".join(_value(item) for item in value)
     return "–" if value is None else str(value)
+
+
+def _setting(value) -> str | None:
+    """A recipe setting as written (``0.1041``, ``10``), not rounded like a measurement."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return " / ".join(_setting(item) for item in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _table(rows: list[tuple[str, object]]) -> list[str]:
@@ -71,28 +80,28 @@ def _recipe(card: dict) -> list[str]:
     rows = [
         ("training frames", data["frames"]),
         ("of which sampled by a model (noise or sampler)", data.get("frames_sampled_by_a_model")),
-        ("data temperatures (K)", data.get("temperatures_K")),
+        ("data temperatures (K)", _setting(data.get("temperatures_K"))),
         ("displaced frames (noise)", noise and (
             f"{', '.join(map(str, noise['scales_A']))} Å on {noise['fraction']:.0%} of the "
             f"frames, {noise['frames']:,} kept")),
         ("sampler frames (a model's own run, labelled by the teacher)",
          (data.get("sampler") or {}).get("frames")),
         ("priors", priors.get("method")),
-        ("repulsion / grouping", priors.get("repulsion") and
-         f"{priors['repulsion']} / {priors.get('repulsion_grouping', priors.get('grouping'))}"),
+        ("repulsion wall (σ shared by)", priors.get("repulsion") and " ".join(
+            [priors["repulsion"], *(f"({g})" for g in [priors.get("repulsion_grouping")] if g)])),
         ("refined prior residual force RMS, before / after (kcal/mol/Å)",
          refinement and [refinement["residual_force_rms_boltzmann"],
                          refinement["residual_force_rms_refined"]]),
         ("CGSchNet blocks / hidden / filters / RBF / cutoff (Å)",
-         [net["blocks"], net["hidden"], net["filters"], net["num_rbf"], net["cutoff"]]),
+         _setting([net["blocks"], net["hidden"], net["filters"], net["num_rbf"], net["cutoff"]])),
         ("embedding", net.get("embedding")),
         ("epochs run (best)", f"{fit['epochs_run']} ({fit['best_epoch']})"),
         ("continued from a model trained for (epochs)", continued.get("epochs_before")),
         ("stopped by the time limit", fit.get("stopped_by_time_limit")),
-        ("energy loss weight", fit.get("energy_weight")),
-        ("relative-entropy weight", entropy.get("weight")),
+        ("energy loss weight", _setting(fit.get("energy_weight"))),
+        ("relative-entropy weight", _setting(entropy.get("weight"))),
         ("TF32 matmuls", fit.get("tf32")),
-        ("final learning rate", fit.get("final_learning_rate")),
+        ("final learning rate", _setting(fit.get("final_learning_rate"))),
         ("validation force RMSE (kcal/mol/Å)", fit["val_force_rmse"]),
         ("validation energy RMSE (kcal/mol per frame)", fit.get("val_energy_rmse")),
     ]
@@ -137,7 +146,7 @@ def model_page(card: dict, model_file: Path, page_dir: Path, root: Path) -> str:
     extras = {k: v for k, v in teacher.items()
               if k not in ("teacher", "protein", "mapping") and v is not None}
     lines += ["## Teacher", "", f"{teacher['teacher']}, {teacher['mapping']} mapping.", ""]
-    lines += _table([(key.replace("_", " "), value) for key, value in extras.items()])
+    lines += _table([(key.replace("_", " "), _setting(value)) for key, value in extras.items()])
     lines += _recipe(card)
     validation = card.get("validation") or {}
     lines += ["## Validation against the teacher", ""]
