@@ -77,6 +77,7 @@ def _recipe(card: dict) -> list[str]:
     entropy = fit.get("relative_entropy") or {}
     refinement = priors.get("refinement") or {}
     continued = fit.get("continued_from") or {}
+    wall, grouping = priors.get("repulsion"), priors.get("repulsion_grouping")
     rows = [
         ("training frames", data["frames"]),
         ("of which sampled by a model (noise or sampler)", data.get("frames_sampled_by_a_model")),
@@ -87,8 +88,8 @@ def _recipe(card: dict) -> list[str]:
         ("sampler frames (a model's own run, labelled by the teacher)",
          (data.get("sampler") or {}).get("frames")),
         ("priors", priors.get("method")),
-        ("repulsion wall (σ shared by)", priors.get("repulsion") and " ".join(
-            [priors["repulsion"], *(f"({g})" for g in [priors.get("repulsion_grouping")] if g)])),
+        ("repulsion wall (σ shared by)",
+         f"{wall} ({grouping})" if wall and grouping else wall),
         ("refined prior residual force RMS, before / after (kcal/mol/Å)",
          refinement and [refinement["residual_force_rms_boltzmann"],
                          refinement["residual_force_rms_refined"]]),
