@@ -72,6 +72,7 @@ def _table(rows: list[tuple[str, object]]) -> list[str]:
 
 
 def _recipe(card: dict) -> list[str]:
+    """The page's "Data and recipe" section: what the model was trained on and how."""
     data, priors, net, fit = card["data"], card["priors"], card["schnet"], card["training"]
     noise = data.get("noise") or {}
     entropy = fit.get("relative_entropy") or {}
@@ -110,6 +111,7 @@ def _recipe(card: dict) -> list[str]:
 
 
 def _long_run(name: str, run: dict, page_dir: Path, root: Path) -> list[str]:
+    """One long run's section: verdict, figures, the kept runs and the plot (if kept)."""
     passes = run.get("passes") or {}
     verdict = "passes" if passes and all(passes.values()) else "fails"
     checks = ", ".join(f"{check} {'✓' if ok else '✗'}" for check, ok in passes.items())
