@@ -44,3 +44,8 @@ lint:
 
 notebooks:
 	$(PYTHON) notebooks/build_notebooks.py
+
+# BENCHMARKS.md from the records in benchmarks/results/ (the bench.json of `workbench bench --out`)
+.PHONY: benchmarks-md
+benchmarks-md:
+	$(PYTHON) benchmarks/report.py

@@ -88,7 +88,7 @@ def autotune(configs, key, **options):
 
     Without that, every process re-times every configuration of every kernel at each new
     key: about 14 s before a 1YRF run's first step on an H100 whose compiled kernels are
-    already cached (BENCHMARKS.md). With it, Triton keeps the timings in its cache folder
+    already cached (docs/kernels.md). With it, Triton keeps the timings in its cache folder
     (``TRITON_CACHE_DIR``, default ``~/.triton/cache``), keyed by the kernel's source, the
     GPU, the configurations and the key values; deleting that folder re-times them. The
     interpreter never caches.

@@ -164,8 +164,9 @@ def _prune(configs, named_args, **kwargs):
     return ok[:1] if kwargs.get("PREC", named_args.get("PREC")) == "ieee" else ok
 
 
-# Candidates from the H200 sweep in docs/KERNELS-NOTES.md: these kernels are register-bound,
-# so small edge tiles, one pipeline stage (no multi-buffered weight tiles) and 4 warps win.
+# Candidates from an H200 sweep (docs/decisions/0006-tabulated-filter-fast-path.md): these
+# kernels are register-bound, so small edge tiles, one pipeline stage (no multi-buffered
+# weight tiles) and 4 warps win.
 _FWD_CONFIGS = pick_configs(
     [_cfg(16, 32, 128, 4), _cfg(16, 16, 128, 4), _cfg(16, 32, 64, 4)],
     _cfg(16, 16, 16, 4),

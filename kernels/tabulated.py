@@ -48,7 +48,7 @@ F = 128), Horner, and the product with the gathered ``xs[src]`` columns, added i
 ``[BLOCK_E, FS]`` FP32 register accumulator that is summed over its lanes once at the end
 and written once: no atomics, deterministic. Edges with ``d >= r_c`` load neither table
 rows nor ``xs``. (A one-hot tensor-core reduction over 16 nodes per program, as in
-`kernels.cfconv`, was 2.6-3x slower here: see docs/KERNELS-NOTES.md.)
+`kernels.cfconv`, was 2.6-3x slower here: see docs/kernels.md.)
 
 Backward (`_tab_bwd_kernel`), given ``grad_u [N, F]``: one program owns one *source* node
 ``j`` (its segment of the source-grouped CSR) and one feature slice, and keeps that slice
@@ -265,7 +265,7 @@ def _cfg(e, w):
     return triton.Config({"BLOCK_E": e}, num_warps=w)
 
 
-# One (node, feature slice) per program. Measured on an H100 (docs/KERNELS-NOTES.md): small
+# One (node, feature slice) per program. Measured on an H100 (docs/kernels.md): small
 # edge tiles win (less masked work at ~66 edges per node, more programs resident).
 _CONFIGS = [_cfg(4, 1), _cfg(8, 1), _cfg(8, 2), _cfg(16, 2), _cfg(16, 4)]
 _INTERPRET_CONFIG = _cfg(16, 4)
@@ -273,7 +273,7 @@ _INTERPRET_CONFIG = _cfg(16, 4)
 #: Feature columns per program, forward and backward. Programs of one slice run together
 #: (the slice is the grid's slow axis), so the table rows in flight are ``12 * FS`` bytes per
 #: interval and more of them hit in L1. In the captured 1ENH x 64 step with the symmetric
-#: walk (H100, three blocks, docs/KERNELS-NOTES.md): forward slices of 16 / 32 / 64 columns
+#: walk (H100, three blocks, docs/kernels.md): forward slices of 16 / 32 / 64 columns
 #: take 767 / 589 / 652 us at G = 2001. Backward slices of 32 / 64 / 128 columns take 674 /
 #: 750 / 751 us at G = 2001 and 589 / 681 / 694 us at G = 1001 (the engine's table); the
 #: whole step gains less (1,891 against 1,904 us at G = 1001, same run), since 32-column

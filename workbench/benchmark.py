@@ -1,4 +1,4 @@
-"""Throughput benchmarks following the protocol of ENGINE.md.
+"""Throughput benchmarks following docs/benchmark-protocol.md.
 
 Per configuration: a fresh simulation, warm-up steps (compilation, autotuning,
 allocator growth) excluded, then ``repeats`` timed windows of ``steps`` whole

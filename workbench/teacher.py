@@ -32,26 +32,25 @@ from workbench.units import FS_PER_PS
 #: Calibrate on a GPU with ``calibrate_epsilon(build_system(p), 300.0, target)``, target
 #: 0.5 for the fast folders (CLN025, 2JOF: they fold and unfold repeatedly at 300 K) and
 #: 0.9 for the others (1YRF, 1ENH, 2A3D: mostly folded at 300 K, melting when heated),
-#: with a few hundred replicas and a few thousand steps; docs/models.md gives the command.
-#: Values not yet calibrated on a GPU are marked provisional.
+#: with a few hundred replicas and a few thousand steps. How each value was set:
+#: docs/decisions/0001-teacher-strengths.md. Values not yet calibrated on a GPU are marked
+#: provisional.
 TEACHER_EPSILON: dict[str, float] = {
     # folded fraction 0.5 at 300 K: bisection on an H200, 128 replicas × 10,000 steps, 7 steps
     "cln025": 0.1041,
     # with desolvation barriers (TEACHER_BARRIER): 2.5-ns runs from half native, half
-    # denatured starts (H100, fourteenth session; docs/models.md): at ε 0.145 / 0.155 both
-    # halves meet at 40 % / 80 % of samples in the native basin, with 83 / 55 folding
-    # events; 0.15 lies between
+    # denatured starts (H100): at ε 0.145 / 0.155 both halves meet at 40 % / 80 % of
+    # samples in the native basin, with 83 / 55 folding events; 0.15 lies between
     "2jof": 0.15,
     # folded fraction 0.9 at 300 K in equilibrium: 640-ps runs from native (64 replicas,
-    # H100, twenty-seventh session, docs/models.md) hold 0.88 at ε 0.30 and 0.93 at 0.32
+    # H100) hold 0.88 at ε 0.30 and 0.93 at 0.32
     # after their first 300 ps; a 1.5-ns run at 0.31 holds 0.90-0.94, and the folded
     # fraction falls when heated (ε 0.30: 0.78 at 360 K, 0.60 at 400 K). The 0.25 set by
     # hand before settled at 0.65-0.73 after 400 ps (1-ns run): below "mostly folded"
     "1yrf": 0.31,
     # set by hand (more contacts per residue than 2JOF: mostly folded at 300 K); scans of
-    # 0.25-0.3 at 300-440 K (seventeenth session): its native basin lies at Q 0.6-0.8
-    # (NATIVE_BASIN_Q); after the first 100 ps of a 500-ps run from native (twenty-seventh
-    # session) 0.999 of the samples lie above Q 0.6
+    # 0.25-0.3 at 300-440 K: its native basin lies at Q 0.6-0.8 (NATIVE_BASIN_Q); after the
+    # first 100 ps of a 500-ps run from native 0.999 of the samples lie above Q 0.6
     "1enh": 0.25,
     # the same scans: folded (Q > 0.8) 0.96 at 300 K, 0.49 at 360 K, and 11 unfolding
     # events at 440 K in 270 ps (64 replicas from native): mostly folded, melting when
@@ -61,7 +60,8 @@ TEACHER_EPSILON: dict[str, float] = {
 
 #: Desolvation barrier of each contact, as a multiple of ε, of the teachers that have one.
 #: Without it the 2JOF teacher is downhill: one broad Q peak at every ε, never two states
-#: (scans in docs/models.md); with 0.5 it folds and unfolds repeatedly within nanoseconds.
+#: (docs/decisions/0001-teacher-strengths.md); with 0.5 it folds and unfolds repeatedly
+#: within nanoseconds.
 TEACHER_BARRIER: dict[str, float] = {"2jof": 0.5}
 
 #: ε of proteins missing from ``TEACHER_EPSILON``, kcal/mol.
@@ -74,10 +74,10 @@ UNFOLDED_Q = 0.4
 #: Folded and unfolded Q thresholds of the teachers whose native basin lies below
 #: ``FOLDED_Q``. The 2JOF barrier teacher breathes at 300 K: in 5-ns runs its native basin
 #: sits at Q 0.5–0.6 and its unfolded one at 0.1–0.2, and Q > 0.8 holds for 0.4 % of the
-#: samples (docs/models.md), so its states are Q > 0.5 and Q < 0.3. The 1ENH teacher's
-#: native basin lies at Q 0.6–0.8 at every ε (0.25–0.3) and temperature (300–440 K) scanned
-#: (its disordered N-terminal arm breaks its contacts; 64 replicas from native for
-#: 270–380 ps, docs/models.md), so its folded state is Q > 0.6.
+#: samples, so its states are Q > 0.5 and Q < 0.3. The 1ENH teacher's native basin lies at
+#: Q 0.6–0.8 at every ε (0.25–0.3) and temperature (300–440 K) scanned (its disordered
+#: N-terminal arm breaks its contacts; 64 replicas from native for 270–380 ps), so its
+#: folded state is Q > 0.6 (docs/decisions/0001-teacher-strengths.md).
 NATIVE_BASIN_Q: dict[str, tuple[float, float]] = {"2jof": (0.5, 0.3), "1enh": (0.6, 0.4)}
 
 

@@ -26,7 +26,7 @@ def system():
 
 # bf16 (8-bit mantissa) in *every* MLP of this tiny random model (F = 32, so little averaging)
 # lands at ~1.3% force error; at the benchmark size (F = 128) it measured 0.50% on an H200
-# (docs/KERNELS-NOTES.md). The 1% bound for bf16 is asserted per cfconv block
+# (docs/kernels.md). The 1% bound for bf16 is asserted per cfconv block
 # (test_kernels_cfconv.py) and at full size (test_kernels_gpu.py); fp16 meets it here.
 @pytest.mark.parametrize("dtype,force_tol", [("fp32", 1e-5), ("fp16", 0.01), ("bf16", 0.02)])
 def test_schnet_energy_forces(system, dtype, force_tol):

@@ -1,5 +1,5 @@
 """Test-only stand-ins for the mlcg / flashmd / torch_geometric classes of published
-CGSchNet checkpoints (shared/design/mlcg-format.md).
+CGSchNet checkpoints (docs/mlcg-format.md).
 
 The classes have the pickled attribute layout of the originals and evaluate
 their math directly (type-indexed tables, ``index_mapping`` lookups, collation),

@@ -2,7 +2,7 @@
 
 Every builder takes a flavour namespace from :func:`install_standins` (so the
 objects pickle under that flavour's class paths) and a ``torch.Generator``.
-Topologies follow mlcg-format.md §8 and are derived here, independently of
+Topologies follow docs/mlcg-format.md §8 and are derived here, independently of
 workbench code; five-bead coordinates come from the bundled CLN025 structure.
 """
 

@@ -1,6 +1,6 @@
 """Stand-ins for mlcg's AtomicData (a PyG Data) and its GlobalStorage, and collation.
 
-``collate`` follows mlcg-format.md §4.3: tensors concatenated in list order, every
+``collate`` follows docs/mlcg-format.md §4.3: tensors concatenated in list order, every
 ``index_mapping`` offset by the structure's first bead, ``mapping_batch`` set to
 the structure index, a ``batch`` vector added.
 """

@@ -1,6 +1,6 @@
 """Stand-ins for mlcg's SchNet, MLP, cutoffs, radial bases and output wrappers.
 
-Attribute layout as in mlcg-format.md §2.1 and §5.1; the forward passes are a
+Attribute layout as in docs/mlcg-format.md §2.1 and §5.1; the forward passes are a
 direct evaluation of §5.2 and §6 over a collated batch (see ``data.collate``),
 written without any workbench code. The graph is rebuilt from positions by brute
 force: every ordered pair of distinct beads of one structure closer than the

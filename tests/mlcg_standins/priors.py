@@ -1,4 +1,4 @@
-"""Stand-ins for mlcg's prior classes (mlcg-format.md §7), evaluated directly.
+"""Stand-ins for mlcg's prior classes (docs/mlcg-format.md §7), evaluated directly.
 
 Type-indexed priors look their parameters up in dense order-``o`` tables with
 the bead types of each interaction (sparse tables are densified first);

@@ -1,4 +1,4 @@
-"""Stand-ins for the torch_geometric records inside mlcg pickles (mlcg-format.md §2.3).
+"""Stand-ins for the torch_geometric records inside mlcg pickles (docs/mlcg-format.md §2.3).
 
 Only their pickled layout matters: the converter must ignore all of them.
 Annotations are ``typing.Optional[...]`` on purpose: that is what PyG records hold,

@@ -184,7 +184,7 @@ def test_geometry_matches_mdtraj():
         torch.from_numpy(np.cos(md.compute_angles(traj, sys.angles.numpy()))).double(),
         rtol=1e-5, atol=1e-5,
     )
-    # IUPAC sign convention, trans = ±π (mlcg-format.md §7.2); compare on the circle.
+    # IUPAC sign convention, trans = ±π (docs/mlcg-format.md §7.2); compare on the circle.
     phi = torsions(pos, sys.dihedrals)
     ref = torch.from_numpy(md.compute_dihedrals(traj, sys.dihedrals.numpy())).double()
     diff = torch.remainder(phi - ref + math.pi, 2 * math.pi) - math.pi

@@ -21,7 +21,7 @@ from helpers import (
 from workbench.model import CGSchNet, Potential, SchNetConfig
 from workbench.neighbors import NeighborList
 
-# Basis / envelope combinations the engine supports (mlcg-format.md §5.2, §6).
+# Basis / envelope combinations the engine supports (docs/mlcg-format.md §5.2, §6).
 VARIANTS = {
     "gaussian-cosine": {},
     "expnormal-cosine": {"basis": "exp-normal"},

@@ -4,6 +4,7 @@ complete card; only a card whose validation passed makes a model the default of 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from workbench.model.io import load_potential
 from workbench.models import shipped_model_file, shipped_model_path, validation_passed
 from workbench.system import build_system
 from workbench.teacher import state_thresholds
+from workbench.training.model_card import kept_prior_settings
 from workbench.training.validate import compare_runs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,3 +90,50 @@ def test_each_default_rests_on_a_long_run_reproduced_from_the_kept_metrics(prote
         assert again[key] == pytest.approx(long_run[key], abs=1e-6), key
     assert again["passes"] == long_run["passes"]
     assert (ROOT / long_run["plot"]).is_file()
+
+
+def test_the_newest_version_of_a_protein_is_the_shipped_one(tmp_path, monkeypatch):
+    from workbench import models
+
+    (tmp_path / "data").mkdir()
+    for name in ("cln025-v1.pt", "cln025-v2.pt", "cln025-v10.pt", "2jof-v1.pt", "2jof.pt"):
+        (tmp_path / "data" / name).write_bytes(b"")
+    monkeypatch.setattr(models.resources, "files", lambda _: tmp_path)
+    assert [p.name for p in models.shipped_models()["cln025"]] == [
+        "cln025-v1.pt", "cln025-v2.pt", "cln025-v10.pt"]
+    assert shipped_model_file("cln025").name == "cln025-v10.pt"
+    assert shipped_model_file("2jof").name == "2jof-v1.pt"  # an unversioned file is not shipped
+    assert shipped_model_file("1yrf") is None and shipped_model_file("cln025", "one-bead") is None
+
+
+def _strings(value):
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return [value] if isinstance(value, str) else []
+
+
+@pytest.mark.parametrize("protein", PROTEINS)
+def test_every_file_a_card_names_is_in_the_repository(protein):
+    """A card names files by their path in the repository, or says the file was not kept."""
+    card = json.loads(shipped_model_file(protein).with_suffix(".json").read_text())
+    named = [path for text in _strings(card)
+             for path in re.findall(r"(?:workbench|docs)/[\w./-]+\.[a-z]+", text)]
+    assert named, "the card names none of its kept runs"
+    for path in named:
+        assert (ROOT / path).is_file(), path
+    # no other folder is named (kcal/mol/A is a unit, not a path)
+    for text in _strings(card):
+        rest = re.sub(r"kcal/mol(/A)?", "", text)
+        assert "/" not in rest or re.search(r"(?:workbench|docs)/", text), text
+
+
+@pytest.mark.parametrize("protein", PROTEINS)
+def test_training_continues_from_a_shipped_model_with_its_prior_record(protein):
+    """Continuing from a shipped model finds how its priors were fitted on its own card."""
+    path = shipped_model_file(protein)
+    terms = ["bonds", "angles", "dihedrals", "repulsion"]
+    record = kept_prior_settings(path, terms)
+    assert record["kept_from"][0] == str(path)
+    assert record["method"].startswith("Boltzmann inversion") and record["terms"] == terms

@@ -6,11 +6,11 @@ from workbench.system.errors import MissingAtomError
 from workbench.system.mapping import map_structure
 from workbench.system.pdb import read_pdb
 
-# mlcg-format.md §9.3: CLN025 (YYDPETGTWY) in the five-bead mapping.
+# docs/mlcg-format.md §9.3: CLN025 (YYDPETGTWY) in the five-bead mapping.
 CLN025_TYPES = [21, 22, 20, 23, 24, 21, 22, 20, 23, 24, 21, 22, 3, 23, 24, 21, 22, 13, 23, 24,
                 21, 22, 4, 23, 24, 21, 22, 17, 23, 24, 21, 6, 23, 24, 21, 22, 17, 23, 24,
                 21, 22, 19, 23, 24, 21, 22, 20, 23, 24]  # fmt: skip
-# mlcg-format.md §9.1: the same protein in the CA mapping.
+# docs/mlcg-format.md §9.1: the same protein in the CA mapping.
 CLN025_CA_TYPES = [20, 20, 3, 13, 4, 17, 6, 17, 19, 20]
 
 

@@ -17,7 +17,7 @@ PROTEINS = ["cln025", "2jof", "1yrf", "1enh", "2a3d"]
 
 
 def _terminal_split(system, terms):
-    """Sizes of the (N-terminal, bulk, C-terminal) groups of mlcg-format.md §8.1."""
+    """Sizes of the (N-terminal, bulk, C-terminal) groups of docs/mlcg-format.md §8.1."""
     residue = system.bead_residue[terms]
     first = (residue == 0).any(dim=1)
     last = (residue == system.n_residues - 1).any(dim=1)
@@ -63,7 +63,7 @@ def test_cln025_nonbonded_pairs_match_mlcg():
 
 
 def test_cln025_ca_terms_match_mlcg_file():
-    # mlcg-format.md §9.1: bonds 9, angles 8, dihedrals 7, non_bonded 28.
+    # docs/mlcg-format.md §9.1: bonds 9, angles 8, dihedrals 7, non_bonded 28.
     system = build_system("cln025", mapping="ca")
     assert system.bonds.tolist() == [[i, i + 1] for i in range(9)]
     assert system.angles.tolist() == [[i, i + 1, i + 2] for i in range(8)]

@@ -320,17 +320,17 @@ def test_pipeline_saves_a_loadable_model_and_card(data, tmp_path, monkeypatch):
     assert card_file["validation"]["force_rmse"] > 0
     loaded = load_potential(tmp_path / "cln025.pt")
     assert loaded.metadata["trained"] and set(loaded.priors) == set(potential.priors)
-    # shipped-model lookup: <package>/models/data/<protein>.pt, the default once validated
+    # shipped-model lookup: <package>/models/data/<protein>-v<N>.pt, the default once validated
     (tmp_path / "data").mkdir()
     for suffix in (".pt", ".json"):
-        (tmp_path / f"cln025{suffix}").rename(tmp_path / "data" / f"cln025{suffix}")
+        (tmp_path / f"cln025{suffix}").rename(tmp_path / "data" / f"cln025-v1{suffix}")
     monkeypatch.setattr(models.resources, "files", lambda _: tmp_path)
     card_file["validation"]["results"][0]["passes"] = {"q_intersection": False}
-    (tmp_path / "data" / "cln025.json").write_text(json.dumps(card_file))
+    (tmp_path / "data" / "cln025-v1.json").write_text(json.dumps(card_file))
     demo, notice = choose_potential(sys, None)
     assert not demo.metadata.get("trained") and "has not passed its validation" in notice
     card_file["validation"]["results"][0]["passes"] = {"q_intersection": True}
-    (tmp_path / "data" / "cln025.json").write_text(json.dumps(card_file))
+    (tmp_path / "data" / "cln025-v1.json").write_text(json.dumps(card_file))
     shipped, notice = choose_potential(sys, None)
     assert "validated against its teacher" in notice and shipped.metadata["trained"]
 

@@ -5,7 +5,7 @@ Start JupyterLab on a free port with a scratch HOME and a token, open a copy of
 figures with data, a non-blank NGL canvas, the Start button changed, and no widget
 error. Then two longer runs, each recording more frames than the panels keep (so the
 adjacency slider shrinks while it is drawn), must reach their last step: a workbench that
-hangs fails here. Screenshots go to ``artifacts/browser/``.
+hangs fails here. Screenshots go to ``artifacts/browser/``. See docs/browser-test.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Radial bases and cutoff envelopes of CGSchNet (mlcg-format.md §6).
+"""Radial bases and cutoff envelopes of CGSchNet (docs/mlcg-format.md §6).
 
 All modules map distances ``d`` of shape ``(E,)`` (float32, Å) to per-edge
 values; autograd differentiates through them, so forces include the

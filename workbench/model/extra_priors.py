@@ -1,6 +1,6 @@
 """Prior terms beyond :mod:`workbench.model.priors`, needed to import mlcg priors.
 
-Formulas follow mlcg-format.md §7.3–§7.4 (no ½ factors). All classes are
+Formulas follow docs/mlcg-format.md §7.3–§7.4 (no ½ factors). All classes are
 registered with :func:`~workbench.model.priors.register_prior_class`, so saved
 potentials that use them load again (import this module first; importing
 :mod:`workbench.model.mlcg_import` does).

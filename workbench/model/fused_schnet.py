@@ -48,7 +48,7 @@ PRECISION_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.
 
 #: Grid spacing of the filter tables, Å (a Gaussian basis of 50 functions on 10 Å has
 #: widths of 0.2 Å; the cubic's slope error scales as h³). Measured on an H100 (1ENH x 64,
-#: docs/KERNELS-NOTES.md, thirteenth session): the network's relative RMS force error
+#: docs/decisions/0004-table-spacing.md): the network's relative RMS force error
 #: against the FP32 reference is 4.3e-6 / 5.8e-6 / 2.7e-5 at h = 0.005 / 0.01 / 0.02
 #: (shipped CLN025 model: 6.0e-6 / 6.6e-6 / 2.6e-5), and the captured step takes 2,004 /
 #: 1,891 / 1,790 us (one run): a coarser table has more of its rows in L1. 0.01 costs

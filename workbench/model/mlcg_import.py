@@ -1,4 +1,4 @@
-"""Import of published mlcg / flashmd checkpoints (shared/design/mlcg-format.md).
+"""Import of published mlcg / flashmd checkpoints (docs/mlcg-format.md).
 
 Reads, without mlcg installed,
 
@@ -144,7 +144,7 @@ def _field_mapping(record: Any) -> dict:
 
 
 def read_configuration(record: Any) -> MlcgConfiguration:
-    """Convert one AtomicData record (mlcg-format.md §4).
+    """Convert one AtomicData record (docs/mlcg-format.md §4).
 
     Raises
     ------
@@ -675,7 +675,7 @@ _N, _CA, _C, _O, _GLY_CA = 21, 22, 23, 24, 6
 
 
 def _residue_name(code: int) -> str:
-    """Three-letter name of a CB type code 1..20 (mlcg-format.md §8.1), else ``UNK``."""
+    """Three-letter name of a CB type code 1..20 (docs/mlcg-format.md §8.1), else ``UNK``."""
     return _THREE_LETTER[TYPE_ORDER[code - 1]] if 1 <= code <= len(TYPE_ORDER) else "UNK"
 
 

@@ -2,7 +2,7 @@
 
 Each term holds its bead indices (within one molecule) and one parameter set
 per term, as buffers, and maps positions ``(R, n, 3)`` to energies ``(R,)``
-(kcal/mol). Formulas follow the CGSchNet ecosystem (mlcg-format.md §7):
+(kcal/mol). Formulas follow the CGSchNet ecosystem (docs/mlcg-format.md §7):
 no ½ factors, angles harmonic in cos θ.
 """
 

@@ -1,6 +1,6 @@
 """Allow-listed unpickling of mlcg / flashmd checkpoints without mlcg installed.
 
-mlcg files (mlcg-format.md §1–§2) are ``torch.save`` archives that pickle whole
+mlcg files (docs/mlcg-format.md §1–§2) are ``torch.save`` archives that pickle whole
 ``nn.Module`` trees by class path. They are read here with ``torch.load`` and
 this module as its ``pickle_module``: every global the pickle names goes through
 :meth:`Unpickler.find_class`, which returns

@@ -1,6 +1,6 @@
 """CGSchNet in PyTorch, identical in math and layer names to mlcg's StandardSchNet.
 
-Module tree (mlcg-format.md §5.1)::
+Module tree (docs/mlcg-format.md §5.1)::
 
     embedding_layer                       Embedding(embedding_size, H)
     rbf_layer                             GaussianBasis | ExpNormalBasis (+ its cutoff)

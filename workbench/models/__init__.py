@@ -1,4 +1,11 @@
-"""Trained potentials shipped with the package (``data/<protein>.pt`` plus a model card).
+"""Trained potentials shipped with the package.
+
+Each shipped model is named by protein and version: ``data/<protein>-v<N>.pt`` with its card
+``<protein>-v<N>.json`` and training curve ``<protein>-v<N>.log.csv``. The newest version of
+a protein is the one a run uses. Its long validation runs (model and teacher metrics, gzipped)
+live beside the package in ``workbench/models/validation/`` in the repository only: they are
+the evidence behind the card's figures (``tests/models/test_shipped.py`` recomputes them) and
+are not installed.
 
 A shipped model becomes the default of ``workbench run`` only once its card records a
 validation against its teacher that passed every check; until then it is there to be run
@@ -8,12 +15,32 @@ with ``--model`` (and the run says why the demo model was used instead).
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from pathlib import Path
 
+_VERSIONED = re.compile(r"^(?P<protein>.+)-v(?P<version>\d+)\.pt$")
+
+
+def shipped_models() -> dict[str, list[Path]]:
+    """Every shipped model file, by protein, oldest version first.
+
+    Returns
+    -------
+    dict of str to list of Path
+        ``{"cln025": [.../cln025-v1.pt, ...], ...}``; empty when nothing ships.
+    """
+    folder = Path(str(resources.files("workbench.models") / "data"))
+    found: dict[str, list[tuple[int, Path]]] = {}
+    for path in folder.glob("*-v*.pt") if folder.is_dir() else ():
+        match = _VERSIONED.match(path.name)
+        if match is not None:
+            found.setdefault(match["protein"], []).append((int(match["version"]), path))
+    return {protein: [path for _, path in sorted(files)] for protein, files in found.items()}
+
 
 def shipped_model_file(protein: str, mapping: str = "five-bead") -> Path | None:
-    """Path of the model file shipped for a bundled protein, validated or not (or None).
+    """Path of the newest model file shipped for a bundled protein, validated or not (or None).
 
     Parameters
     ----------
@@ -24,8 +51,8 @@ def shipped_model_file(protein: str, mapping: str = "five-bead") -> Path | None:
     """
     if mapping != "five-bead":
         return None
-    candidate = Path(str(resources.files("workbench.models") / "data" / f"{protein}.pt"))
-    return candidate if candidate.is_file() else None
+    versions = shipped_models().get(protein)
+    return versions[-1] if versions else None
 
 
 def validation_passed(model_file: str | Path) -> bool:

@@ -26,7 +26,7 @@ class CGSystem:
     bead_names : tuple of str, length n
         Atom name each bead stands for (``"N"``, ``"CA"``, ``"CB"``, ...).
     bead_types : torch.Tensor, shape (n,), int64
-        Embedding type of each bead (ENGINE.md: CB = 1..20 by residue,
+        Embedding type of each bead (docs/units-and-mapping.md: CB = 1..20 by residue,
         glycine CA = 6, N = 21, CA = 22, C = 23, O = 24; CA mapping: the CB code
         of the residue).
     masses : torch.Tensor, shape (n,), float32

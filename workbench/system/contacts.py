@@ -1,4 +1,4 @@
-"""Native contacts of an experimental structure (ENGINE.md, "Folding metrics").
+"""Native contacts of an experimental structure (docs/units-and-mapping.md, "Folding metrics").
 
 A native contact is a residue pair ``(i, j)``, ``i < j``, either in different chains or
 with ``j - i >= 3`` in one chain, whose closest heavy atoms (side chains included)

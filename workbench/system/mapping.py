@@ -2,7 +2,8 @@
 
 ``"five-bead"``: N, CA, CB, C, O per residue, in that order; glycine has no CB and
 its CA takes type 6. ``"ca"``: one bead per residue at the CA, typed by the
-residue's CB code. Types and masses follow ENGINE.md ("Coarse-grained mapping").
+residue's CB code. Types and masses follow docs/units-and-mapping.md ("Coarse-grained
+mapping").
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ pair lists derived from the bond graph.
 Bonded terms never cross chains. Five-bead bonds are N–CA, CA–CB, CA–C, C–O within
 a residue and C(i)–N(i+1); CA bonds join consecutive CAs. Angles are all pairs of
 bonds that share a bead. Five-bead dihedrals are phi, psi, omega, gamma_1 (improper
-at CA, non-glycine) and gamma_2 (improper at C), in that order (mlcg-format.md §8.1);
+at CA, non-glycine) and gamma_2 (improper at C), in that order (docs/mlcg-format.md §8.1);
 CA dihedrals are four consecutive CAs.
 """
 

@@ -231,7 +231,7 @@ def non_native_minima(dihedrals: FourierDihedrals, native: torch.Tensor,
     Such a minimum offers a flipped backbone dihedral a place to settle where no data
     showed one: the series' ringing on the flat free energy of unvisited angles
     (`fit_priors`). With the teacher's other terms these minima are too shallow to hold a
-    flip on their own (docs/models.md, twenty-second session).
+    flip on their own (docs/decisions/0003-refined-bonded-priors.md).
 
     Parameters
     ----------

@@ -2,11 +2,12 @@
 
 Force matching fits forces frame by frame. Whether a protein near its melting point sits
 tight in its native basin or frays depends on free-energy differences, sums over many
-frames, where a small bias in the fitted energy decides (docs/models.md: one epoch moved
-a 1YRF model from folded fraction 0.9 to 0.05). This module fits a few numbers instead of
-all weights: each chosen term ``k`` of the potential (``"schnet"`` or a prior by name) gets
-its energy multiplied by ``s_k = exp(λ_k)``. The relative entropy
-``S(λ) = D_KL(teacher ‖ model)`` then has gradient and Hessian
+frames, where a small bias in the fitted energy decides (one epoch moved a 1YRF model from
+folded fraction 0.9 to 0.05; docs/decisions/0009-force-error-does-not-select-models.md).
+This module fits a few numbers instead of all weights: each chosen term ``k`` of the
+potential (``"schnet"`` or a prior by name) gets its energy multiplied by
+``s_k = exp(λ_k)``. The relative entropy ``S(λ) = D_KL(teacher ‖ model)`` then has
+gradient and Hessian
 
     ∂S/∂λ_k      = β (⟨U_k⟩_teacher − ⟨U_k⟩_model)
     ∂²S/∂λ_k∂λ_l = β² Cov_model(U_k, U_l) + δ_kl ∂S/∂λ_k

@@ -1,15 +1,15 @@
 """The relative-entropy term with frames of the model being trained (walkers).
 
-The term of :mod:`workbench.training.relative_entropy` reweights frames that a fixed
-sampler model made. For a protein of 35 residues and more the reweighting degenerates
-within a few optimiser steps (its effective sample fraction collapses), so the term can
-barely move the weights. Here the model's frames are made during training instead: every
-``refresh_every`` optimiser steps, ``walkers`` replicas run ``steps`` Langevin steps at
-one temperature with a copy of the current weights (the sampler ``θ0`` of that module),
-and the term's frames are theirs. Right after each run the reweighting is exact (every
-frame's weight is one) and the term's gradient is ``β (⟨∂U/∂θ⟩_teacher − ⟨∂U/∂θ⟩_θ)``;
-between runs the weights drift as before (for 1YRF the effective sample fraction fell to
-about 10⁻³ within 25 optimiser steps, docs/models.md), so runs must come often.
+The term of :mod:`workbench.training.relative_entropy` reweights frames that a fixed sampler
+model made. For a protein of 35 residues and more the reweighting degenerates within a few
+optimiser steps (its effective sample fraction collapses), so the term can barely move the
+weights. Here the model's frames are made during training instead: every ``refresh_every``
+optimiser steps, ``walkers`` replicas run ``steps`` Langevin steps at one temperature with a
+copy of the current weights (the sampler ``θ0`` of that module), and the term's frames are
+theirs. Right after each run the reweighting is exact (every frame's weight is one) and the
+term's gradient is ``β (⟨∂U/∂θ⟩_teacher − ⟨∂U/∂θ⟩_θ)``; between runs the weights drift as
+before (for 1YRF the effective sample fraction fell to about 10⁻³ within 25 optimiser steps,
+docs/decisions/0010-relative-entropy-for-fast-folders.md), so runs must come often.
 
 The walkers persist from one refresh to the next (persistent contrastive divergence):
 they follow the model's ensemble as training changes it, and reach over many refreshes

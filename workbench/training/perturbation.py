@@ -1,13 +1,13 @@
 """Teacher frames displaced at random, labelled by the teacher: the states just off its ensemble.
 
 A network trained on the teacher's equilibrium frames alone sees no pair closer than the
-teacher lets it come, and what it does there is extrapolation. On 1YRF that extrapolation
-is attractive: from native, models fall within picoseconds into states where backbone O
-beads overlap at 1.6–1.9 Å (docs/models.md, twenty-eighth session). Frames of a model's own
-runs (``--sampler``) show it those states, but they are biased towards where that model
+teacher lets it come, and what it does there is extrapolation. On 1YRF that extrapolation is
+attractive: from native, models fall within picoseconds into states where backbone O beads
+overlap at 1.6–1.9 Å (docs/decisions/0007-displaced-teacher-frames.md). Frames of a model's
+own runs (``--sampler``) show it those states, but they are biased towards where that model
 goes and pull the next model with them. Gaussian displacements of the teacher's frames are
-unbiased: every direction around the teacher's ensemble, compressed pairs included, with
-the teacher's exact forces, at no cost beyond one force evaluation per frame.
+unbiased: every direction around the teacher's ensemble, compressed pairs included, with the
+teacher's exact forces, at no cost beyond one force evaluation per frame.
 """
 
 from __future__ import annotations

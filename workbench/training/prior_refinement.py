@@ -7,8 +7,8 @@ terms, and CGSchNet, trained on the teacher's forces minus the priors', has to t
 much of them back. SchNet sees distances only: it cannot take back the chiral (odd in φ)
 part of a dihedral prior at all, and what it takes back of the rest it carries past the
 data (on 1YRF it cancels half of the dihedral priors' energy and the model's runs flip
-backbone dihedrals, peptide bonds included, that the teacher never flips; docs/models.md,
-thirty-first session).
+backbone dihedrals, peptide bonds included, that the teacher never flips;
+docs/decisions/0003-refined-bonded-priors.md).
 
 Here the priors' energy is written as a linear combination of basis functions of each
 term's feature ``x`` (bond length, angle cosine, torsion) around the Boltzmann-inverted

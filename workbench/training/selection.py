@@ -1,11 +1,11 @@
 """Choosing among training epochs by what the model does in MD, not by its force error.
 
-A folded fraction is a small free-energy difference: two models with the same force
-error can fold and unfold in different proportions, and a model can lower its force error
-on the teacher's frames while it deepens a basin of its own elsewhere (docs/models.md,
-twentieth session). :func:`selection_score` scores a model being trained by a short
-Langevin run against the teacher's in the same run (same starting structures,
-temperature and seed), for
+A folded fraction is a small free-energy difference: two models with the same force error
+can fold and unfold in different proportions, and a model can lower its force error on the
+teacher's frames while it deepens a basin of its own elsewhere
+(docs/decisions/0009-force-error-does-not-select-models.md). :func:`selection_score` scores
+a model being trained by a short Langevin run against the teacher's in the same run (same
+starting structures, temperature and seed), for
 :func:`~workbench.training.force_matching.train_force_matching`'s ``selector``.
 """
 

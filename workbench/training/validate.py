@@ -335,8 +335,8 @@ def relaxation(
     """What a potential does with given structures: Q and flipped dihedrals over time.
 
     Run from the ends of a model run that drifted, the teacher shows whether it leaves that
-    state and how fast (c1's loose 1YRF state: 14.5 % of dihedrals flipped, 0.8 % after
-    2 ps; docs/models.md); a model that keeps the state does not.
+    state and how fast (a loose state of an earlier 1YRF model: 14.5 % of dihedrals flipped,
+    0.8 % after 2 ps of the teacher); a model that keeps the state does not.
 
     Parameters
     ----------
@@ -353,7 +353,8 @@ def relaxation(
         force on one bead (kcal/mol/Å), its median over the replicas
         (``teacher_force_median``) and the largest (``teacher_force_max``). A model that
         falls into a hole of its own makes beads overlap, and those forces climb from the
-        teacher's thermal ~50–100 to 10⁴–10⁸ within picoseconds (1YRF, docs/models.md).
+        teacher's thermal ~50–100 to 10⁴–10⁸ within picoseconds (1YRF,
+        docs/decisions/0009-force-error-does-not-select-models.md).
 
     Returns
     -------

@@ -1,11 +1,11 @@
 """An exponential moving average of a network's weights over the optimiser steps.
 
 For a 35-residue protein the model's folded fraction swings between epochs whose force
-errors hardly differ (1YRF: from 0.91 to 0.05 within five epochs at a validation force
-RMSE of 0.77-0.85; docs/models.md, twenty-fifth session): the last optimiser steps before
-a checkpoint can move the free energies of whole basins by several kT. Averaging the weights over
-the last ``~1 / (1 − decay)`` steps takes that step-to-step noise out of the kept model
-while the optimiser goes on with the raw weights.
+errors hardly differ (1YRF: from 0.91 to 0.05 within five epochs at a validation force RMSE
+of 0.77-0.85; docs/decisions/0009-force-error-does-not-select-models.md): the last optimiser
+steps before a checkpoint can move the free energies of whole basins by several kT.
+Averaging the weights over the last ``~1 / (1 − decay)`` steps takes that step-to-step noise
+out of the kept model while the optimiser goes on with the raw weights.
 """
 
 from __future__ import annotations

@@ -1,0 +1,194 @@
+"""Render BENCHMARKS.md from the benchmark records in ``benchmarks/results/``.
+
+Each record file is the ``bench.json`` that ``workbench bench --out FOLDER`` writes
+(``environment``, ``command``, ``records``). A new measurement replaces an old one: for
+every GPU, configuration, model, protein and replica count the latest record is kept (by
+the file's ``environment.date``; on the same date the file later in name order, and within a
+file the later record). Run from the repository root::
+
+    python benchmarks/report.py            # or: make benchmarks-md
+
+Add a result by copying its ``bench.json`` to ``benchmarks/results/<gpu>-<what>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PROTEINS = ["cln025", "2jof", "1yrf", "1enh", "2a3d"]  # by size: 49 to 360 beads
+
+
+@dataclass(frozen=True)
+class Target:
+    """A throughput or memory goal, checked against the latest records.
+
+    ``config`` None means the fastest FP32 configuration measured other than ``baseline``.
+    ``bound`` maps a GPU (``"H100"``) to the goal; a GPU without one is not judged.
+    ``check``: ``"at_least"`` timestep·mol/s, ``"at_most"`` peak GB, or ``"runs"`` (any
+    record at all; ``bound`` only names the GPUs).
+    """
+
+    goal: str
+    protein: str
+    replicas: int
+    bound: dict[str, float] = field(default_factory=dict)
+    config: str | None = None
+    check: str = "at_least"
+
+
+TARGETS = [
+    Target("1ENH × 64, reference path", "1enh", 64, {"H200": 2300, "H100": 1725}, "baseline"),
+    Target("1ENH × 64, fastest path", "1enh", 64, {"H200": 48000, "H100": 36000}),
+    Target("1ENH × 64, fastest path, peak GB", "1enh", 64, {"H200": 1.5, "H100": 1.5},
+           check="at_most"),
+    Target("CLN025 × 64, fastest path", "cln025", 64, {"H200": 150000, "H100": 112500}),
+    Target("2A3D × 64, fastest path", "2a3d", 64, {"H200": 9000}),
+    Target("1ENH × 16,384 replicas on one GPU", "1enh", 16384, {"H200": 0, "H100": 0},
+           check="runs"),
+]
+
+#: Goals measured by other tools than ``workbench bench`` (figure, how, GPU).
+OTHER_TARGETS = [
+    ("fused runs bitwise identical (CSR on)", "yes",
+     "`workbench.determinism.runs_are_bitwise_identical`, 1ENH × 16, 50 steps, H200"),
+    ("tables vs exact filters: Q-histogram intersection ≥ 0.95", "0.970",
+     "shipped CLN025 model, 64 replicas, 10,000 steps, 0.01 Å tables, H100"),
+    ("two GPUs ≥ 1.8× one GPU (1ENH, 64 replicas per GPU)", "1.99×", "two H200"),
+]
+
+
+def gpu_name(device: str | None) -> str:
+    """Short GPU name: ``"NVIDIA H100 80GB HBM3"`` → ``"H100"``; None → ``"CPU"``."""
+    if not device:
+        return "CPU"
+    words = device.removeprefix("NVIDIA ").split()
+    return words[0] if words else device
+
+
+def load_records(folder: str | Path) -> list[dict]:
+    """Every record of every ``*.json`` file in ``folder``, with ``gpu``, ``date``,
+    ``command`` and ``source`` (file name) of its file and ``order`` (position in it)."""
+    records = []
+    for path in sorted(Path(folder).glob("*.json")):
+        payload = json.loads(path.read_text())
+        env = payload["environment"]
+        for order, record in enumerate(payload["records"]):
+            records.append({**record, "model": record.get("model", "demo"),
+                            "gpu": gpu_name(env.get("gpu")), "date": env["date"],
+                            "command": payload["command"], "source": path.name, "order": order})
+    return records
+
+
+def latest(records: list[dict]) -> list[dict]:
+    """The newest record per GPU, configuration, model, protein and replica count."""
+    kept: dict[tuple, dict] = {}
+    for record in records:
+        key = (record["gpu"], record["label"], record["model"], record["protein"],
+               record["replicas"])
+        rank = (record["date"], record["source"], record["order"])
+        if key not in kept or rank >= (kept[key]["date"], kept[key]["source"], kept[key]["order"]):
+            kept[key] = record
+    size = {protein: i for i, protein in enumerate(PROTEINS)}
+    return sorted(kept.values(), key=lambda r: (r["gpu"], size.get(r["protein"], 99),
+                                                r["protein"], r["replicas"], r["model"],
+                                                -r["timestep_mol_per_s"]))
+
+
+def target_figure(target: Target, gpu: str, records: list[dict]) -> dict | None:
+    """The record that answers ``target`` on ``gpu`` (the fastest one it allows), or None."""
+    candidates = [
+        r for r in records
+        if r["gpu"] == gpu and r["protein"] == target.protein and r["replicas"] == target.replicas
+        and r["model"] == "demo"
+        and (r["label"] == target.config if target.config else
+             r["label"] != "baseline" and r["options"].get("mlp_precision", "fp32") == "fp32")
+    ]
+    return max(candidates, key=lambda r: r["timestep_mol_per_s"], default=None)
+
+
+def _target_rows(records: list[dict], gpus: list[str]) -> list[str]:
+    rows = []
+    for target in TARGETS:
+        for gpu in gpus:
+            bound = target.bound.get(gpu)
+            record = target_figure(target, gpu, records)
+            if bound is None or record is None:
+                continue
+            rate, peak = record["timestep_mol_per_s"], record["peak_memory_gb"]
+            if target.check == "at_most":
+                goal, shown, met = f"≤ {bound:g} GB", f"{peak:.2f} GB", peak <= bound
+            elif target.check == "runs":
+                goal, shown, met = "runs", f"{rate:,.0f}", True
+            else:
+                goal, shown, met = f"≥ {bound:,.0f}", f"{rate:,.0f}", rate >= bound
+            rows.append(f"| {target.goal} | {gpu} | {goal} | {shown} (`{record['label']}`, "
+                        f"{record['date']}) | {'met' if met else '**not met**'} |")
+    return rows
+
+
+def render(records: list[dict]) -> str:
+    """BENCHMARKS.md from all records (the latest of each kind is shown)."""
+    shown = latest(records)
+    gpus = sorted({r["gpu"] for r in shown})
+    sources = sorted({(r["source"], r["command"]) for r in shown})
+    ref = {source: i + 1 for i, (source, _) in enumerate(sources)}
+    lines = [
+        "<!-- generated by `python benchmarks/report.py` (make benchmarks-md) from "
+        "benchmarks/results/*.json; do not edit -->",
+        "",
+        "# Benchmarks",
+        "",
+        "Throughput in timestep·mol/s: MD steps × replicas per wall second of whole steps "
+        "(neighbour list, forces, integrator), median of timed windows after a warm-up; "
+        "Langevin at 300 K, 4-fs steps, default CGSchNet sizes (hidden 128, filters 128, "
+        "3 blocks, 50 RBF, cutoff 10 Å), the untrained demo model unless the model column "
+        "says otherwise. Peak GB is `torch.cuda.max_memory_allocated` over the timed "
+        "windows. The full protocol, and how to add a result, is in "
+        "[docs/benchmark-protocol.md](docs/benchmark-protocol.md).",
+        "",
+        "## Targets",
+        "",
+        "| goal | GPU | target | latest figure | status |",
+        "|---|---|---|---|---|",
+        *_target_rows(shown, gpus),
+        "",
+        "| goal (measured outside `workbench bench`) | figure | how |",
+        "|---|---|---|",
+        *(f"| {goal} | {figure} | {how} |" for goal, figure, how in OTHER_TARGETS),
+        "",
+    ]
+    for gpu in gpus:
+        lines += [f"## {gpu}", "",
+                  "| protein | beads | replicas | config | model | timestep·mol/s | ns/day | "
+                  "peak GB | edges/replica | date | run |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in (r for r in shown if r["gpu"] == gpu):
+            peak = "–" if r.get("peak_memory_gb") is None else f"{r['peak_memory_gb']:.2f}"
+            edges = r.get("edges_per_replica")
+            lines.append(
+                f"| {r['protein']} | {r['beads']} | {r['replicas']:,} | `{r['label']}` | "
+                f"{r['model']} | {r['timestep_mol_per_s']:,.0f} | {r['ns_per_day']:,.0f} | "
+                f"{peak} | {'–' if edges is None else f'{edges:,.0f}'} | {r['date']} | "
+                f"[{ref[r['source']]}] |")
+        lines.append("")
+    lines += ["## Runs", ""]
+    lines += [f"{ref[source]}. `{source}`: `{command}`" for source, command in sources]
+    return "\n".join([*lines, ""])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default=str(HERE / "results"))
+    parser.add_argument("--out", default=str(HERE.parent / "BENCHMARKS.md"))
+    args = parser.parse_args(argv)
+    Path(args.out).write_text(render(load_records(args.results)))
+    print(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

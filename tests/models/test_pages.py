@@ -1,0 +1,84 @@
+"""Model pages: generated from the cards, with their figures, plot and defects; the pages in
+docs/models/ are the generator's output for the shipped cards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workbench import models
+from workbench.models import shipped_models
+from workbench.models.pages import index_page, main, model_page
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CARD = {
+    "protein": "cln025",
+    "model": "CGSchNet + priors fitted by Boltzmann inversion, trained by force matching",
+    "teacher": {"teacher": "Go-like potential", "protein": "cln025", "mapping": "five-bead",
+                "epsilon": 0.1041, "dihedral_ratio": None},
+    "data": {"frames": 215040, "frames_sampled_by_a_model": 0, "temperatures_K": [300.0, 360.0],
+             "noise": {"scales_A": [0.1, 0.2], "fraction": 0.1, "frames": 5690}},
+    "priors": {"method": "Boltzmann inversion", "repulsion": "edge", "grouping": "term"},
+    "schnet": {"blocks": 3, "hidden": 128, "filters": 128, "num_rbf": 50, "cutoff": 10.0},
+    "training": {"epochs_run": 2, "best_epoch": 2, "val_force_rmse": 0.47084317500976475,
+                 "final_learning_rate": 0.0003},
+    "validation": {"long_run": {
+        "model_run": "runs/model/metrics.csv.gz", "teacher_run": "runs/teacher/metrics.csv.gz",
+        "replicas": 64, "time_ps": 5000.0, "q_intersection": 0.9613125,
+        "folded_teacher": 0.6921875, "folded_model": 0.73028125, "events_model": [687, 693],
+        "passes": {"q_intersection": True, "transitions": True},
+        "plot": "docs/models/cln025-v1.long-run.png"}},
+    "known_defects": ["Validated at 300 K only."],
+}
+
+
+def test_a_page_carries_the_cards_figures_plot_and_defects(tmp_path):
+    (tmp_path / "docs" / "models").mkdir(parents=True)
+    (tmp_path / "docs" / "models" / "cln025-v1.long-run.png").write_bytes(b"png")
+    page = model_page(CARD, Path("cln025-v1.pt"), tmp_path / "docs" / "models", tmp_path)
+    assert page.startswith("<!-- generated") and "# CLN025: `cln025-v1`" in page
+    for text in ("| training frames | 215,040 |", "| epsilon | 0.1041 |",
+                 "| validation force RMSE (kcal/mol/Å) | 0.471 |",
+                 "| final learning rate | 0.0003 |", "| data temperatures (K) | 300 / 360 |",
+                 "| Q-histogram intersection, model vs teacher | 0.961 |",
+                 "| folding / unfolding events, model | 687 / 693 |",
+                 "0.1, 0.2 Å on 10% of the frames, 5,690 kept",
+                 "long run: passes (q_intersection ✓, transitions ✓)",
+                 "![long_run](cln025-v1.long-run.png)", "- Validated at 300 K only."):
+        assert text in page, text
+    assert "dihedral ratio" not in page  # None is left out
+    failing = json.loads(json.dumps(CARD))
+    failing["validation"]["long_run"]["passes"]["transitions"] = False
+    other = tmp_path / "elsewhere"
+    page = model_page(failing, Path("cln025-v1.pt"), other, tmp_path)
+    assert "long run: fails (q_intersection ✓, transitions ✗)" in page
+    assert "](../docs/models/cln025-v1.long-run.png)" in page  # relative to the page
+
+
+def test_the_index_lists_each_protein_with_its_long_run():
+    index = index_page({"cln025": (Path("cln025-v1.pt"), CARD)})
+    assert "| [CLN025](cln025.md) | `cln025-v1` | 0.471 | 5,000 | 0.961 | 0.692 / 0.730 |" in index
+
+
+def test_the_command_writes_one_page_per_protein_and_an_index(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    for version in (1, 2):
+        (tmp_path / "data" / f"cln025-v{version}.pt").write_bytes(b"")
+        card = {**CARD, "model": f"version {version}"}
+        (tmp_path / "data" / f"cln025-v{version}.json").write_text(json.dumps(card))
+    monkeypatch.setattr(models.resources, "files", lambda _: tmp_path)
+    assert main(["--out", str(tmp_path / "pages"), "--root", str(tmp_path)]) == 0
+    assert sorted(p.name for p in (tmp_path / "pages").iterdir()) == ["cln025.md", "index.md"]
+    assert "version 2." in (tmp_path / "pages" / "cln025.md").read_text()  # the newest
+
+
+@pytest.mark.parametrize("protein", sorted(shipped_models()))
+def test_the_committed_pages_are_up_to_date(protein):
+    model_file = shipped_models()[protein][-1]
+    card = json.loads(model_file.with_suffix(".json").read_text())
+    expected = model_page(card, model_file, ROOT / "docs" / "models", ROOT)
+    assert (ROOT / "docs" / "models" / f"{protein}.md").read_text() == expected, (
+        "regenerate with `python -m workbench.models.pages`")
