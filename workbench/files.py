@@ -8,6 +8,7 @@ failure the temporary file is removed and an existing destination is left untouc
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Callable
@@ -62,6 +63,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
     """Write ``text`` to ``path`` atomically."""
     return atomic_write_bytes(path, text.encode(encoding))
+
+
+def atomic_write_json(path: str | os.PathLike, document, indent: int = 2) -> Path:
+    """Write ``document`` to ``path`` atomically as indented JSON with a final newline."""
+    return atomic_write_text(path, json.dumps(document, indent=indent) + "\n")
 
 
 def atomic_save(obj, path: str | os.PathLike) -> Path:

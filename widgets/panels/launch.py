@@ -253,10 +253,9 @@ class LaunchPanel(LivePanel):
         """Start a new run from the fields; returns it (None when the settings are invalid)."""
         if self.source is not None and self.source.state.active:
             return self.source
-        settings = self.settings()
         ranks = self.gpus.value
         try:
-            settings.validate()
+            settings = self.settings()  # settings check themselves when made
             if ranks > 1:  # GPUs visible, replicas enough for every process, ladder fits
                 ShardedSettings(settings, ranks=ranks).resolve()
         except ValueError as exc:

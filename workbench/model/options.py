@@ -131,9 +131,10 @@ class KernelOptions:
 
     @classmethod
     def parse(cls, spec: str) -> KernelOptions:
-        """The options of a configuration name: a preset of :data:`PRESETS` or technique
-        names joined by ``+`` or ``,`` (``tabulated_filter+cuda_graph``), either followed by
-        ``-fp16`` or ``-bf16`` for the MLP precision (``all+tables-fp16``).
+        """The options of a configuration name: a preset of :data:`PRESETS`, or presets and
+        technique names joined by ``+`` or ``,`` (``tabulated_filter+cuda_graph``,
+        ``all+pair_filter``), followed by ``-fp16`` or ``-bf16`` for the MLP precision
+        (``all+tables-fp16``) or not (FP32).
 
         Raises
         ------
@@ -145,15 +146,16 @@ class KernelOptions:
             base, precision = spec.strip(), "fp32"
         if base in PRESETS:
             return cls.preset(base, precision)
-        names = [n.strip().replace("-", "_") for n in re.split(r"[+,]", base) if n.strip()]
-        unknown = [n for n in names if n not in cls.techniques()]
+        names = [n.strip() for n in re.split(r"[+,]", base) if n.strip()]
+        switches = [s for n in names for s in PRESETS.get(n, (n.replace("-", "_"),))]
+        unknown = [s for s in switches if s not in cls.techniques()]
         if unknown or not names:
             raise ValueError(
-                f"unknown kernel configuration {spec!r}: give a preset ({', '.join(PRESETS)}) "
-                f"or techniques joined by '+' ({', '.join(cls.techniques())}), optionally "
-                "followed by -fp16 or -bf16"
+                f"unknown kernel technique(s) {unknown or [spec]}: give a preset "
+                f"({', '.join(PRESETS)}) or presets and techniques joined by '+' "
+                f"({', '.join(cls.techniques())}), optionally followed by -fp16 or -bf16"
             )
-        return cls(mlp_precision=precision, **dict.fromkeys(names, True))
+        return cls(mlp_precision=precision, **dict.fromkeys(switches, True))
 
     @property
     def is_baseline(self) -> bool:

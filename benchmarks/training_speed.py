@@ -1,6 +1,6 @@
 """Speed of force-matching training with FP32 and with TF32 optimiser steps, same process.
 
-    python scripts/training_speed.py [--protein 2jof] [--frames 8192] [--batch-size 512]
+    python benchmarks/training_speed.py [--protein 2jof] [--frames 8192] [--batch-size 512]
         [--repeats 2] [--device cuda] [--out result.json]
 
 Frames are the native structure with Gaussian noise (0.5 Å), targets zero: the time of an
@@ -14,11 +14,12 @@ relative RMS force difference of TF32 from FP32 (`FitResult.tf32_force_error`).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 
 import torch
 
-from workbench.cli import print_json
+from workbench.files import atomic_write_json
 from workbench.model.schnet import CGSchNet, SchNetConfig
 from workbench.system import build_system
 from workbench.training.force_matching import FitSettings, train_force_matching
@@ -57,7 +58,7 @@ def main() -> None:
             if settings.tf32:
                 tf32_error = result.tf32_force_error
     medians = {label: statistics.median(values) for label, values in seconds.items()}
-    print_json({
+    result = {
         "protein": args.protein, "frames": args.frames, "batch_size": args.batch_size,
         "device": args.device,
         "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None,
@@ -65,7 +66,10 @@ def main() -> None:
         "frames_per_second": {k: args.frames / v for k, v in medians.items()},
         "tf32_speedup": medians["fp32"] / medians["tf32"],
         "tf32_force_error": tf32_error,
-    }, args.out)
+    }
+    print(json.dumps(result, indent=2))
+    if args.out:
+        atomic_write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,9 @@ import argparse
 import importlib
 
 import torch
+from bench_kernels import _bench, _rel, benchmark_setup, make_schnet_weights
 
 from kernels import build_csr, cfconv, edge_distances, pack_filter
-from kernels.bench_kernels import _bench, _rel, benchmark_setup, make_schnet_weights
 from kernels.cfconv import cfconv_reference
 from kernels.edge_distances import edge_distances_reference
 from kernels.radial_basis import radial_reference_terms

@@ -1,6 +1,6 @@
 """Force and energy error of kernel configurations against the FP32 reference path.
 
-    python scripts/force_error.py [--protein 1enh] [--replicas 64] [--steps 200]
+    python benchmarks/force_error.py [--protein 1enh] [--replicas 64] [--steps 200]
         [--configs tables+graph,tables+graph-fp16,tables+graph-bf16] [--model demo]
         [--device cuda] [--out result.json]
 
@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 from dataclasses import replace
 
 import torch
 
-from workbench.cli import bench_options, print_json
+from workbench.files import atomic_write_json
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
 from workbench.runner import RunSettings, prepare_run
@@ -66,13 +67,15 @@ def main() -> None:
             pos.double(), graph)
         row = {"reference_vs_fp64": errors(ref_energy, ref_forces, energy64, forces64)}
         for name in args.configs.split(","):
-            options = replace(bench_options(name), cuda_graph=False, fused_pair_search=False,
+            options = replace(KernelOptions.parse(name), cuda_graph=False, fused_pair_search=False,
                               fused_integrator=False)
             energy, forces = potential.energy_and_forces(pos, graph, options)
             row[name] = {"vs_fp32_reference": errors(energy, forces, ref_energy, ref_forces),
                          "vs_fp64": errors(energy, forces, energy64, forces64)}
         result[part] = row
-    print_json(result, args.out)
+    print(json.dumps(result, indent=2))
+    if args.out:
+        atomic_write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ import json
 import sys
 from pathlib import Path
 
+from workbench.cli.errors import UsageError
+from workbench.cli.output import prepare_output, summary_table
 from workbench.distributed.reports import MetricsReport
+from workbench.files import atomic_write_text
 from workbench.md.reporters import MetricsReporter
 from workbench.runner import RunSettings
 from workbench.units import ns_per_day
@@ -110,8 +113,6 @@ def _summary(settings: RunSettings, last: MetricsReport | None, rate: float, ext
 
 
 def _finish(out: Path | None, summary: dict, rows: list[tuple[str, str]], files: str = "") -> int:
-    from workbench.cli import _summary_table, atomic_write_text
-
     if out is not None:
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     q = summary["q_mean"]
@@ -123,14 +124,12 @@ def _finish(out: Path | None, summary: dict, rows: list[tuple[str, str]], files:
         ("frozen replicas", ", ".join(map(str, summary["frozen_replicas"])) or "none"),
         ("files", f"{out}: metrics.csv, summary.json{files}" if out else "none (no --out)"),
     ]
-    print(_summary_table(rows))
+    print(summary_table(rows))
     return 0
 
 
 def run_distributed(args, settings: RunSettings) -> int:
     """Body of ``workbench run`` with ``--gpus`` or ``--ray``."""
-    from workbench.cli import UsageError
-
     if args.gpus is not None and args.ray is not None:
         raise UsageError("--gpus (this machine) and --ray (a cluster) exclude each other")
     if args.gpus is not None:
@@ -142,12 +141,14 @@ def run_distributed(args, settings: RunSettings) -> int:
 
 
 def _run_sharded(args, settings: RunSettings) -> int:
-    from workbench.cli import _prepare_output
     from workbench.distributed.launcher import ShardedRunError, ShardedSettings, launch_sharded
 
     config = ShardedSettings(settings, ranks=args.gpus, timeout_s=args.timeout or 86400.0)
-    device, ranks = config.resolve()
-    out = _prepare_output(args)
+    try:
+        device, ranks = config.resolve()
+    except ValueError as error:
+        raise UsageError(f"--gpus: {error}") from None
+    out = prepare_output(args)
     reporter = MetricsReporter(out / "metrics.csv", settings.save_interval) if out else None
     print(
         f"{settings.protein}: {settings.replicas} replicas over {ranks} processes on "
@@ -180,8 +181,6 @@ def _run_sharded(args, settings: RunSettings) -> int:
 
 
 def _run_on_ray(args, settings: RunSettings) -> int:
-    from workbench.cli import UsageError, _prepare_output
-
     try:
         import ray
 
@@ -189,7 +188,7 @@ def _run_on_ray(args, settings: RunSettings) -> int:
     except ImportError as exc:
         raise UsageError(f"--ray needs Ray: pip install 'cg-workbench[cluster]' ({exc})") from None
 
-    out = _prepare_output(args, resume_from=SHARD_FOLDER)
+    out = prepare_output(args, resume_from=SHARD_FOLDER)
     if out is None:
         raise UsageError("--ray needs --out: the shards' checkpoints are kept there")
     shards = out / SHARD_FOLDER
@@ -209,7 +208,10 @@ def _run_on_ray(args, settings: RunSettings) -> int:
         chunk_timeout_s=args.timeout,
         resume=args.resume,
     )
-    config.validate()
+    try:
+        config.validate()
+    except ValueError as error:
+        raise UsageError(f"--ray: {error}") from None
     ray.init(address=None if args.ray == "local" else args.ray)
     reporter = MetricsReporter(out / "metrics.csv", settings.save_interval, append=args.resume)
     print(

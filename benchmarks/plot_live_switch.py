@@ -1,6 +1,6 @@
-"""Redraw the workbench's live throughput plot from scripts/live_switch_check.py's JSON.
+"""Redraw the workbench's live throughput plot from benchmarks/live_switch_check.py's JSON.
 
-    python scripts/plot_live_switch.py live_switch.json docs/live-switch.html [PNG]
+    python benchmarks/plot_live_switch.py live_switch.json docs/live-switch.html [PNG]
 
 The figure is the one :class:`~widgets.panels.LivePlots` shows (same panel, fed the
 recorded throughput rows and kernel events); with a PNG path, headless Chromium (through
@@ -16,13 +16,13 @@ import numpy as np
 from widgets.kernel_switches import KernelEvent
 from widgets.panels.live_plots import LivePlots
 from widgets.snapshot import RunState, Snapshot
-from workbench.cli import bench_options
+from workbench.model.options import KernelOptions
 from workbench.units import ns_per_day
 
 record = json.loads(Path(sys.argv[1]).read_text())
 html = Path(sys.argv[2])
 events = tuple(
-    KernelEvent(e["step"], e["wall_s"], bench_options(e["label"]), bench_options(e["label"]))
+    KernelEvent(e["step"], e["wall_s"], *[KernelOptions.parse(e["label"])] * 2)
     for e in record["events"]
     if e["message"] is None  # switches only, not the engine's notes about them
 )

@@ -1,6 +1,6 @@
 """Every device kernel of a few captured MD steps, per step: count and microseconds.
 
-    python scripts/profile_step.py --protein 1enh [--replicas 64] [--steps 20]
+    python benchmarks/profile_step.py --protein 1enh [--replicas 64] [--steps 20]
         [--kernels tables+graph] [--out profile.json]
 
 ``--kernels`` is a benchmark configuration (e.g. ``tables+graph-fp16``).
@@ -22,14 +22,15 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from workbench.cli import atomic_write_text, bench_options
+from workbench.files import atomic_write_text
+from workbench.model.options import KernelOptions
 from workbench.runner import RunSettings, prepare_run
 
 
 def kernel_table(protein: str, replicas: int, steps: int, kernels: str) -> dict:
     """``{"total_us_per_step", "kernels_per_step", "rows": [(name, count, us) per step]}``."""
     settings = RunSettings(protein=protein, model="demo", replicas=replicas, steps=steps,
-                           device="cuda", options=bench_options(kernels))
+                           device="cuda", options=KernelOptions.parse(kernels))
     sim = prepare_run(settings).simulation
     sim.step(30)
     torch.cuda.synchronize()

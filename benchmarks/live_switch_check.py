@@ -1,13 +1,13 @@
 """Switch kernels in a running GPU simulation as the Kernels panel does, and keep what the
 live throughput plot receives.
 
-    python scripts/live_switch_check.py OUT.json [protein] [replicas] [seconds per phase] [device]
+    python benchmarks/live_switch_check.py OUT.json [protein] [replicas] [seconds/phase] [device]
 
 The run (until stopped, headless :class:`~widgets.controller.SimulationController`) starts on
 the PyTorch reference path, switches to the fastest path, then back. The JSON holds the
 controller's throughput rows and kernel events (what :class:`~widgets.panels.LivePlots`
 draws); the median throughput of each phase is printed. Redraw the plot with
-``scripts/plot_live_switch.py``.
+``benchmarks/plot_live_switch.py``.
 """
 
 import json
@@ -29,7 +29,7 @@ seconds = float(sys.argv[4]) if len(sys.argv) > 4 else 12.0
 device = sys.argv[5] if len(sys.argv) > 5 else "cuda"
 phases = [
     ("baseline", KernelOptions.baseline()),
-    ("tables+graph", KernelOptions(tabulated_filter=True, cuda_graph=True)),
+    ("tables+graph", KernelOptions.parse("tables+graph")),
     ("baseline", KernelOptions.baseline()),
 ]
 settings = RunSettings(protein=protein, replicas=replicas, device=device, save_interval=500,
