@@ -16,6 +16,7 @@ from workbench.cli.errors import UsageError
 from workbench.cli.output import summary_table
 from workbench.cli.parser import command_parser, floats
 from workbench.md.reporters import ensure_writable_folder
+from workbench.settings_error import SettingsError
 from workbench.teacher import state_thresholds
 from workbench.training.train_options import TrainOptions
 
@@ -373,13 +374,16 @@ def execute(args) -> int:
     options = train_options(args)
     online = None
     if args.online_walkers > 0:
-        online = OnlineSettings(
-            walkers=args.online_walkers,
-            temperature=args.online_temperature or floats(args.validate_temperatures)[0],
-            refresh_every=args.online_every, steps=args.online_steps,
-            save_every=args.online_save_every, burn_in=args.online_burn_in,
-            contrastive=args.online_contrastive,
-        )
+        try:
+            online = OnlineSettings(
+                walkers=args.online_walkers,
+                temperature=args.online_temperature or floats(args.validate_temperatures)[0],
+                refresh_every=args.online_every, steps=args.online_steps,
+                save_every=args.online_save_every, burn_in=args.online_burn_in,
+                contrastive=args.online_contrastive,
+            )
+        except ValueError as error:  # the walkers' own settings
+            raise SettingsError("online_walkers", f": {error}") from None
     cold, compact, noise = (
         None if values is None else list(values)
         for values in (options.cold_temperatures, options.compact_fractions,

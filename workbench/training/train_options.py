@@ -38,11 +38,10 @@ class TrainOptions:
     ensemble_weight : float
         Weight of the relative-entropy term (0: off).
     online_walkers : int
-        Walkers of the model being trained that feed that term (0: off), with their
-        ``online_*`` settings.
+        Walkers of the model being trained that feed that term (0: off; their own
+        settings are checked by `workbench.training.online_ensemble.OnlineSettings`).
     online_start : str or None
-    online_temperature : float or None
-    online_every, online_steps, online_save_every, online_burn_in : int
+        Runs whose structures start half of the walkers.
     grad_clip : float
         Largest gradient norm (0: none).
     weight_average : float
@@ -67,11 +66,6 @@ class TrainOptions:
     ensemble_weight: float = 0.0
     online_walkers: int = 0
     online_start: str | None = None
-    online_temperature: float | None = None
-    online_every: int = 50
-    online_steps: int = 1000
-    online_save_every: int = 100
-    online_burn_in: int = 0
     grad_clip: float = 0.0
     weight_average: float = 0.0
     dihedral_degree: int | None = None
@@ -127,19 +121,6 @@ class TrainOptions:
         if self.online_start is not None and self.online_walkers <= 0:
             raise SettingsError("online_start",
                                 "gives the walkers' starting structures: add {online_walkers}")
-        if self.online_walkers <= 0:
-            return
-        for name in ("online_every", "online_steps", "online_save_every"):
-            if getattr(self, name) < 1:
-                raise SettingsError(name, f"must be >= 1, got {getattr(self, name)}")
-        if self.online_save_every > self.online_steps:
-            raise SettingsError("online_save_every", f"({self.online_save_every}) must not "
-                                f"exceed {{online_steps}} ({self.online_steps})")
-        if self.online_burn_in < 0:
-            raise SettingsError("online_burn_in", f"must be >= 0, got {self.online_burn_in}")
-        temperature = self.online_temperature
-        if temperature is not None and not (temperature > 0 and math.isfinite(temperature)):
-            raise SettingsError("online_temperature", f"must be positive, got {temperature} K")
 
     def _check_fit(self) -> None:
         if not (self.grad_clip >= 0 and math.isfinite(self.grad_clip)):

@@ -1,5 +1,5 @@
-"""The command line, called in-process: `workbench run` outputs, refusing to overwrite,
-resuming, clear errors with exit code 2, `workbench info`."""
+"""`workbench run`, called in-process: outputs, refusing to overwrite, resuming, clear
+errors with exit code 2."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import contextlib
 import csv
 import io
 import json
-import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from workbench.cli import main, print_json
+from workbench.cli import main
 from workbench.models import shipped_model_file, validation_passed
 
 mdtraj = pytest.importorskip("mdtraj")
@@ -281,31 +280,6 @@ def test_run_without_out_writes_nothing(tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_info_prints_versions(capsys):
-    assert main(["info"]) == 0
-    out = capsys.readouterr().out
-    assert re.search(rf"^torch\s+\| {re.escape(torch.__version__)}$", out, re.MULTILINE), out
-    assert re.search(r"^python\s+\| 3\.", out, re.MULTILINE)
-    assert re.search(r"^device\s+\| ", out, re.MULTILINE)
-
-
-def test_unknown_command_is_a_usage_error(capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["fly"])
-    assert info.value.code == 2
-    assert "invalid choice" in capsys.readouterr().err
-
-
-def test_print_json_prints_and_writes_the_same_document(tmp_path, capsys):
-    out = tmp_path / "result.json"
-    print_json({"a": 1.5, "b": [1, 2]}, str(out))
-    printed = json.loads(capsys.readouterr().out)
-    assert printed == json.loads(out.read_text()) == {"a": 1.5, "b": [1, 2]}
-    print_json({"c": 3})  # no file: printing only
-    assert json.loads(capsys.readouterr().out) == {"c": 3}
-    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
-
-
 def test_denatured_fraction_starts_that_share_of_replicas_unfolded():
     """The last round(f R) replicas start from chains run without contact wells: far from
     native (low Q); the others start native; the same seed gives the same starts."""
@@ -327,7 +301,7 @@ def test_denatured_fraction_starts_that_share_of_replicas_unfolded():
 def test_ctrl_c_stops_cleanly_and_the_run_resumes_from_its_last_save(
     finished_run, tmp_path, monkeypatch, capsys
 ):
-    import workbench.cli as cli
+    import workbench.cli.run as cli
 
     real, calls = cli.timed_steps, []
 
