@@ -1,6 +1,6 @@
 """Full-size GPU check and timing of every kernel against its PyTorch reference.
 
-Run on a CUDA machine: ``python -m kernels.bench_kernels`` (``--replicas``, ``--beads`` to
+Run on a CUDA machine: ``python -m benchmarks.bench_kernels`` (``--replicas``, ``--beads`` to
 change the size). The default size is the 1ENH benchmark: 269 beads x 64 replicas, cutoff
 10 A, about 68 neighbours per bead (a random compact globule of the protein's density), with
 the default CGSchNet sizes K = 50, F = H = 128, 3 blocks. It prints accuracy (relative to a

@@ -1,8 +1,8 @@
 """Full-size check and timing of `kernels.tabulated` next to the fused fp16 `cfconv`.
 
-``python -m kernels.bench_tabulated`` (``--replicas``, ``--beads`` to change the size; runs
+``python -m benchmarks.bench_tabulated`` (``--replicas``, ``--beads`` to change the size; runs
 on CPU under ``TRITON_INTERPRET=1`` at small sizes as a smoke test). On the 1ENH x 64
-benchmark graph of `kernels.bench_kernels`, with block 0 of its random CGSchNet:
+benchmark graph of `benchmarks.bench_kernels`, with block 0 of its random CGSchNet:
 
 1. tabulation error: the float64 reference with a table of the block's filter network
    (``G`` points on ``[0, r_c]``) against the float64 `cfconv` reference (the MLP itself);
@@ -18,8 +18,8 @@ import argparse
 import importlib
 
 import torch
-from bench_kernels import _bench, _rel, benchmark_setup, make_schnet_weights
 
+from benchmarks.bench_kernels import _bench, _rel, benchmark_setup, make_schnet_weights
 from kernels import build_csr, cfconv, edge_distances, pack_filter
 from kernels.cfconv import cfconv_reference
 from kernels.edge_distances import edge_distances_reference

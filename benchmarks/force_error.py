@@ -1,6 +1,6 @@
 """Force and energy error of kernel configurations against the FP32 reference path.
 
-    python benchmarks/force_error.py [--protein 1enh] [--replicas 64] [--steps 200]
+    python -m benchmarks.force_error [--protein 1enh] [--replicas 64] [--steps 200]
         [--configs tables+graph,tables+graph-fp16,tables+graph-bf16] [--model demo]
         [--device cuda] [--out result.json]
 

@@ -1,7 +1,7 @@
 """Switch kernels in a running GPU simulation as the Kernels panel does, and keep what the
 live throughput plot receives.
 
-    python benchmarks/live_switch_check.py OUT.json [protein] [replicas] [seconds/phase] [device]
+    python -m benchmarks.live_switch_check OUT.json [protein] [replicas] [seconds/phase] [device]
 
 The run (until stopped, headless :class:`~widgets.controller.SimulationController`) starts on
 the PyTorch reference path, switches to the fastest path, then back. The JSON holds the

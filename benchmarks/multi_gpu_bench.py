@@ -1,6 +1,6 @@
 """Aggregate throughput of a sharded run on N GPUs against 1 GPU; writes JSON.
 
-    python benchmarks/multi_gpu_bench.py --protein 1enh --replicas-per-gpu 64 --steps 200 \
+    python -m benchmarks.multi_gpu_bench --protein 1enh --replicas-per-gpu 64 --steps 200 \
         --out artifacts/multi_gpu/results.json
 
 Each configuration is limited by --timeout (default 80 s); the defaults finish in
@@ -10,19 +10,16 @@ is in the JSON). See workbench/distributed/scaling.py.
 
 import argparse
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from workbench.distributed.scaling import scaling, write_scaling  # noqa: E402
-from workbench.model.options import KernelOptions  # noqa: E402
-from workbench.runner import RunSettings  # noqa: E402
+from workbench.distributed.scaling import scaling, write_scaling
+from workbench.model.options import KernelOptions
+from workbench.runner import RunSettings
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python benchmarks/multi_gpu_bench.py``: see ``--help``."""
+    """``python -m benchmarks.multi_gpu_bench``: see ``--help``."""
     parser = argparse.ArgumentParser(
         description="Aggregate throughput (timestep·mol/s) of a sharded run on N GPUs "
         "against 1 GPU, in one run; writes JSON."
@@ -57,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     result = scaling(settings, gpus, args.replicas_per_gpu, args.timeout)
     given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python benchmarks/multi_gpu_bench.py", *given])
+    command = " ".join(["python -m benchmarks.multi_gpu_bench", *given])
     path = write_scaling(result, settings, args.out, command)
     for record in result["records"]:
         if "error" in record:

@@ -1,6 +1,6 @@
 """Redraw the workbench's live throughput plot from benchmarks/live_switch_check.py's JSON.
 
-    python benchmarks/plot_live_switch.py live_switch.json docs/live-switch.html [PNG]
+    python -m benchmarks.plot_live_switch live_switch.json docs/live-switch.html [PNG]
 
 The figure is the one :class:`~widgets.panels.LivePlots` shows (same panel, fed the
 recorded throughput rows and kernel events); with a PNG path, headless Chromium (through

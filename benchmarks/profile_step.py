@@ -1,6 +1,6 @@
 """Every device kernel of a few captured MD steps, per step: count and microseconds.
 
-    python benchmarks/profile_step.py --protein 1enh [--replicas 64] [--steps 20]
+    python -m benchmarks.profile_step --protein 1enh [--replicas 64] [--steps 20]
         [--kernels tables+graph] [--out profile.json]
 
 ``--kernels`` is a benchmark configuration (e.g. ``tables+graph-fp16``).

@@ -1,6 +1,6 @@
 """Speed of force-matching training with FP32 and with TF32 optimiser steps, same process.
 
-    python benchmarks/training_speed.py [--protein 2jof] [--frames 8192] [--batch-size 512]
+    python -m benchmarks.training_speed [--protein 2jof] [--frames 8192] [--batch-size 512]
         [--repeats 2] [--device cuda] [--out result.json]
 
 Frames are the native structure with Gaussian noise (0.5 Å), targets zero: the time of an
