@@ -237,7 +237,7 @@ def add_parser(subparsers) -> None:
         "--sampler-max-force", type=float, default=1000.0, metavar="KCAL_PER_MOL_A",
         help="leave out sampled (and --noise) frames where the teacher's force on a bead "
         "exceeds this (kcal/mol/Å; frames of a sampler that drifted into overlapping beads, "
-        "whose forces would swamp the squared error); inf keeps all (default 1000; the "
+        "whose forces would swamp the squared error); inf keeps all (the "
         "teacher's own frames at 360 K stay below ~100)",
     )
     train.add_argument(
@@ -272,7 +272,7 @@ def add_parser(subparsers) -> None:
     )
     train.add_argument(
         "--noise-fraction", type=float, default=0.1,
-        help="share of the teacher's frames copied at each --noise scale (default 0.1)",
+        help="share of the teacher's frames copied at each --noise scale",
     )
     train.add_argument(
         "--cold-replicas", type=int, default=None,
