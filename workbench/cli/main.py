@@ -18,12 +18,8 @@ from workbench.cli.recipes import recipe_arguments
 COMMANDS = (run, info, bench, train, validate, fit_scales, analyze)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``workbench`` parser with one subparser per command."""
-    return _parsers()[0]
-
-
-def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+def build_parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The ``workbench`` parser and each command's parser, by command name."""
     parser = argparse.ArgumentParser(
         prog="workbench", description="Coarse-grained neural-network MD engine"
     )
@@ -35,7 +31,7 @@ def _parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentPars
 
 def parse_arguments(argv: list[str]) -> argparse.Namespace:
     """``argv`` parsed, a ``--config`` recipe's options placed before the ones given."""
-    parser, commands = _parsers()
+    parser, commands = build_parsers()
     command = next((token for token in argv if not token.startswith("-")), None)
     if command in commands:
         at = argv.index(command) + 1

@@ -18,6 +18,13 @@ def summary_table(rows: list[tuple[str, str]]) -> str:
     return "\n".join([line, *(f"{k:<{width}} | {v}" for k, v in rows), line])
 
 
+def acceptance_text(acceptance: dict[str, float | None]) -> str:
+    """``"300–346 K 42%, 346–400 K 40%"`` from a ``summary()["acceptance"]`` dict."""
+    return ", ".join(
+        f"{pair} {'n/a' if rate is None else f'{rate:.0%}'}" for pair, rate in acceptance.items()
+    )
+
+
 def print_json(result: dict, out: str | None = None) -> None:
     """Print ``result`` as indented JSON and, with ``out``, write it there atomically."""
     print(json.dumps(result, indent=2))

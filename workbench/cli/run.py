@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from workbench.cli.errors import UsageError
-from workbench.cli.output import prepare_output, summary_table
+from workbench.cli.output import acceptance_text, prepare_output, summary_table
 from workbench.cli.parser import command_parser
 from workbench.cli.run_distributed import (
     add_distributed_arguments,
@@ -154,13 +154,6 @@ def check_ladder_files(args, out: Path) -> None:
         raise UsageError(f"--resume --ladder: no tempering.pt in {out} (a run without a ladder)")
     if not args.ladder and had_ladder:
         raise UsageError(f"{out} holds a run with a temperature ladder: pass its --ladder")
-
-
-def acceptance_text(acceptance: dict[str, float | None]) -> str:
-    """``"300–346 K 42%, 346–400 K 40%"`` from a ``summary()["acceptance"]`` dict."""
-    return ", ".join(
-        f"{pair} {'n/a' if rate is None else f'{rate:.0%}'}" for pair, rate in acceptance.items()
-    )
 
 
 

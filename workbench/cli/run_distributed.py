@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from workbench.cli.errors import UsageError
-from workbench.cli.output import prepare_output, summary_table
+from workbench.cli.output import acceptance_text, prepare_output, summary_table
 from workbench.distributed.reports import MetricsReport
 from workbench.files import atomic_write_text
 from workbench.md.reporters import MetricsReporter
@@ -172,11 +172,7 @@ def _run_sharded(args, settings: RunSettings) -> int:
     summary = _summary(settings, last, result.timestep_mol_per_s, extra)
     rows = [("processes", f"{len(result.shards)} ({result.backend})")]
     if result.tempering is not None:
-        acceptance = ", ".join(
-            f"{pair} {'n/a' if rate is None else f'{rate:.0%}'}"
-            for pair, rate in result.tempering["acceptance"].items()
-        )
-        rows.append(("exchange acceptance", acceptance))
+        rows.append(("exchange acceptance", acceptance_text(result.tempering["acceptance"])))
     return _finish(out, summary, rows)
 
 
