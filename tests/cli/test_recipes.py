@@ -19,10 +19,10 @@ batch-size: 64
 lr: 5.0e-4
 noise: [0.1, 0.2]
 refine_priors: true
-tf32: false
+tf32: true
 """
 FLAGS = ["--protein", "2jof", "--generate", "--temperatures", "300,360", "--batch-size", "64",
-         "--lr", "5e-4", "--noise", "0.1,0.2", "--refine-priors"]
+         "--lr", "5e-4", "--noise", "0.1,0.2", "--refine-priors", "--tf32"]
 
 
 def parsed(argv: list[str]) -> dict:
@@ -37,7 +37,7 @@ def test_a_recipe_parses_as_its_flags_do(tmp_path):
     from_file = parsed(["train", "--config", str(recipe), "--out", "o"])
     assert from_file == parsed(["train", *FLAGS, "--out", "o"])
     assert from_file["batch_size"] == 64 and from_file["noise"] == "0.1,0.2"
-    assert from_file["tf32"] is False and from_file["execute"] is not None
+    assert from_file["tf32"] is True and from_file["refine_priors"] is True
 
 
 def test_flags_override_the_recipe(tmp_path):
@@ -46,6 +46,7 @@ def test_flags_override_the_recipe(tmp_path):
     args = parsed(["train", "--lr", "1e-3", "--config", str(recipe), "--data", "d.pt",
                    "--out", "o"])
     assert args["lr"] == 1e-3 and args["batch_size"] == 64
+    assert parsed(["train", "--config", str(recipe), "--no-tf32", "--out", "o"])["tf32"] is False
     # --data and the recipe's generate exclude each other: the command line's wins
     assert args["data"] == "d.pt" and args["generate"] is False
 

@@ -57,7 +57,7 @@ def recipe_arguments(parser: argparse.ArgumentParser, path: str | Path,
 
 def _tokens(action: argparse.Action, value, path) -> list[str]:
     """The command-line form of one recipe entry."""
-    flag = max(action.option_strings, key=len)
+    flag = action.option_strings[0]
     if action.nargs == 0:  # a switch
         if not isinstance(value, bool):
             raise UsageError(f"--config: {path}: {action.dest} is a switch: true or false, "

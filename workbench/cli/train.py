@@ -7,6 +7,7 @@ Options come from the command line or from a recipe file (``--config``, see
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import fields
 
@@ -30,7 +31,7 @@ def add_parser(subparsers) -> None:
     train.add_argument(
         "--config", default=None, metavar="RECIPE",
         help="a recipe file (YAML) whose keys are these options' names (dashes or "
-        "underscores); options given here override it",
+        "underscores); options given here override it (--no-tf32 turns off its tf32: true)",
     )
     train.add_argument("--protein", default="cln025", help="bundled name or PDB file")
     source = train.add_mutually_exclusive_group(required=True)
@@ -101,7 +102,7 @@ def add_parser(subparsers) -> None:
         "per dihedral, as the teacher's; new priors only)",
     )
     train.add_argument(
-        "--refine-priors", action="store_true",
+        "--refine-priors", action=argparse.BooleanOptionalAction, default=False,
         help="after Boltzmann inversion, refit the bond, angle and dihedral priors to the "
         "teacher's forces by linear least squares, so that SchNet is left the contacts "
         "(new priors only)",
@@ -163,7 +164,7 @@ def add_parser(subparsers) -> None:
         "are kept (they relax into the model's own ensemble first)",
     )
     train.add_argument(
-        "--online-contrastive", action="store_true",
+        "--online-contrastive", action=argparse.BooleanOptionalAction, default=False,
         help="count the walker frames equally (plain contrastive gradient) instead of "
         "reweighting them to the current weights between runs",
     )
@@ -187,7 +188,7 @@ def add_parser(subparsers) -> None:
         "this decay per optimiser step, say 0.999 (0: off; not with --sampler's term)",
     )
     train.add_argument(
-        "--tf32", action="store_true",
+        "--tf32", action=argparse.BooleanOptionalAction, default=False,
         help="optimiser steps with TF32 matrix products on tensor cores (CUDA); validation "
         "stays FP32, and the card records how far TF32 forces are from FP32 ones",
     )
