@@ -129,7 +129,7 @@ def speedup_demo() -> list:
             "\n"
             "from widgets import ComparePanel, KernelsPanel, LivePlots, SimulationController, "
             "default_settings, short_mode\n"
-            "from workbench.model.options import KernelOptions\n"
+            "from workbench.model.options import FASTEST, KernelOptions\n"
             "\n"
             "short = short_mode()\n"
             "settings = default_settings(\n"
@@ -159,7 +159,7 @@ def speedup_demo() -> list:
         ),
         new_code_cell(
             "hold = 1 if short else 15\n"
-            "fastest = KernelOptions(tabulated_filter=True, cuda_graph=True)\n"
+            "fastest = KernelOptions.preset(FASTEST)\n"
             "live.start()\n"
             "for options in (fastest, KernelOptions.baseline(), fastest):\n"
             "    time.sleep(hold)\n"

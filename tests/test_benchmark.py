@@ -3,8 +3,7 @@ the names of benchmark configurations."""
 
 import pytest
 
-from workbench.benchmark import BenchCase, markdown_table, run_case, write_results
-from workbench.cli import UsageError, bench_options
+from workbench.benchmark import BenchCase, bench_cases, markdown_table, run_case, write_results
 from workbench.model.options import KernelOptions
 
 
@@ -24,16 +23,14 @@ def test_record_and_table(tmp_path):
     assert json_path.is_file() and "workbench bench" in md_path.read_text()
 
 
-def test_benchmark_configuration_names():
-    assert bench_options("baseline").is_baseline
-    assert bench_options("tables+graph") == KernelOptions(
-        tabulated_filter=True, cuda_graph=True, fused_pair_search=True, fused_integrator=True,
-        fused_update=True)
-    joined = bench_options("tabulated_filter+cuda_graph-fp16")
-    assert joined == KernelOptions(tabulated_filter=True, cuda_graph=True, mlp_precision="fp16")
-    assert bench_options("all+tables") == KernelOptions.all_on(tabulated_filter=True)
-    with pytest.raises(UsageError, match="unknown kernel technique"):
-        bench_options("tabulated_filter+warp_drive")
+def test_bench_cases_cross_proteins_replicas_and_configurations():
+    cases = bench_cases(["cln025", "2jof"], [4, 8], ["baseline", "tables+graph-fp16"], None)
+    assert [(c.protein, c.replicas, c.label) for c in cases[:3]] == [
+        ("cln025", 4, "baseline"), ("cln025", 4, "tables+graph-fp16"), ("cln025", 8, "baseline")]
+    assert len(cases) == 8 and all(c.model is None for c in cases)
+    assert cases[1].options == KernelOptions.parse("tables+graph-fp16")
+    with pytest.raises(ValueError, match="unknown kernel technique"):
+        bench_cases(["cln025"], [4], ["tabulated_filter+warp_drive"])
 
 
 def test_demo_model_is_chosen_over_a_shipped_one(monkeypatch):
@@ -52,6 +49,6 @@ def test_demo_model_is_chosen_over_a_shipped_one(monkeypatch):
 
 @pytest.mark.gpu
 def test_setup_peak_includes_the_graph_capture():
-    case = BenchCase("cln025", 4, "tables+graph", bench_options("tables+graph"))
+    case = BenchCase("cln025", 4, "tables+graph", KernelOptions.parse("tables+graph"))
     record = run_case(case, device="cuda", steps=4, warmup=3, repeats=1)
     assert 0 < record["peak_memory_gb"] <= record["peak_memory_setup_gb"]

@@ -23,23 +23,18 @@ from widgets.force_deviation import ForceDeviation, force_deviation
 from widgets.kernel_switches import failure_message, options_label, usable_options
 from widgets.snapshot import RunState
 from workbench.md import LangevinIntegrator, Simulation
-from workbench.model.options import KernelOptions
+from workbench.model.options import FASTEST, KernelOptions
 from workbench.runner import PreparedRun, RunSettings, ThroughputMeter, prepare_run
 from workbench.units import FS_PER_PS
 
-#: Configurations offered for A and B.
-PRESETS: dict[str, Callable[[], KernelOptions]] = {
-    "baseline (PyTorch)": KernelOptions.baseline,
-    # the fastest path measured (BENCHMARKS.md)
-    "fastest: tables + CUDA graph": lambda: KernelOptions(
-        tabulated_filter=True, cuda_graph=True, fused_pair_search=True, fused_integrator=True
-    ),
-    "all fused + tables + CUDA graph": lambda: KernelOptions.all_on(
-        tabulated_filter=True, cuda_graph=True
-    ),
-    "all fused, fp32": KernelOptions.all_on,
-    "all fused, bf16": lambda: KernelOptions.all_on("bf16"),
-    "all fused, fp16": lambda: KernelOptions.all_on("fp16"),
+#: Configurations offered for A and B: their labels and `KernelOptions.parse` names.
+PRESETS: dict[str, str] = {
+    "baseline (PyTorch)": "baseline",
+    "fastest: tables + CUDA graph": FASTEST,
+    "all fused + tables + CUDA graph": "all+tables+graph",
+    "all fused, fp32": "all",
+    "all fused, bf16": "all-bf16",
+    "all fused, fp16": "all-fp16",
 }
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from workbench.files import atomic_write_text
 from workbench.model.options import KernelOptions
 from workbench.runner import DEMO_MODEL, RunSettings, prepare_run, resolve_device
 from workbench.units import ns_per_day
@@ -36,6 +37,17 @@ class BenchCase:
     label: str
     options: KernelOptions = field(default_factory=KernelOptions)
     model: str | None = DEMO_MODEL
+
+
+def bench_cases(
+    proteins: list[str], replicas: list[int], configs: list[str], model: str | None = DEMO_MODEL
+) -> list[BenchCase]:
+    """Every protein × replica count × configuration, a configuration being a
+    `KernelOptions.parse` name (``tables+graph``, ``all-fp16``); ``model`` None: each
+    protein's shipped model."""
+    options = {config: KernelOptions.parse(config) for config in configs}
+    return [BenchCase(p, r, c, options[c], model)
+            for p in proteins for r in replicas for c in configs]
 
 
 def _sync(device: torch.device) -> None:
@@ -262,8 +274,9 @@ def write_results(records: list[dict], out: str | Path, command: str) -> tuple[P
     payload = {"environment": env, "command": command, "records": records}
     json_path = out / "bench.json"
     md_path = out / "bench.md"
-    json_path.write_text(json.dumps(payload, indent=2))
-    md_path.write_text(
+    atomic_write_text(json_path, json.dumps(payload, indent=2))
+    atomic_write_text(
+        md_path,
         f"GPU: {env['gpu'] or 'CPU'} · torch {env['torch']} · triton {env['triton']} · "
         f"{env['date']}\n\nCommand: `{command}`\n\n{markdown_table(records)}\n"
     )

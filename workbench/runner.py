@@ -17,6 +17,7 @@ from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
 from workbench.models import shipped_model_file, shipped_model_path
+from workbench.settings_error import SettingsError
 from workbench.system import build_system
 from workbench.system.cg_system import CGSystem
 from workbench.teacher import mixed_starts, teacher_potential
@@ -94,41 +95,43 @@ class RunSettings:
     denatured_fraction: float = 0.0
     denature_steps: int = 25_000
 
+    def __post_init__(self):
+        self.validate()
+
     def validate(self) -> None:
-        """Raise ValueError with a specific message for impossible settings."""
+        """Raise `SettingsError` naming the field of an impossible setting."""
         if self.replicas < 1:
-            raise ValueError(f"--replicas must be at least 1, got {self.replicas}")
+            raise SettingsError("replicas", f"must be at least 1, got {self.replicas}")
         if self.steps < 0:
-            raise ValueError(f"--steps must be non-negative, got {self.steps}")
+            raise SettingsError("steps", f"must be non-negative, got {self.steps}")
         if not self.temperature > 0:
-            raise ValueError(f"--temperature must be positive (kelvin), got {self.temperature}")
+            raise SettingsError("temperature", f"must be positive (kelvin), got {self.temperature}")
         if not self.timestep_fs > 0:
-            raise ValueError(f"--dt must be positive (fs), got {self.timestep_fs}")
+            raise SettingsError("timestep_fs", f"must be positive (fs), got {self.timestep_fs}")
         if self.friction < 0:
-            raise ValueError(f"--friction must be non-negative (1/ps), got {self.friction}")
+            raise SettingsError("friction", f"must be non-negative (1/ps), got {self.friction}")
         if self.save_interval < 1:
-            raise ValueError(f"--save-interval must be at least 1, got {self.save_interval}")
+            raise SettingsError("save_interval", f"must be at least 1, got {self.save_interval}")
         if self.first_replica < 0:
-            raise ValueError(f"first replica must be non-negative, got {self.first_replica}")
+            raise SettingsError("first_replica", f"must be non-negative, got {self.first_replica}")
         if self.structures is not None and self.model is None:
-            raise ValueError("--structures needs --model (an mlcg checkpoint)")
+            raise SettingsError("structures", "needs {model} (an mlcg checkpoint)")
         if not 0.0 <= self.denatured_fraction <= 1.0:
-            raise ValueError(
-                f"--denatured-fraction must be in [0, 1], got {self.denatured_fraction}"
-            )
+            raise SettingsError("denatured_fraction",
+                                f"must be in [0, 1], got {self.denatured_fraction}")
         if self.denature_steps < 1:
-            raise ValueError(f"--denature-steps must be at least 1, got {self.denature_steps}")
+            raise SettingsError("denature_steps", f"must be at least 1, got {self.denature_steps}")
         if self.exchange_every < 1:
-            raise ValueError(f"--exchange-every must be at least 1, got {self.exchange_every}")
+            raise SettingsError("exchange_every", f"must be at least 1, got {self.exchange_every}")
         if self.ladder is not None:
             try:
                 geometric_ladder(*self.ladder)
             except ValueError as exc:
-                raise ValueError(f"--ladder: {exc}") from exc
+                raise SettingsError("ladder", f": {exc}") from exc
             levels = self.ladder[2]
             if self.replicas % levels:
-                raise ValueError(
-                    f"--replicas {self.replicas} is not a multiple of the {levels} ladder "
+                raise SettingsError(
+                    "replicas", f"{self.replicas} is not a multiple of the {levels} ladder "
                     "levels (replicas = levels × walkers)"
                 )
 
@@ -141,7 +144,7 @@ def resolve_device(device: str) -> tuple[torch.device, str | None]:
         return torch.device("cpu"), "No GPU found: running on the CPU."
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but no CUDA GPU is available")
+        raise SettingsError("device", f"{device!r} was asked for but no CUDA GPU is available")
     return dev, None
 
 

@@ -11,13 +11,13 @@ import torch
 from kernels_testlib import make_graph, radial_specs
 
 import kernels
-from kernels import _triton, build_csr, edge_distances, radial_basis, tabulated_cfconv
-from kernels.bench_kernels import (
+from benchmarks.bench_kernels import (
     energy_and_forces,
     make_benchmark_graph,
     make_schnet_weights,
     pack_schnet,
 )
+from kernels import _triton, build_csr, edge_distances, radial_basis, tabulated_cfconv
 from kernels.tabulated import tabulate_filter
 
 Autotuner = pytest.importorskip("triton.runtime.autotuner").Autotuner

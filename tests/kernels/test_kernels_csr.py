@@ -86,7 +86,7 @@ def test_sorted_pairs_build_of_neighbour_lists_as_the_fused_path_uses_them(devic
 
 
 def test_benchmark_verlet_graph_is_a_padded_neighbour_list(device):
-    from kernels.bench_kernels import verlet_list_graph
+    from benchmarks.bench_kernels import verlet_list_graph
 
     graph = verlet_list_graph(30, 2, device=device)
     src, dst, n = graph["src"], graph["dst"], graph["num_nodes"]

@@ -4,13 +4,13 @@ import pytest
 import torch
 from kernels_testlib import rel_err
 
-from kernels import OPS, build_csr, cfconv, pack_filter
-from kernels.bench_kernels import (
+from benchmarks.bench_kernels import (
     energy_and_forces,
     make_benchmark_graph,
     make_schnet_weights,
     pack_schnet,
 )
+from kernels import OPS, build_csr, cfconv, pack_filter
 
 pytestmark = pytest.mark.gpu
 

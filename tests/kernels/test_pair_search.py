@@ -162,7 +162,7 @@ def test_bad_shapes_are_refused():
 
 
 def test_kernel_benchmark_rows_check_against_the_references():
-    from kernels import bench_kernels
+    from benchmarks import bench_kernels
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     graph = bench_kernels.make_benchmark_graph(20, 2, device=device)

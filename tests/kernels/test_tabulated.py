@@ -357,8 +357,8 @@ def test_refuses_mismatched_width_and_positions(device):
 @pytest.mark.gpu
 def test_full_size_tabulated_cfconv():
     """1ENH x 64 benchmark graph (E ~ 1.1M), F = 128, G = 2001: kernel vs float64 reference."""
+    from benchmarks.bench_kernels import make_benchmark_graph
     from kernels import build_csr
-    from kernels.bench_kernels import make_benchmark_graph
 
     graph = make_benchmark_graph(device="cuda")
     n = graph["num_nodes"]

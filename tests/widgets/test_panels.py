@@ -97,7 +97,9 @@ def test_temperature_ladder_is_off_by_default_and_validated(fake_run):
     assert (settings.ladder, settings.exchange_every) == ((310.0, 420.0, 2), 5)
     panel.replicas.value = 3
     assert panel.start() is None
-    assert "not a multiple of the 2 ladder levels" in panel.status.value
+    assert "replicas 3 is not a multiple of the 2 ladder levels" in panel.status.value
+    assert (panel.label("timestep_fs"), panel.label("first_replica")) == ("time step (fs)",
+                                                                         "first_replica")
 
 
 def _upload(panel, name, content):

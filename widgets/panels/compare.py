@@ -12,6 +12,7 @@ from widgets.comparison import PRESETS, CompareRunner, CompareSnapshot
 from widgets.modes import default_settings
 from widgets.panels.base import LivePanel
 from widgets.plot_style import COLORS, new_figure
+from workbench.model.options import KernelOptions
 from workbench.runner import RunSettings
 
 
@@ -121,8 +122,8 @@ class ComparePanel(LivePanel):
             return self.source
         runner = CompareRunner(
             self.settings_source(),
-            PRESETS[self.preset_a.value](),
-            PRESETS[self.preset_b.value](),
+            KernelOptions.parse(PRESETS[self.preset_a.value]),
+            KernelOptions.parse(PRESETS[self.preset_b.value]),
             steps=self.steps.value,
         )
         self.attach(runner)

@@ -21,6 +21,7 @@ from widgets.snapshot import RunState, Snapshot
 from workbench.distributed import ShardedResult, ShardedSettings, launch_sharded
 from workbench.model.options import KernelOptions
 from workbench.runner import PreparedRun, RunSettings, prepare_run
+from workbench.settings_error import SettingsError
 from workbench.system import available_proteins, build_system
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -31,6 +32,10 @@ STATE_COLORS = {
     RunState.STOPPED: "#1f77b4",
     RunState.ERROR: "#b00020",
 }
+
+
+#: `RunSettings` fields whose field of the panel has another name.
+_FIELD_WIDGETS = {"timestep_fs": "timestep", "denatured_fraction": "denatured"}
 
 
 def _red(text: str) -> str:
@@ -249,18 +254,24 @@ class LaunchPanel(LivePanel):
             options=self.options_source(),
         )
 
+    def label(self, field: str) -> str:
+        """How the panel names a `RunSettings` field: its field's label, else the name."""
+        widget = getattr(self, _FIELD_WIDGETS.get(field, field), None)
+        description = getattr(widget, "description", "") if isinstance(widget, ipw.Widget) else ""
+        return description or field
+
     def start(self) -> SimulationController | ShardedController | None:
         """Start a new run from the fields; returns it (None when the settings are invalid)."""
         if self.source is not None and self.source.state.active:
             return self.source
-        settings = self.settings()
         ranks = self.gpus.value
         try:
-            settings.validate()
+            settings = self.settings()  # settings check themselves when made
             if ranks > 1:  # GPUs visible, replicas enough for every process, ladder fits
                 ShardedSettings(settings, ranks=ranks).resolve()
         except ValueError as exc:
-            self.status.value = _red(str(exc))
+            message = exc.describe(self.label) if isinstance(exc, SettingsError) else str(exc)
+            self.status.value = _red(message)
             return None
         if ranks > 1:
             controller = ShardedController(

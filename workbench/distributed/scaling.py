@@ -11,12 +11,12 @@ the others still run.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 from workbench.benchmark import environment
 from workbench.distributed.launcher import ShardedRunError, ShardedSettings, launch_sharded
+from workbench.files import atomic_write_text
 from workbench.runner import RunSettings
 from workbench.units import ns_per_day
 
@@ -75,8 +75,6 @@ def scaling(settings: RunSettings, gpus: int, replicas_per_gpu: int, timeout_s: 
 
 def write_scaling(result: dict, settings: RunSettings, out: str | Path, command: str) -> Path:
     """Write the scaling result with its settings and environment as JSON (atomically)."""
-    from workbench.cli import atomic_write_text
-
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -93,63 +91,3 @@ def write_scaling(result: dict, settings: RunSettings, out: str | Path, command:
     }
     atomic_write_text(out, json.dumps(payload, indent=2))
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python scripts/multi_gpu_bench.py``: see ``--help``."""
-    import argparse
-
-    import torch
-
-    from workbench.cli import kernel_options
-    from workbench.model.options import PRECISIONS
-
-    parser = argparse.ArgumentParser(
-        description="Aggregate throughput (timestep·mol/s) of a sharded run on N GPUs "
-        "against 1 GPU, in one run; writes JSON."
-    )
-    parser.add_argument("--protein", default="1enh")
-    parser.add_argument("--replicas-per-gpu", type=int, default=64)
-    parser.add_argument("--gpus", type=int, default=None, help="default: all visible GPUs")
-    parser.add_argument("--steps", type=int, default=200, help="timed steps")
-    parser.add_argument(
-        "--report-interval",
-        type=int,
-        default=50,
-        help="steps between gathered metrics; the first interval is untimed warm-up",
-    )
-    parser.add_argument("--kernels", default="baseline", help="baseline, all, all+tables, ...")
-    parser.add_argument("--mlp-precision", default="fp32", choices=PRECISIONS)
-    parser.add_argument("--device", default="auto", help="auto, cuda, or cpu (gloo processes)")
-    parser.add_argument(
-        "--timeout", type=float, default=80.0, help="limit on each configuration, s"
-    )
-    parser.add_argument("--out", default="artifacts/multi_gpu/results.json")
-    args = parser.parse_args(argv)
-
-    cuda = args.device != "cpu" and torch.cuda.is_available()
-    gpus = args.gpus or (torch.cuda.device_count() if cuda else 2)
-    settings = RunSettings(
-        protein=args.protein,
-        steps=args.report_interval + args.steps,
-        save_interval=args.report_interval,
-        device=args.device,
-        options=kernel_options(args.kernels, args.mlp_precision),
-    )
-    result = scaling(settings, gpus, args.replicas_per_gpu, args.timeout)
-    given = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python scripts/multi_gpu_bench.py", *given])
-    path = write_scaling(result, settings, args.out, command)
-    for record in result["records"]:
-        if "error" in record:
-            print(f"{record['ranks']} rank(s): FAILED\n{record['error']}")
-        else:
-            print(
-                f"{record['ranks']} {record['backend']} rank(s), {record['replicas']} replicas: "
-                f"{record['timestep_mol_per_s']:,.0f} timestep·mol/s "
-                f"(per rank {', '.join(f'{r:,.0f}' for r in record['rank_timestep_mol_per_s'])})"
-            )
-    if result["speedup"] is not None:
-        print(f"speed-up {result['speedup']:.2f}× on {gpus}, efficiency {result['efficiency']:.0%}")
-    print(f"wrote {path}")
-    return 0 if result["speedup"] is not None else 1

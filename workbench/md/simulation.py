@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from workbench.analysis import fraction_native_contacts, rmsd
+from workbench.files import atomic_save
 from workbench.md.captured_steps import (
     HEADROOM,
     CapturedSteps,
@@ -31,7 +32,6 @@ from workbench.md.captured_steps import (
 )
 from workbench.md.integrators import Integrator, LangevinIntegrator, maxwell_boltzmann
 from workbench.model.fused_schnet import warn_fallback_once
-from workbench.model.io import atomic_save
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
 from workbench.neighbors import Graph, NeighborList, NeighborListOverflow

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
+from workbench.files import atomic_save
 from workbench.md.integrators import LangevinIntegrator, as_temperatures
 from workbench.md.simulation import CheckpointError, Simulation, load_state_file
-from workbench.model.io import atomic_save
 from workbench.units import KB
 
 TEMPERING_FORMAT = "cg-workbench-tempering"

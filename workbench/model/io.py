@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import torch
 
+from workbench.files import atomic_save
 from workbench.model.potential import Potential
 from workbench.model.priors import PRIOR_CLASSES
 from workbench.model.schnet import CGSchNet, SchNetConfig
@@ -25,25 +25,6 @@ VERSION = 1
 
 class ModelFormatError(ValueError):
     """A file is not a potential saved by this project, or is inconsistent."""
-
-
-def atomic_save(obj, path: str | os.PathLike) -> Path:
-    """``torch.save`` to ``path`` atomically; an existing file is untouched on failure."""
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise FileNotFoundError(f"folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def potential_config(potential: Potential) -> dict:

@@ -7,9 +7,33 @@ PyTorch reference path (the baseline every speedup is measured against).
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields
 
 PRECISIONS = ("fp32", "fp16", "bf16")
+
+#: The techniques that ``all`` switches on (tabulated filters, CUDA graphs and the pair
+#: filter are added by name).
+ALL_FUSED = ("fused_radial_basis", "fused_message_passing", "csr_aggregation", "fused_update",
+             "fused_pair_search", "fused_integrator")
+
+#: Named kernel configurations and the techniques each switches on: the one table that the
+#: command line, the workbench, the benchmarks and the scripts read.
+PRESETS: dict[str, tuple[str, ...]] = {
+    "baseline": (),
+    "all": ALL_FUSED,
+    "all+tables": (*ALL_FUSED, "tabulated_filter"),
+    "all+graph": (*ALL_FUSED, "cuda_graph"),
+    "all+tables+graph": (*ALL_FUSED, "tabulated_filter", "cuda_graph"),
+    # the fastest path: tabulated filters (CSR-owned reductions inside) over the graph of the
+    # Triton pair search, node layers in split-weight 3xTF32 kernels, fused Langevin steps,
+    # all captured
+    "tables+graph": ("tabulated_filter", "cuda_graph", "fused_pair_search", "fused_integrator",
+                     "fused_update"),
+}
+
+#: The preset of the fastest path measured (the command line's and the workbench's).
+FASTEST = "tables+graph"
 
 
 @dataclass
@@ -84,7 +108,54 @@ class KernelOptions:
         cls, mlp_precision: str = "fp32", tabulated_filter: bool = False, cuda_graph: bool = False
     ) -> KernelOptions:
         """Every fused technique of the flash engine on (tables and graphs optional)."""
-        return cls(True, True, True, True, mlp_precision, tabulated_filter, cuda_graph, True, True)
+        return cls(mlp_precision=mlp_precision, tabulated_filter=tabulated_filter,
+                   cuda_graph=cuda_graph, **dict.fromkeys(ALL_FUSED, True))
+
+    @classmethod
+    def techniques(cls) -> tuple[str, ...]:
+        """Names of the on/off switches (every field but ``mlp_precision``)."""
+        return tuple(f.name for f in fields(cls) if f.name != "mlp_precision")
+
+    @classmethod
+    def preset(cls, name: str, mlp_precision: str = "fp32") -> KernelOptions:
+        """The options of a named configuration of :data:`PRESETS`.
+
+        Raises
+        ------
+        ValueError
+            ``name`` is not a preset; the message lists the presets.
+        """
+        if name not in PRESETS:
+            raise ValueError(f"unknown kernel preset {name!r}; presets: {', '.join(PRESETS)}")
+        return cls(mlp_precision=mlp_precision, **dict.fromkeys(PRESETS[name], True))
+
+    @classmethod
+    def parse(cls, spec: str) -> KernelOptions:
+        """The options of a configuration name: a preset of :data:`PRESETS`, or presets and
+        technique names joined by ``+`` or ``,`` (``tabulated_filter+cuda_graph``,
+        ``all+pair_filter``), followed by ``-fp16`` or ``-bf16`` for the MLP precision
+        (``all+tables-fp16``) or not (FP32).
+
+        Raises
+        ------
+        ValueError
+            A name is neither a preset nor a technique; the message lists both.
+        """
+        base, _, precision = spec.strip().rpartition("-")
+        if not (base and precision in PRECISIONS):
+            base, precision = spec.strip(), "fp32"
+        if base in PRESETS:
+            return cls.preset(base, precision)
+        names = [n.strip() for n in re.split(r"[+,]", base) if n.strip()]
+        switches = [s for n in names for s in PRESETS.get(n, (n.replace("-", "_"),))]
+        unknown = [s for s in switches if s not in cls.techniques()]
+        if unknown or not names:
+            raise ValueError(
+                f"unknown kernel technique(s) {unknown or [spec]}: give a preset "
+                f"({', '.join(PRESETS)}) or presets and techniques joined by '+' "
+                f"({', '.join(cls.techniques())}), optionally followed by -fp16 or -bf16"
+            )
+        return cls(mlp_precision=precision, **dict.fromkeys(switches, True))
 
     @property
     def is_baseline(self) -> bool:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from workbench.model.io import atomic_save
+from workbench.files import atomic_save
 from workbench.model.potential import Potential
 from workbench.system.cg_system import CGSystem
 from workbench.teacher import langevin_simulation

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from workbench.cli import atomic_write_text
+from workbench.files import atomic_write_text
 from workbench.model.schnet import SchNetConfig
 from workbench.training.data import data_temperatures, sampled_mask
 from workbench.training.force_matching import FitResult

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from workbench.cli import atomic_write_text
+from workbench.files import atomic_write_text
 from workbench.md.simulation import checkpoint_positions
 from workbench.model.geometry import torsions
 from workbench.model.io import load_potential, save_potential

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
+from workbench.files import atomic_save
 from workbench.model.geometry import torsions
-from workbench.model.io import atomic_save
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
 from workbench.neighbors import NeighborList

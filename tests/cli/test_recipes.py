@@ -1,0 +1,81 @@
+"""Recipe files: ``workbench train --config FILE``, flags given overriding the file."""
+
+from pathlib import Path
+
+import pytest
+
+from workbench.cli import main
+from workbench.cli.main import parse_arguments
+from workbench.cli.train import train_options
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+
+RECIPE = """\
+protein: 2jof
+generate: true
+temperatures: [300, 360]
+batch-size: 64
+lr: 5.0e-4
+noise: [0.1, 0.2]
+refine_priors: true
+tf32: true
+"""
+FLAGS = ["--protein", "2jof", "--generate", "--temperatures", "300,360", "--batch-size", "64",
+         "--lr", "5e-4", "--noise", "0.1,0.2", "--refine-priors", "--tf32"]
+
+
+def parsed(argv: list[str]) -> dict:
+    args = vars(parse_arguments(argv))
+    args.pop("config")
+    return args
+
+
+def test_a_recipe_parses_as_its_flags_do(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    from_file = parsed(["train", "--config", str(recipe), "--out", "o"])
+    assert from_file == parsed(["train", *FLAGS, "--out", "o"])
+    assert from_file["batch_size"] == 64 and from_file["noise"] == "0.1,0.2"
+    assert from_file["tf32"] is True and from_file["refine_priors"] is True
+
+
+def test_flags_override_the_recipe(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(RECIPE)
+    args = parsed(["train", "--lr", "1e-3", "--config", str(recipe), "--data", "d.pt",
+                   "--out", "o"])
+    assert args["lr"] == 1e-3 and args["batch_size"] == 64
+    assert parsed(["train", "--config", str(recipe), "--no-tf32", "--out", "o"])["tf32"] is False
+    # --data and the recipe's generate exclude each other: the command line's wins
+    assert args["data"] == "d.pt" and args["generate"] is False
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("protein: 2jof\nwarp_factor: 9\n", "has the key 'warp_factor'"),
+        ("generate: yes please\n", "generate is a switch"),
+        ("- a list\n", "is not a mapping"),
+    ],
+)
+def test_bad_recipes_are_refused_naming_the_key(tmp_path, capsys, text, message):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(text)
+    assert main(["train", "--config", str(recipe), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --config") and message in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_missing_recipe_is_a_usage_error(tmp_path, capsys):
+    assert main(["train", "--config", str(tmp_path / "none.yaml"), "--out", "o"]) == 2
+    assert "cannot read the recipe" in capsys.readouterr().err
+
+
+def test_every_shipped_recipe_parses_and_its_options_go_together():
+    assert {path.stem for path in RECIPES} == {"cln025", "2jof", "1yrf", "1enh", "2a3d"}
+    for path in RECIPES:
+        args = parse_arguments(["train", "--config", str(path), "--out", "o"])
+        assert args.protein == path.stem and args.generate, path
+        train_options(args)  # raises SettingsError where options contradict each other

@@ -1,0 +1,87 @@
+"""``workbench bench``: throughput of kernel configurations over proteins and replica counts."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from workbench.cli.errors import UsageError
+from workbench.cli.parser import command_parser
+from workbench.model.options import PRESETS
+
+
+def add_parser(subparsers) -> None:
+    """``workbench bench`` and its options."""
+    bench = command_parser(
+        subparsers, "bench",
+        "throughput benchmarks: warm-up excluded, the median of timed windows of whole MD steps",
+    )
+    bench.add_argument("--proteins", default="cln025,2jof,1yrf,1enh,2a3d")
+    bench.add_argument("--replicas", default="64", help="comma list: a replica sweep")
+    bench.add_argument(
+        "--configs", default="baseline",
+        help=f"comma list of presets ({', '.join(PRESETS)}) or techniques joined by + (e.g. "
+        "tabulated_filter+cuda_graph), each optionally with -fp16 or -bf16 (e.g. "
+        "all+tables-fp16)",
+    )
+    bench.add_argument("--steps", type=int, default=200, help="timed steps per window")
+    bench.add_argument("--warmup", type=int, default=30)
+    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument("--breakdown", action="store_true", help="step-time breakdown")
+    bench.add_argument(
+        "--launches", action="store_true", help="count kernel launches per step (profiler)"
+    )
+    bench.add_argument("--profile", action="store_true", help="print the top device kernels")
+    bench.add_argument(
+        "--model", default="demo",
+        help="demo (the untrained demo model, which keeps each protein near its "
+        "native edge count as the protocol wants), shipped, or a model file",
+    )
+    bench.add_argument("--device", default="auto")
+    bench.add_argument("--out", default="artifacts/bench")
+    bench.set_defaults(execute=execute)
+
+
+def execute(args) -> int:
+    """Body of ``workbench bench``."""
+    from workbench.benchmark import bench_cases, markdown_table, run_case, write_results
+
+    proteins = [p.strip() for p in args.proteins.split(",") if p.strip()]
+    replicas = [int(r) for r in args.replicas.split(",") if r.strip()]
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    try:
+        cases = bench_cases(proteins, replicas, configs,
+                            None if args.model == "shipped" else args.model)
+    except ValueError as error:
+        raise UsageError(f"--configs: {error}") from None
+    records = []
+    failures = 0
+    for case in cases:
+        try:
+            record = run_case(
+                case, args.device, args.steps, args.warmup, args.repeats, args.breakdown,
+                profile=args.profile, launches=args.launches,
+            )
+        except torch.cuda.OutOfMemoryError:
+            print(f"{case.protein} × {case.replicas} {case.label}: out of memory", flush=True)
+            torch.cuda.empty_cache()
+            continue
+        except Exception as exc:  # noqa: BLE001 - one failing case must not end the table
+            print(f"{case.protein} × {case.replicas} {case.label}: failed: {exc!r}", flush=True)
+            failures += 1
+            continue
+        records.append(record)
+        print(
+            f"{record['protein']} × {record['replicas']} {record['label']}: "
+            f"{record['timestep_mol_per_s']:,.0f} timestep·mol/s"
+            + (f", breakdown {record['breakdown']}" if "breakdown" in record else ""),
+            flush=True,
+        )
+        if "profile" in record:
+            print(record.pop("profile"), flush=True)
+    command = "workbench " + " ".join(sys.argv[1:]) if sys.argv[1:] else "workbench bench"
+    json_path, md_path = write_results(records, args.out, command)
+    print(markdown_table(records))
+    print(f"wrote {json_path} and {md_path}")
+    return 1 if failures else 0

@@ -1,0 +1,312 @@
+"""``workbench run``: Langevin MD of many replicas, on one device or spread out."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from workbench.cli.errors import UsageError
+from workbench.cli.output import acceptance_text, prepare_output, summary_table
+from workbench.cli.parser import command_parser
+from workbench.cli.run_distributed import (
+    add_distributed_arguments,
+    run_distributed,
+    wants_distributed,
+)
+from workbench.files import atomic_write_text
+from workbench.md import NeighborSettings
+from workbench.md.reporters import MetricsReporter, TrajectoryReporter
+from workbench.model.options import PRECISIONS, PRESETS, KernelOptions
+from workbench.runner import (
+    TEMPERING_FILES,
+    RunSettings,
+    ThroughputMeter,
+    prepare_run,
+    timed_steps,
+)
+from workbench.teacher import state_thresholds
+
+
+def add_parser(subparsers) -> None:
+    """``workbench run`` and its options."""
+    run = command_parser(subparsers, "run", "run Langevin MD of many replicas")
+    run.add_argument("--protein", default="cln025", help="bundled name or PDB file")
+    run.add_argument("--mapping", default="five-bead", choices=["five-bead", "ca"])
+    run.add_argument("--replicas", type=int, default=8)
+    run.add_argument("--steps", type=int, default=1000)
+    run.add_argument("--temperature", type=float, default=300.0, help="kelvin")
+    run.add_argument(
+        "--ladder",
+        default=None,
+        metavar="T_MIN:T_MAX:LEVELS",
+        help="parallel tempering over a geometric temperature ladder (kelvin); "
+        "replicas = levels × walkers",
+    )
+    run.add_argument(
+        "--exchange-every", type=int, default=100, help="steps between exchanges (--ladder)"
+    )
+    run.add_argument("--dt", type=float, default=4.0, help="time step in fs")
+    run.add_argument("--friction", type=float, default=1.0, help="1/ps")
+    run.add_argument("--save-interval", type=int, default=100, help="steps between saves")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    run.add_argument(
+        "--denatured-fraction", type=float, default=0.0,
+        help="share of the replicas that start denatured (the rest native), in [0, 1]",
+    )
+    run.add_argument(
+        "--denature-steps", type=int, default=25_000,
+        help="steps without contact wells that make the denatured starts",
+    )
+    run.add_argument(
+        "--model", default=None,
+        help="saved potential (.pt), an mlcg CGSchNet checkpoint, 'teacher' (the protein's "
+        "structure-based teacher; a variant: 'teacher:eps=0.25,dihedral=0.5,separation=4,"
+        "barrier=0.3' sets any of contact depth ε (kcal/mol), dihedral strength (× ε), "
+        "smallest contact separation (residues) and desolvation barrier height (× ε)), or "
+        "'demo' (the untrained "
+        "demo model); default: the shipped model of --protein",
+    )
+    run.add_argument(
+        "--structures", default=None,
+        help="mlcg *_configurations.pt: starting structures for an mlcg --model",
+    )
+    run.add_argument(
+        "--kernels", default="baseline",
+        help=f"a preset ({', '.join(PRESETS)}) or presets and techniques joined by +, "
+        "optionally followed by -fp16 or -bf16",
+    )
+    run.add_argument(
+        "--mlp-precision", default=None, choices=PRECISIONS,
+        help="MLP precision (default: the --kernels suffix's, else fp32)",
+    )
+    run.add_argument("--skin", type=float, default=2.0, help="Verlet skin, Å")
+    run.add_argument("--exclude-bonded", action="store_true")
+    run.add_argument("--format", default="dcd", choices=TrajectoryReporter.FORMATS)
+    run.add_argument("--no-trajectory", action="store_true", help="write metrics only")
+    run.add_argument("--out", default=None, help="output folder (default: none written)")
+    run.add_argument("--overwrite", action="store_true", help="replace an earlier run's files")
+    run.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_distributed_arguments(run)
+    run.set_defaults(execute=execute)
+
+
+def kernel_options(spec: str, precision: str | None) -> KernelOptions:
+    """``--kernels`` (see `KernelOptions.parse`) with ``--mlp-precision`` if given."""
+    try:
+        options = KernelOptions.parse(spec)
+    except ValueError as error:
+        raise UsageError(f"--kernels: {error}") from None
+    return options if precision is None else replace(options, mlp_precision=precision)
+
+
+def parse_ladder(text: str | None) -> tuple[float, float, int] | None:
+    """``"T_MIN:T_MAX:LEVELS"`` as ``(t_min K, t_max K, levels)``; None stays None."""
+    if text is None:
+        return None
+    parts = text.split(":")
+    try:
+        if len(parts) != 3:
+            raise ValueError(text)
+        return float(parts[0]), float(parts[1]), int(parts[2])
+    except ValueError:
+        raise UsageError(
+            f"--ladder must be T_MIN:T_MAX:LEVELS (kelvin, kelvin, count), e.g. 300:450:4; "
+            f"got {text!r}"
+        ) from None
+
+
+def run_settings(args) -> RunSettings:
+    """The settings of ``workbench run``'s options."""
+    return RunSettings(
+        protein=args.protein,
+        replicas=args.replicas,
+        steps=args.steps,
+        temperature=args.temperature,
+        ladder=parse_ladder(args.ladder),
+        exchange_every=args.exchange_every,
+        timestep_fs=args.dt,
+        friction=args.friction,
+        save_interval=args.save_interval,
+        seed=args.seed,
+        device=args.device,
+        model=args.model,
+        structures=args.structures,
+        mapping=args.mapping,
+        options=kernel_options(args.kernels, args.mlp_precision),
+        neighbors=NeighborSettings(skin=args.skin, exclude_bonded=args.exclude_bonded),
+        denatured_fraction=args.denatured_fraction,
+        denature_steps=args.denature_steps,
+    )
+
+
+
+def check_ladder_files(args, out: Path) -> None:
+    """--resume needs --ladder exactly when the run in ``out`` had one."""
+    had_ladder = (out / "tempering.pt").is_file()
+    if args.ladder and not had_ladder:
+        raise UsageError(f"--resume --ladder: no tempering.pt in {out} (a run without a ladder)")
+    if not args.ladder and had_ladder:
+        raise UsageError(f"{out} holds a run with a temperature ladder: pass its --ladder")
+
+
+
+def execute(args) -> int:
+    """Body of ``workbench run``."""
+    began = time.perf_counter()
+    settings = run_settings(args)
+    if wants_distributed(args):
+        return run_distributed(args, settings)
+    out = prepare_output(args)
+    if out is not None and args.resume:
+        check_ladder_files(args, out)
+    # a resumed run takes its positions from the checkpoint: make no denatured starts
+    prepared = prepare_run(replace(settings, denatured_fraction=0.0) if args.resume
+                           else settings)
+    sim, tempering = prepared.simulation, prepared.tempering
+    for notice in prepared.notices:
+        print(f"NOTE: {notice}")
+    if tempering is None:
+        temperature = f"{settings.temperature:g} K"
+    else:
+        low, high = tempering.temperatures[[0, -1]].tolist()
+        temperature = f"{low:g}–{high:g} K in {tempering.levels} levels"
+    print(
+        f"{prepared.system.name}: {prepared.system.n_beads} beads, {settings.replicas} replicas, "
+        f"{temperature}, dt {settings.timestep_fs:g} fs on {sim.device}; "
+        f"kernels: {', '.join(settings.options.enabled()) or 'baseline (PyTorch)'}"
+    )
+    metrics_reporter = traj_reporter = None
+    if out is not None:
+        if args.resume:
+            sim.load_checkpoint(out / "checkpoint.pt")
+            if tempering is not None:
+                tempering.load(out / "tempering.pt")
+            print(f"resumed from step {sim.step_count}")
+        if tempering is not None:
+            tempering.open_log(out / "exchanges.csv", append=args.resume)
+        elif not args.resume:  # an overwritten ladder run must not leave its files behind
+            for name in TEMPERING_FILES:
+                (out / name).unlink(missing_ok=True)
+        metrics_reporter = MetricsReporter(
+            out / "metrics.csv", settings.save_interval, append=args.resume
+        )
+        sim.reporters.append(metrics_reporter)
+        if not args.no_trajectory:
+            traj_reporter = TrajectoryReporter(
+                out / "trajectory", prepared.system, settings.replicas,
+                settings.save_interval, args.format, append=args.resume,
+            )
+            sim.reporters.append(traj_reporter)
+
+    from tqdm import tqdm
+
+    meter = ThroughputMeter(settings.replicas, settings.timestep_fs, sim.device)
+    setup_s = time.perf_counter() - began  # system, model, tables, checkpoint, files
+    chunk = settings.save_interval
+    bar = tqdm(total=settings.steps, unit="step", disable=args.quiet, dynamic_ncols=True)
+    done = 0
+    interrupted = False
+    saved_step = sim.step_count  # the step the checkpoint on disk holds
+    try:
+        while done < settings.steps:
+            n = min(chunk, settings.steps - done)
+            timed_steps(sim, meter, n, prepared.advance)
+            done += n
+            q = float(sim.metrics()["q"].mean())
+            rate = meter.timestep_mol_per_s()
+            bar.set_postfix_str(
+                f"{rate / settings.replicas:.1f} steps/s | {rate:,.0f} timestep·mol/s | "
+                f"{meter.ns_per_day():,.1f} ns/day | Q {q:.3f}"
+            )
+            bar.update(n)
+            if out is not None:
+                sim.save_checkpoint(out / "checkpoint.pt")
+                if tempering is not None:
+                    tempering.save(out / "tempering.pt")
+                saved_step = sim.step_count
+    except KeyboardInterrupt:
+        # Ctrl-C (or SIGINT from a time limit): stop cleanly. The checkpoint and the
+        # metrics of the last completed save are on disk; --resume continues from there.
+        interrupted = True
+    finally:
+        bar.close()
+        if tempering is not None:
+            tempering.close()
+        for reporter in (metrics_reporter, traj_reporter):
+            if reporter is not None:
+                reporter.close()
+
+    metrics = {k: v.detach().float().cpu() for k, v in sim.metrics().items()}
+    live = ~metrics["frozen"].bool()
+    has_q = bool(live.any()) and not bool(torch.isnan(metrics["q"]).all())
+    q, r = metrics["q"], metrics["rmsd"]
+    frozen = sim.frozen_report()
+    peak = meter.peak_memory_gb()
+    folded_q = state_thresholds(prepared.system.name)[0]
+    summary = {
+        "protein": prepared.system.name,
+        "beads": prepared.system.n_beads,
+        "replicas": settings.replicas,
+        "steps": sim.step_count,
+        "device": str(sim.device),
+        "gpu": torch.cuda.get_device_name(sim.device) if sim.device.type == "cuda" else None,
+        "kernels": settings.options.to_dict(),
+        "timestep_mol_per_s": meter.timestep_mol_per_s(),
+        "ns_per_day": meter.ns_per_day(),
+        "setup_s": setup_s,
+        "warmup_overhead_s": meter.warmup_overhead_s(),
+        "peak_memory_gb": peak,
+        "rmsd_mean": float(r[live].mean()) if live.any() else None,
+        "q_mean": float(q[live].mean()) if has_q else None,
+        "folded_fraction": float((q[live] > folded_q).float().mean()) if has_q else None,
+        "folded_q": folded_q,
+        "frozen_replicas": frozen,
+        "tempering": None if tempering is None else tempering.summary(),
+        "notices": prepared.notices,
+        "interrupted": interrupted,
+    }
+    files = []
+    if out is not None:
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+        files = ["metrics.csv", "checkpoint.pt", "summary.json"]
+        if tempering is not None:
+            files += list(TEMPERING_FILES)
+        if traj_reporter is not None:
+            count = len(traj_reporter.paths)
+            files.append(f"trajectory/ ({count} × .{args.format} + topology.pdb)")
+    rows = [
+        ("throughput", f"{summary['timestep_mol_per_s']:,.1f} timestep·mol/s"),
+        ("", f"{summary['ns_per_day']:,.2f} ns/day (all replicas)"),
+        ("start-up", f"{setup_s:.1f} s before the first step" + (
+            "" if summary["warmup_overhead_s"] is None
+            else f", then {summary['warmup_overhead_s']:.1f} s more in the first {chunk} steps "
+            "than at the later rate (compilation, graph capture)")),
+        ("peak memory", "n/a (CPU)" if peak is None else f"{peak:.2f} GB"),
+        ("RMSD (CA)", f"{summary['rmsd_mean']:.2f} Å mean" if live.any() else "n/a"),
+        ("Q", f"{summary['q_mean']:.3f} mean" if has_q else "n/a (no native contacts)"),
+        (f"folded (Q > {folded_q:g})", f"{summary['folded_fraction']:.0%}" if has_q else "n/a"),
+        ("frozen replicas", ", ".join(f"{i}@step {s}" for i, s in frozen) or "none"),
+        ("files", (f"{out}: " + ", ".join(files)) if out else "none (no --out)"),
+    ]
+    if tempering is not None:
+        acceptance = acceptance_text(summary["tempering"]["acceptance"])
+        rows.insert(-2, ("exchange acceptance", acceptance))
+    print(summary_table(rows))
+    if interrupted:
+        if out is None:
+            resume = ""
+        elif (out / "checkpoint.pt").exists():
+            resume = f"; --resume continues from step {saved_step}"
+        else:
+            resume = "; no checkpoint was saved yet"
+        print(f"interrupted at step {sim.step_count}{resume}", file=sys.stderr)
+        return 130
+    return 0
+
