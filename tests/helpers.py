@@ -212,3 +212,27 @@ def block_standard_error(series: torch.Tensor, blocks: int = 20) -> float:
     """Standard error of the mean of a correlated series (T,) by block averaging."""
     usable = series[: len(series) // blocks * blocks].reshape(blocks, -1).mean(1)
     return float(usable.std() / math.sqrt(blocks))
+
+
+# -- run folders --------------------------------------------------------------------------
+def record_run(folder, replicas: int = 3, steps: int = 12, every: int = 2):
+    """Run ``workbench run`` on CLN025 with a small SchNet (6 Å) and priors into ``folder``
+    (trajectory frame and metrics row every ``every`` steps, CPU, quiet); returns it."""
+    import contextlib
+    import io
+    from pathlib import Path
+
+    from workbench.cli import main
+    from workbench.model import save_potential
+
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    model = save_potential(schnet_potential(), folder.parent / f"{folder.name}.model.pt")
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = main([
+            "run", "--protein", "cln025", "--model", str(model), "--replicas", str(replicas),
+            "--steps", str(steps), "--save-interval", str(every), "--device", "cpu",
+            "--quiet", "--out", str(folder),
+        ])
+    assert code == 0, f"workbench run exited with {code}"
+    return folder

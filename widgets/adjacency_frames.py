@@ -12,6 +12,7 @@ from workbench.analysis import (
     edge_count,
     residue_adjacency,
 )
+from workbench.analysis.native_contacts import contact_formation
 from workbench.neighbors import Graph
 from workbench.system.cg_system import CGSystem
 
@@ -59,6 +60,29 @@ def graph_adjacency(
     """Adjacency of one replica in a simulation's neighbour graph, shape (m, m), bool."""
     adjacency = adjacency_from_edges(graph.src, graph.dst, system.n_beads, replica)
     return to_level(adjacency.cpu(), system, level).numpy()
+
+
+def native_contacts_formed(positions: np.ndarray, system: CGSystem) -> np.ndarray:
+    """Which native contacts are formed in one replica's bead positions.
+
+    A contact counts as formed where its term of Q (:func:`~workbench.analysis.native_contacts.
+    contact_formation`, CA distance against 1.5 × the native one) exceeds one half.
+
+    Parameters
+    ----------
+    positions : numpy.ndarray, shape (n, 3)
+        Bead coordinates, Å.
+    system : CGSystem
+
+    Returns
+    -------
+    numpy.ndarray, shape (n_contacts,), bool
+    """
+    ca = torch.as_tensor(positions, dtype=torch.float32)[system.ca_index.cpu()]
+    terms = contact_formation(
+        ca, system.native_contacts.cpu(), system.native_contact_distances.cpu()
+    )
+    return (terms > 0.5).numpy()
 
 
 def edge_counts(adjacency: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import ipywidgets as ipw
 
@@ -14,8 +15,10 @@ from widgets.panels.export import ExportPanel
 from widgets.panels.kernels import KernelsPanel
 from widgets.panels.launch import LaunchPanel
 from widgets.panels.live_plots import LivePlots
+from widgets.panels.replay import ReplayPanel
 from widgets.panels.structure3d import Structure3D
 from widgets.panels.tempering import TemperingPanel
+from widgets.replay import RunReplay
 from workbench.runner import PreparedRun, RunSettings, prepare_run
 from workbench.system import build_system
 
@@ -25,7 +28,8 @@ class Workbench(ipw.VBox):
 
     Layout: Launch and Kernels on top; the live plots (and, for a run with a
     temperature ladder, the parallel-tempering panel) beside the 3-D structure;
-    Adjacency, Compare and Export in tabs below.
+    Adjacency, Replay, Compare and Export in tabs below. The panels follow the run
+    started last or the run folder opened last in Replay.
 
     Parameters
     ----------
@@ -38,6 +42,8 @@ class Workbench(ipw.VBox):
         Figure font size (raise it for a talk).
     prepare : callable, optional
         ``prepare(settings) -> PreparedRun`` for new runs (tests pass a fake engine).
+    replay : str or Path, optional
+        A run folder to open in the Replay tab at once.
     """
 
     def __init__(
@@ -46,6 +52,7 @@ class Workbench(ipw.VBox):
         until_stopped: bool = False,
         font_size: int = 12,
         prepare: Callable[[RunSettings], PreparedRun] = prepare_run,
+        replay: str | Path | None = None,
     ):
         settings = settings or default_settings()
         self.kernels = KernelsPanel(options=settings.options)
@@ -61,10 +68,12 @@ class Workbench(ipw.VBox):
         self.adjacency = AdjacencyPanel(font_size=font_size)
         self.compare = ComparePanel(settings_source=self.launch.settings, font_size=font_size)
         self.export = ExportPanel(figures_source=self.figures)
+        self.replay = ReplayPanel()
         self.launch.on_new_run(self._follow)
+        self.replay.on_open(self._follow_replay)
         self.launch.protein.observe(self._preview_protein, names="value")
-        tabs = ipw.Tab(children=[self.adjacency, self.compare, self.export])
-        for index, title in enumerate(("Adjacency", "Compare", "Export")):
+        tabs = ipw.Tab(children=[self.adjacency, self.replay, self.compare, self.export])
+        for index, title in enumerate(("Adjacency", "Replay", "Compare", "Export")):
             tabs.set_title(index, title)
         mode = "short mode (CPU or WORKBENCH_SHORT=1)" if short_mode() else "full length"
         super().__init__(
@@ -80,6 +89,8 @@ class Workbench(ipw.VBox):
                 tabs,
             ]
         )
+        if replay is not None:
+            self.open_run(replay)
 
     @property
     def controller(self) -> SimulationController | None:
@@ -104,6 +115,15 @@ class Workbench(ipw.VBox):
         panels = (self.kernels, self.plots, self.tempering, self.structure, self.adjacency)
         for panel in (*panels, self.export):
             panel.attach(controller)
+
+    def open_run(self, folder: str | Path) -> RunReplay | None:
+        """Open a run folder in the Replay tab (see :meth:`ReplayPanel.open_folder`)."""
+        self.replay.path.value = str(folder)
+        return self.replay.open_folder(folder)
+
+    def _follow_replay(self, replay: RunReplay) -> None:
+        for panel in (self.plots, self.tempering, self.structure, self.adjacency, self.export):
+            panel.attach(replay)
 
     def _preview_protein(self, change) -> None:
         if self.controller is not None and self.controller.state.active:

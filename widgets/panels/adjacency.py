@@ -1,4 +1,5 @@
-"""Adjacency heatmap of one replica over the recorded frames, its changes and edge count."""
+"""Adjacency heatmap of one replica over the recorded frames, its changes and edge count,
+with the native contacts marked formed or broken."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from widgets.adjacency_frames import (
     edge_counts,
     frame_adjacency,
     graph_adjacency,
+    native_contacts_formed,
 )
 from widgets.panels.base import LivePanel
 from widgets.plot_style import new_figure
@@ -25,6 +27,33 @@ COORDINATES, GRAPH = "coordinates + cutoff", "neighbour graph (now)"
 #: Colours of absent, kept, added and removed entries (codes 0..3 of ``diff_codes``).
 DIFF_COLORS = ["#ffffff", "#c7c7c7", "#2ca02c", "#d62728"]
 ADJACENCY_SCALE = [[0.0, "#ffffff"], [1.0, "#08306b"]]
+#: Marker colours of formed and broken native contacts.
+FORMED_COLOR, BROKEN_COLOR = "#ff9f1c", "#d62728"
+
+
+def _swatch(color: str, text: str, border: str = "#888") -> str:
+    return (
+        f"<span style='display:inline-block;width:0.9em;height:0.9em;background:{color};"
+        f"border:1px solid {border};vertical-align:middle'></span> {text}"
+    )
+
+
+def legend_html(diff: bool) -> str:
+    """The colour legend of the heatmap (adjacency, or its changes) and contact markers."""
+    if diff:
+        cells = [
+            _swatch(DIFF_COLORS[1], "kept"),
+            _swatch(DIFF_COLORS[2], "added"),
+            _swatch(DIFF_COLORS[3], "removed"),
+            _swatch(DIFF_COLORS[0], "apart"),
+        ]
+    else:
+        cells = [_swatch(ADJACENCY_SCALE[1][1], "within cutoff"), _swatch("#ffffff", "apart")]
+    cells += [
+        f"<span style='color:{FORMED_COLOR}'>●</span> native contact formed",
+        f"<span style='color:{BROKEN_COLOR}'>○</span> native contact broken",
+    ]
+    return " &nbsp; ".join(cells)
 
 
 def _discrete_scale(colors: list[str]) -> list[list]:
@@ -68,10 +97,21 @@ class AdjacencyPanel(LivePanel):
         self.diff = ipw.Checkbox(
             value=False, description="changes since previous frame", indent=False
         )
+        self.cutoff = ipw.BoundedFloatText(
+            value=10.0, min=1.0, max=50.0, step=0.5, description="cutoff (Å)",
+            tooltip="pairs closer than this are neighbours (the model's radius when a run "
+            "is attached)",
+            layout={"width": "180px"},
+        )
         self.info = ipw.HTML()
+        self.legend = ipw.HTML(legend_html(diff=False))
         self.heatmap = new_figure("Adjacency", "", "", height=420, font_size=font_size)
         self.heatmap.add_heatmap(
             z=np.zeros((1, 1)), colorscale=ADJACENCY_SCALE, zmin=0, zmax=1, showscale=False
+        )
+        self.heatmap.add_scatter(
+            name="native contacts", mode="markers", hoverinfo="text", showlegend=False,
+            marker={"size": 7, "line": {"width": 1.5}},
         )
         self.heatmap.update_layout(yaxis={"autorange": "reversed", "scaleanchor": "x"}, width=460)
         self.counts = new_figure(
@@ -83,15 +123,19 @@ class AdjacencyPanel(LivePanel):
         self._moving_slider: int | None = None  # thread fitting the slider to the frames
         self._frame_steps: list[int] = []
         self._shown_step = 0
-        for control in (self.replica, self.level, self.source_choice, self.diff, self.follow):
+        self._cutoff_of_run: float | None = None  # the run's radius, once shown
+        controls = (self.replica, self.level, self.source_choice, self.diff, self.follow,
+                    self.cutoff)
+        for control in controls:
             control.observe(lambda _: self.refresh(), names="value")
         self.frame.observe(self._on_frame, names="value")
         self.set_body(
-            ipw.HBox([self.replica, self.level]),
+            ipw.HBox([self.replica, self.level, self.cutoff]),
             self.source_choice,
             ipw.HBox([self.frame, self.follow, self.diff]),
             self.info,
             ipw.HBox([self.heatmap, self.counts]),
+            self.legend,
         )
         if controller is not None:
             self.attach(controller)
@@ -101,6 +145,7 @@ class AdjacencyPanel(LivePanel):
         dropped)."""
         self._count_cache.clear()
         self._frame_steps, self._shown_step = [], 0
+        self._cutoff_of_run = None
         self.follow.value = True
         super().attach(source)
 
@@ -114,20 +159,26 @@ class AdjacencyPanel(LivePanel):
         self.refresh()
 
     def update(self, snapshot: Snapshot) -> None:
-        """Redraw the heatmap and the edge counts."""
+        """Redraw the heatmap, the native-contact markers and the edge counts."""
         system = snapshot.system
         if system is None:
             self.info.value = "No simulation yet: start a run to see its neighbour graph."
             return
         if len(self.replica.options) != snapshot.replicas:
             self.replica.options = [(f"replica {r}", r) for r in range(snapshot.replicas)]
+        if self._cutoff_of_run is None and snapshot.cutoff > 0:
+            self._cutoff_of_run = snapshot.cutoff
+            self.cutoff.value = snapshot.cutoff  # the model's radius, until the user picks
         frames = self.source.frames()
         if not frames:
             return
         self._update_slider([step for step, _ in frames])
-        replica, level = self.replica.value, self.level.value
+        replica, level, cutoff = self.replica.value, self.level.value, self.cutoff.value
         labels = self._labels(system, level)
-        if self.source_choice.value == GRAPH:
+        graph = self.source_choice.value == GRAPH
+        for control in (self.frame, self.follow, self.diff, self.cutoff):
+            control.disabled = graph  # the live graph is the model's, now
+        if graph:
             try:
                 matrix = self.source.with_simulation(
                     lambda sim: graph_adjacency(sim.graph, sim.system, replica, level)
@@ -136,16 +187,15 @@ class AdjacencyPanel(LivePanel):
                 self.info.value = f"No live neighbour graph: {html.escape(str(exc))}."
                 return
             self._draw_matrix(matrix.astype(np.int8), labels, diff=False)
+            self._draw_contacts(system, snapshot.latest_positions[replica], labels, level)
             self.info.value = f"Neighbour graph of replica {replica} at step {snapshot.step}"
         else:
             index = self.frame.value
             step, positions = frames[index]
-            current = frame_adjacency(positions[replica], system, snapshot.cutoff, level)
+            current = frame_adjacency(positions[replica], system, cutoff, level)
             show_diff = self.diff.value and index > 0
             if show_diff:
-                previous = frame_adjacency(
-                    frames[index - 1][1][replica], system, snapshot.cutoff, level
-                )
+                previous = frame_adjacency(frames[index - 1][1][replica], system, cutoff, level)
                 self._draw_matrix(diff_codes(previous, current), labels, diff=True)
                 added = int((current & ~previous).sum())
                 removed = int((previous & ~current).sum())
@@ -156,11 +206,13 @@ class AdjacencyPanel(LivePanel):
             else:
                 self._draw_matrix(current.astype(np.int8), labels, diff=False)
                 change = ""
+            formed, total = self._draw_contacts(system, positions[replica], labels, level)
             self.info.value = (
                 f"Replica {replica}, step {step} (frame {index + 1} of {len(frames)}), "
-                f"cutoff {snapshot.cutoff:.1f} Å: {int(current.sum())} directed edges{change}"
+                f"cutoff {cutoff:.1f} Å: {int(current.sum())} directed edges{change}; "
+                f"{formed} of {total} native contacts formed"
             )
-        self._draw_counts(frames, system, snapshot.cutoff, replica, level)
+        self._draw_counts(frames, system, cutoff, replica, level)
 
     def _update_slider(self, steps: list[int]) -> None:
         """Fit the frame slider to the recorded frames without calling back into the panel.
@@ -205,6 +257,7 @@ class AdjacencyPanel(LivePanel):
             trace.z = matrix
             trace.x = labels
             trace.y = labels
+            self.legend.value = legend_html(diff)
             if diff:
                 trace.colorscale = _discrete_scale(DIFF_COLORS)
                 trace.zmin, trace.zmax = -0.5, len(DIFF_COLORS) - 0.5
@@ -214,16 +267,42 @@ class AdjacencyPanel(LivePanel):
                 trace.zmin, trace.zmax = 0, 1
                 self.heatmap.layout.title.text = "Adjacency"
 
+    def _draw_contacts(
+        self, system, positions: np.ndarray, labels: list[str], level: str
+    ) -> tuple[int, int]:
+        """Mark each native contact (both triangles) formed or broken in one replica's
+        positions ``(n, 3)``; returns (formed, total)."""
+        formed = native_contacts_formed(positions, system)
+        pairs = system.native_contacts.cpu().numpy()
+        if level == "bead":
+            pairs = system.ca_index.cpu().numpy()[pairs]
+        rows = np.concatenate([pairs[:, 0], pairs[:, 1]])
+        cols = np.concatenate([pairs[:, 1], pairs[:, 0]])
+        state = np.concatenate([formed, formed])
+        names = labels
+        trace = self.heatmap.data[1]
+        with self.heatmap.batch_update():
+            trace.x = [names[c] for c in cols]
+            trace.y = [names[r] for r in rows]
+            trace.marker.color = [FORMED_COLOR if s else "rgba(0,0,0,0)" for s in state]
+            trace.marker.line.color = [FORMED_COLOR if s else BROKEN_COLOR for s in state]
+            trace.text = [
+                f"native contact {names[r]}–{names[c]}: {'formed' if s else 'broken'}"
+                for r, c, s in zip(rows, cols, state, strict=True)
+            ]
+        return int(formed.sum()), int(len(formed))
+
     def _draw_counts(self, frames, system, cutoff: float, replica: int, level: str) -> None:
-        missing = [(s, p) for s, p in frames if (s, replica, level) not in self._count_cache]
+        key = (replica, level, cutoff)
+        missing = [(s, p) for s, p in frames if (s, *key) not in self._count_cache]
         if missing:
             stack = np.stack([p[replica] for _, p in missing])
             counts = edge_counts(frame_adjacency(stack, system, cutoff, level))
             for (step, _), count in zip(missing, counts, strict=True):
-                self._count_cache[(step, replica, level)] = int(count)
+                self._count_cache[(step, *key)] = int(count)
         steps = [s for s, _ in frames]
         kept = set(steps)
         self._count_cache = {k: v for k, v in self._count_cache.items() if k[0] in kept}
         with self.counts.batch_update():
             self.counts.data[0].x = steps
-            self.counts.data[0].y = [self._count_cache[(s, replica, level)] for s in steps]
+            self.counts.data[0].y = [self._count_cache[(s, *key)] for s in steps]

@@ -22,6 +22,7 @@ from workbench.files import atomic_write_text
 from workbench.md import NeighborSettings
 from workbench.md.reporters import MetricsReporter, TrajectoryReporter
 from workbench.model.options import PRECISIONS, PRESETS, KernelOptions
+from workbench.run_folder import MANIFEST, write_manifest
 from workbench.runner import (
     TEMPERING_FILES,
     RunSettings,
@@ -194,6 +195,8 @@ def execute(args) -> int:
         elif not args.resume:  # an overwritten ladder run must not leave its files behind
             for name in TEMPERING_FILES:
                 (out / name).unlink(missing_ok=True)
+        if not (args.resume and (out / MANIFEST).is_file()):
+            write_manifest(out, settings, prepared.system, sim.potential.cutoff)
         metrics_reporter = MetricsReporter(
             out / "metrics.csv", settings.save_interval, append=args.resume
         )
@@ -275,7 +278,7 @@ def execute(args) -> int:
     files = []
     if out is not None:
         atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
-        files = ["metrics.csv", "checkpoint.pt", "summary.json"]
+        files = [MANIFEST, "metrics.csv", "checkpoint.pt", "summary.json"]
         if tempering is not None:
             files += list(TEMPERING_FILES)
         if traj_reporter is not None:
