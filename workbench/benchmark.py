@@ -25,6 +25,7 @@ import torch
 from workbench.files import atomic_write_text
 from workbench.model.options import KernelOptions
 from workbench.runner import DEMO_MODEL, RunSettings, prepare_run, resolve_device
+from workbench.settings_error import SettingsError
 from workbench.units import ns_per_day
 
 
@@ -39,12 +40,37 @@ class BenchCase:
     model: str | None = DEMO_MODEL
 
 
+@dataclass(frozen=True)
+class BenchProtocol:
+    """How every case is timed: ``warmup`` steps untimed, then ``repeats`` windows of
+    ``steps`` steps, the median window counted."""
+
+    steps: int = 200
+    warmup: int = 30
+    repeats: int = 3
+
+    def __post_init__(self):
+        for name, least in (("steps", 1), ("warmup", 0), ("repeats", 1)):
+            if getattr(self, name) < least:
+                raise SettingsError(name, f"must be at least {least}, got {getattr(self, name)}")
+
+
 def bench_cases(
     proteins: list[str], replicas: list[int], configs: list[str], model: str | None = DEMO_MODEL
 ) -> list[BenchCase]:
     """Every protein × replica count × configuration, a configuration being a
     `KernelOptions.parse` name (``tables+graph``, ``all-fp16``); ``model`` None: each
-    protein's shipped model."""
+    protein's shipped model.
+
+    Raises
+    ------
+    SettingsError
+        A replica count below 1.
+    ValueError
+        A configuration name that `KernelOptions.parse` does not know.
+    """
+    if not all(r >= 1 for r in replicas):
+        raise SettingsError("replicas", f"must all be at least 1, got {replicas}")
     options = {config: KernelOptions.parse(config) for config in configs}
     return [BenchCase(p, r, c, options[c], model)
             for p in proteins for r in replicas for c in configs]

@@ -52,3 +52,4 @@ def test_help_shows_the_defaults(command, capsys):
     if command == "run":
         assert "--replicas REPLICAS (default: 8)" in out
         assert "--protein PROTEIN bundled name or PDB file (default: cln025)" in out
+

@@ -9,6 +9,7 @@ import torch
 from workbench.cli.errors import UsageError
 from workbench.cli.parser import command_parser
 from workbench.model.options import PRESETS
+from workbench.settings_error import SettingsError
 
 
 def add_parser(subparsers) -> None:
@@ -45,23 +46,36 @@ def add_parser(subparsers) -> None:
 
 def execute(args) -> int:
     """Body of ``workbench bench``."""
-    from workbench.benchmark import bench_cases, markdown_table, run_case, write_results
+    from workbench.benchmark import (
+        BenchProtocol,
+        bench_cases,
+        markdown_table,
+        run_case,
+        write_results,
+    )
 
     proteins = [p.strip() for p in args.proteins.split(",") if p.strip()]
-    replicas = [int(r) for r in args.replicas.split(",") if r.strip()]
+    try:
+        replicas = [int(r) for r in args.replicas.split(",") if r.strip()]
+    except ValueError:
+        raise UsageError(f"--replicas must be a comma list of counts, got {args.replicas!r}") \
+            from None
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    protocol = BenchProtocol(args.steps, args.warmup, args.repeats)
     try:
         cases = bench_cases(proteins, replicas, configs,
                             None if args.model == "shipped" else args.model)
-    except ValueError as error:
+    except SettingsError:
+        raise
+    except ValueError as error:  # a configuration name
         raise UsageError(f"--configs: {error}") from None
     records = []
     failures = 0
     for case in cases:
         try:
             record = run_case(
-                case, args.device, args.steps, args.warmup, args.repeats, args.breakdown,
-                profile=args.profile, launches=args.launches,
+                case, args.device, protocol.steps, protocol.warmup, protocol.repeats,
+                args.breakdown, profile=args.profile, launches=args.launches,
             )
         except torch.cuda.OutOfMemoryError:
             print(f"{case.protein} × {case.replicas} {case.label}: out of memory", flush=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from workbench.cli.errors import UsageError
@@ -88,6 +89,20 @@ def _printer(args, steps: int, reporter: MetricsReporter | None):
     return on_report
 
 
+def _launched(launch, config, on_report, failure: type[Exception],
+              *closing: Callable[[], object]):
+    """``launch(config, on_report)``'s result, or None once its ``failure`` is printed;
+    each of ``closing`` is called either way."""
+    try:
+        return launch(config, on_report)
+    except failure as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+    finally:
+        for close in closing:
+            close()
+
+
 def _summary(settings: RunSettings, last: MetricsReport | None, rate: float, extra: dict) -> dict:
     from workbench.teacher import state_thresholds
 
@@ -154,14 +169,10 @@ def _run_sharded(args, settings: RunSettings) -> int:
         f"{settings.protein}: {settings.replicas} replicas over {ranks} processes on "
         f"{device}, {settings.steps} steps"
     )
-    try:
-        result = launch_sharded(config, _printer(args, settings.steps, reporter))
-    except ShardedRunError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    result = _launched(launch_sharded, config, _printer(args, settings.steps, reporter),
+                       ShardedRunError, *([reporter.close] if reporter else []))
+    if result is None:
         return 1
-    finally:
-        if reporter is not None:
-            reporter.close()
     last = result.reports[-1] if result.reports else None
     extra = {
         "ranks": len(result.shards),
@@ -214,14 +225,10 @@ def _run_on_ray(args, settings: RunSettings) -> int:
         f"{settings.protein}: {settings.replicas} replicas over {config.actors} Ray actors, "
         f"checkpoints every {interval} steps in {config.checkpoint_dir}"
     )
-    try:
-        result = run_ensemble(config, _printer(args, settings.steps, reporter))
-    except EnsembleError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    result = _launched(run_ensemble, config, _printer(args, settings.steps, reporter),
+                       EnsembleError, reporter.close, ray.shutdown)
+    if result is None:
         return 1
-    finally:
-        reporter.close()
-        ray.shutdown()
     last = result.reports[-1] if result.reports else None
     restarts = {str(k): v for k, v in result.restarts.items()}
     extra = {"actors": config.actors, "restarts": restarts, "wall_s": result.wall_s}
