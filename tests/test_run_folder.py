@@ -14,6 +14,7 @@ from workbench.run_folder import (
     RunFolderError,
     metrics_table,
     read_run,
+    recorded_run,
     thin_run,
 )
 
@@ -92,7 +93,9 @@ def test_a_thinned_copy_keeps_the_chosen_replicas_and_frames(recorded, tmp_path)
     np.testing.assert_allclose(thin.frames, source.frames[1::2][:, [2, 0]], atol=0.006)
     np.testing.assert_allclose(thin.metrics["q"], source.metrics["q"][:, [2, 0]], rtol=1e-5)
     assert thin.manifest["thinned_from"]["replicas"] == [2, 0]
-    assert json.loads((target / "summary.json").read_text())["replicas"] == 2
+    summary = json.loads((target / "summary.json").read_text())
+    assert summary["replicas"] == 2 and summary["thinned_from"]["frame_stride"] == 2
+    assert summary["q_mean"] == pytest.approx(source.metrics["q"][-1, [2, 0]].mean(), rel=1e-5)
 
 
 def test_thinning_never_overwrites_without_being_asked(recorded, tmp_path):
@@ -105,3 +108,15 @@ def test_thinning_never_overwrites_without_being_asked(recorded, tmp_path):
     with pytest.raises(RunFolderError, match="replicas must lie"):
         thin_run(recorded, tmp_path / "other", replicas=[REPLICAS])
     assert not (tmp_path / "other").exists()
+
+
+def test_the_shipped_recording_shows_1enh_unfolding():
+    run = read_run(recorded_run("1enh-unfolding"))
+    assert run.finished and run.system.name == "1enh" and run.replicas == 4
+    assert run.frames.shape == (200, 4, 269, 3) and run.frame_steps[-1] == 100_000
+    q, rmsd = run.metrics["q"], run.metrics["rmsd"]
+    assert (q[:5].mean(0) > 0.8).all()  # starts native
+    unfolded = (rmsd[-10:].mean(0) > 10.0) & (q[-10:].mean(0) < 0.65)
+    assert unfolded.sum() >= 3
+    with pytest.raises(RunFolderError, match="1enh-unfolding"):
+        recorded_run("nothing")

@@ -40,8 +40,29 @@ MANIFEST_FORMAT = 1
 TRAJECTORY_SUFFIXES = ("dcd", "xtc", "h5")
 
 
+#: Recorded runs that ship with the package (see ``workbench/recorded/README.md``).
+RECORDED = Path(__file__).resolve().parent / "recorded"
+
+
 class RunFolderError(ValueError):
     """A folder that is not a readable run, with what is missing or damaged."""
+
+
+def recorded_run(name: str = "1enh-unfolding") -> Path:
+    """The folder of a recorded run that ships with the package, e.g. ``1enh-unfolding``
+    (1ENH unfolding at 450 K with its shipped model; ``workbench/recorded/README.md`` says
+    how it was made).
+
+    Raises
+    ------
+    RunFolderError
+        No recorded run of that name (the message lists those there are).
+    """
+    folder = RECORDED / name
+    if not (folder / MANIFEST).is_file():
+        names = sorted(p.name for p in RECORDED.iterdir() if (p / MANIFEST).is_file())
+        raise RunFolderError(f"no recorded run {name!r}; there are: {', '.join(names)}")
+    return folder
 
 
 def metrics_file(folder: str | Path) -> Path:
@@ -390,13 +411,14 @@ def thin_run(
         trajectory = md.Trajectory(kept[:, new] / 10.0, topology, time=times)
         trajectory.save(str(target / "trajectory" / f"replica_{new:03d}.{fmt}"))
     _write_metrics(run.metrics, replicas, target / "metrics.csv.gz")
-    summary = {**run.summary, "replicas": len(replicas)}
+    summary = {**run.summary, **_final_state(run, replicas), "replicas": len(replicas)}
     made_from = {
         "source": source.name,
         "replicas": replicas,
         "frame_stride": stride,
         "frames": int(kept.shape[0]),
     }
+    summary["thinned_from"] = made_from  # throughput and set-up figures are the source's
     atomic_write_json(target / "summary.json", summary)
     manifest = {
         **run.manifest,
@@ -406,6 +428,26 @@ def thin_run(
     manifest["settings"] = {**manifest["settings"], "replicas": len(replicas)}
     atomic_write_json(target / MANIFEST, manifest)
     return target
+
+
+def _final_state(run: RecordedRun, replicas: list[int]) -> dict:
+    """The summary's end-of-run figures over ``replicas`` alone, from the last metrics row:
+    mean CA RMSD and Q, folded fraction (Q above the summary's ``folded_q``) and frozen
+    replicas renumbered."""
+    columns = [int(np.flatnonzero(run.metrics["replica"] == r)[0]) for r in replicas]
+    frozen = run.metrics["frozen"][-1, columns].astype(bool)
+    live = ~frozen
+    q, rmsd = run.metrics["q"][-1, columns], run.metrics["rmsd"][-1, columns]
+    folded_q = run.summary["folded_q"]
+    renumber = {old: new for new, old in enumerate(replicas)}
+    return {
+        "rmsd_mean": float(rmsd[live].mean()) if live.any() else None,
+        "q_mean": float(q[live].mean()) if live.any() else None,
+        "folded_fraction": float((q[live] > folded_q).mean()) if live.any() else None,
+        "frozen_replicas": [
+            [renumber[r], step] for r, step in run.summary["frozen_replicas"] if r in renumber
+        ],
+    }
 
 
 def _write_metrics(table: dict, replicas: list[int], path: Path) -> None:
