@@ -1,6 +1,7 @@
 """JupyterLab workbench: launch replicas (optionally on a temperature ladder), watch
 throughput, memory, RMSD, Q and replica exchanges live, follow the neighbour graph and the
-3-D structure, switch kernels on and off, and race two configurations.
+3-D structure, switch kernels on and off, race two configurations, and replay any run
+folder with a time slider.
 
 ``Workbench()`` shows everything; each panel also works on its own with a
 :class:`SimulationController`, which holds no widgets and can drive runs from code, or a
@@ -19,6 +20,8 @@ _EXPORTS = {
     "KernelsPanel": "widgets.panels.kernels",
     "LaunchPanel": "widgets.panels.launch",
     "LivePlots": "widgets.panels.live_plots",
+    "ReplayPanel": "widgets.panels.replay",
+    "RunReplay": "widgets.replay",
     "RunState": "widgets.snapshot",
     "ShardedController": "widgets.sharded",
     "SimulationController": "widgets.controller",
@@ -50,6 +53,8 @@ __all__ = [
     "KernelsPanel",
     "LaunchPanel",
     "LivePlots",
+    "ReplayPanel",
+    "RunReplay",
     "RunState",
     "ShardedController",
     "SimulationController",
