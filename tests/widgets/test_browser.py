@@ -257,3 +257,86 @@ def test_quickstart_runs_in_jupyterlab(lab):
     fraction, colours = _canvas_stats(canvas_png)
     assert data_url_length > 10000, f"NGL canvas looks blank (toDataURL length {data_url_length})"
     assert fraction > 0.005 and colours > 50, f"NGL canvas: {fraction:.3%} drawn, {colours} colours"
+
+
+def _heatmap_z(page) -> str:
+    """The z matrix of the page's adjacency heatmap, as JSON (plotly's own data)."""
+    return page.evaluate(
+        """() => {
+            const plots = [...document.querySelectorAll('.js-plotly-plot')];
+            const gd = plots.find(p => (p.data || []).some(t => t.type === 'heatmap'));
+            const trace = gd.data.find(t => t.type === 'heatmap');
+            return JSON.stringify(Array.from(trace.z, row => Array.from(row)));
+        }"""
+    )
+
+
+def _pixel_change(before: bytes, after: bytes) -> float:
+    """Fraction of pixels that differ between two screenshots of the same element."""
+    from PIL import Image, ImageChops
+
+    a = Image.open(io.BytesIO(before)).convert("RGB")
+    b = Image.open(io.BytesIO(after)).convert("RGB").resize(a.size)
+    diff = ImageChops.difference(a, b).convert("L").point(lambda v: 255 if v > 24 else 0)
+    return diff.histogram()[255] / (a.width * a.height)
+
+
+def test_the_recorded_unfolding_replays_with_its_time_slider(lab):
+    """Open the shipped 1ENH run in the Replay tab, move the time slider to the first frame:
+    the adjacency matrix and the 3-D view change."""
+    from playwright.sync_api import sync_playwright
+
+    from workbench.run_folder import recorded_run
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1800})
+            page.goto(f"http://127.0.0.1:{lab}/lab/tree/{NOTEBOOK.name}?token={TOKEN}&reset")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60000)
+            _wait_kernel_idle(page)
+            _run_all(page)
+            page.wait_for_selector(".jp-OutputArea-output canvas", timeout=120000)
+            _dismiss_news_toast(page)
+            page.locator(".jp-OutputArea-output .lm-TabBar-tab", has_text="Replay").click()
+            path = page.locator(".jp-OutputArea-output input[placeholder^='run folder']")
+            path.fill(str(recorded_run("1enh-unfolding")))
+            path.press("Enter")
+            page.locator(".jp-OutputArea-output button", has_text="Open").click()
+            page.wait_for_function(
+                """() => [...document.querySelectorAll('.jp-OutputArea-output .widget-html')]
+                        .some(e => e.innerText.includes('frame 200 of 200'))""",
+                timeout=60000,
+            )
+            page.wait_for_timeout(6000)  # NGL loads 1ENH, then the last frame is pushed
+            canvas = page.locator(".jp-OutputArea-output canvas").first
+            canvas.scroll_into_view_if_needed()
+            last_view = canvas.screenshot(path=str(ARTIFACTS / "06-replay-last-frame.png"))
+            last_matrix = _heatmap_z(page)
+
+            readout = page.locator(
+                ".jp-OutputArea-output .widget-slider:has(label:text-is('time')) .widget-readout"
+            ).first
+            readout.click()
+            page.keyboard.press("Control+A")
+            page.keyboard.type("0")
+            page.keyboard.press("Enter")
+            page.wait_for_function(
+                """() => [...document.querySelectorAll('.jp-OutputArea-output .widget-html')]
+                        .some(e => e.innerText.includes('frame 1 of 200'))""",
+                timeout=60000,
+            )
+            page.wait_for_timeout(3000)
+            canvas.scroll_into_view_if_needed()
+            first_view = canvas.screenshot(path=str(ARTIFACTS / "07-replay-first-frame.png"))
+            first_matrix = _heatmap_z(page)
+            page.screenshot(path=str(ARTIFACTS / "08-replay.png"), full_page=True)
+        finally:
+            browser.close()
+
+    assert first_matrix != last_matrix, "the adjacency matrix did not follow the time slider"
+    change = _pixel_change(last_view, first_view)
+    assert change > 0.01, f"the 3-D view did not follow the time slider ({change:.2%} changed)"

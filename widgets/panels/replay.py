@@ -43,7 +43,7 @@ class ReplayPanel(ipw.VBox):
             description="Reload", icon="refresh", tooltip="read what a running run wrote since"
         )
         self.time = ipw.IntSlider(
-            value=0, min=0, max=0, description="frame", continuous_update=True,
+            value=0, min=0, max=0, description="time", continuous_update=True,
             layout={"width": "620px"}, disabled=True,
         )
         self.play = ipw.Play(value=0, min=0, max=0, interval=200, disabled=True)
