@@ -111,31 +111,29 @@ def explore_folding() -> list:
 
 
 def speedup_demo() -> list:
-    """03: the A/B race in large fonts, and a live kernel switch."""
+    """03: the A/B race and the live switches, in projector mode."""
     return [
         new_markdown_cell(
             "# Speedup demo\n\n"
-            "Large fonts for a projector. First a race of the PyTorch baseline (A) against "
-            "the fastest path (B: tabulated filters in captured CUDA-graph steps; pick "
-            "others in the B menu) on the same system, seeds and device; then one running "
-            "simulation whose kernels are switched on and off while the throughput plot "
-            "runs. Without a GPU the fused kernels cannot run: the panels say so and B "
-            "runs the reference path. " + SHORT_NOTE
+            "Made for a projector (the **Projector mode** switch scales every text, control "
+            "and plot; turn it off at a desk). First a race of the PyTorch baseline (A) "
+            "against the fastest path (B: tabulated filters in captured CUDA-graph steps; "
+            "pick others in the B menu) on the same system, seeds and device; then one "
+            "running simulation whose kernels are switched on and off while the throughput "
+            "plot runs, by hand or by **Walk through the techniques**, which turns them on "
+            "one after another as in an ablation. Where a configuration cannot run as asked "
+            "(no GPU), the panels say so instead of showing a speedup. " + SHORT_NOTE
         ),
         new_code_cell(
-            "import time\n"
-            "\n"
             "import ipywidgets as ipw\n"
             "\n"
             "from widgets import (\n"
             "    ComparePanel,\n"
-            "    KernelsPanel,\n"
-            "    LivePlots,\n"
-            "    SimulationController,\n"
+            "    LiveSwitchPanel,\n"
+            "    ProjectorSwitch,\n"
             "    default_settings,\n"
             "    short_mode,\n"
             ")\n"
-            "from workbench.model.options import FASTEST, KernelOptions\n"
             "\n"
             "short = short_mode()\n"
             "settings = default_settings(\n"
@@ -143,8 +141,13 @@ def speedup_demo() -> list:
             "    replicas=2 if short else 64,\n"
             "    steps=4 if short else 1000,\n"
             ")\n"
-            "compare = ComparePanel(settings=settings, font_size=20)\n"
-            "compare"
+            "compare = ComparePanel(settings=settings)\n"
+            "live = LiveSwitchPanel(settings, hold_seconds=1 if short else 15)\n"
+            "projector = ProjectorSwitch(\n"
+            "    [compare, live], figures=lambda: {**compare.figures(), **live.figures()}, "
+            "value=True\n"
+            ")\n"
+            "ipw.VBox([projector, compare])"
         ),
         new_code_cell(
             "runner = compare.run()\n"
@@ -152,29 +155,22 @@ def speedup_demo() -> list:
             "race = runner.snapshot()\n"
             "if race.error:\n"
             "    raise RuntimeError(race.error)\n"
-            'print(f"speedup B/A: {race.speedup:.2f}x")\n'
+            "if race.speedup is None:\n"
+            "    print(race.fallback_note)\n"
+            "else:\n"
+            '    print(f"speedup B/A: {race.speedup:.2f}x")\n'
             "for side in (race.a, race.b):\n"
             '    print(f"{side.name} ({side.label}): {side.mean_rate:.1f} timestep·mol/s, "\n'
             '          f"peak memory {side.peak_memory_gb} GB")\n'
             'print("largest force deviation A-B:", race.deviation_end)'
         ),
         new_markdown_cell("## Switching kernels in a running simulation"),
+        new_code_cell("live"),
         new_code_cell(
-            "live = SimulationController(settings, until_stopped=True)\n"
-            "ipw.VBox([KernelsPanel(live), LivePlots(live, font_size=20)])"
-        ),
-        new_code_cell(
-            "hold = 1 if short else 15\n"
-            "fastest = KernelOptions.preset(FASTEST)\n"
-            "live.start()\n"
-            "for options in (fastest, KernelOptions.baseline(), fastest):\n"
-            "    time.sleep(hold)\n"
-            "    live.set_options(options)\n"
-            "time.sleep(hold)\n"
+            "live.walk_through()\n"
+            "live.wait_walk()\n"
             "live.stop()\n"
-            "live.wait()\n"
-            "switches = live.snapshot().events\n"
-            "for event in switches:\n"
+            "for event in live.controller.snapshot().events:\n"
             '    print(f"step {event.step}: {event.label}", event.message or "")'
         ),
     ]

@@ -48,6 +48,8 @@ class SideSnapshot:
         ``"A"`` or ``"B"``.
     label : str
         Applied switches (``"baseline"``, ``"fused_radial_basis+…"``).
+    requested_label : str
+        The switches asked for; they differ from ``label`` where the side fell back.
     wall_s : numpy.ndarray, shape (c,)
         Own cumulative wall time after each chunk.
     timestep_mol : numpy.ndarray, shape (c,)
@@ -64,12 +66,18 @@ class SideSnapshot:
 
     name: str
     label: str
+    requested_label: str
     wall_s: np.ndarray
     timestep_mol: np.ndarray
     rate: np.ndarray
     mean_rate: float
     peak_memory_gb: float | None
     q: np.ndarray
+
+    @property
+    def fell_back(self) -> bool:
+        """True when this side runs other switches than were asked for."""
+        return self.label != self.requested_label
 
 
 @dataclass(frozen=True)
@@ -89,10 +97,24 @@ class CompareSnapshot:
 
     @property
     def speedup(self) -> float | None:
-        """timestep·mol/s of B over A (None until both are measured)."""
+        """timestep·mol/s of B over A: None until both are measured, and None when a side
+        fell back (the race then compares something else than was asked for)."""
         if self.a is None or self.b is None or not self.a.mean_rate > 0:
             return None
+        if self.a.fell_back or self.b.fell_back:
+            return None
         return self.b.mean_rate / self.a.mean_rate
+
+    @property
+    def fallback_note(self) -> str | None:
+        """Why there is no speedup to show, when a side fell back (None otherwise)."""
+        sides = [side for side in (self.a, self.b) if side is not None and side.fell_back]
+        if not sides:
+            return None
+        return "; ".join(
+            f"{side.name} asked for {side.requested_label} but ran {side.label}"
+            for side in sides
+        ) + ": no speedup to show"
 
 
 @dataclass
@@ -100,6 +122,7 @@ class _Side:
     name: str
     sim: Simulation
     meter: ThroughputMeter
+    requested: KernelOptions
     wall_s: list[float] = field(default_factory=list)
     timestep_mol: list[float] = field(default_factory=list)
     rate: list[float] = field(default_factory=list)
@@ -111,6 +134,7 @@ class _Side:
         return SideSnapshot(
             name=self.name,
             label=options_label(self.sim.options),
+            requested_label=options_label(self.requested),
             wall_s=np.array(self.wall_s),
             timestep_mol=np.array(self.timestep_mol),
             rate=np.array(self.rate),
@@ -234,7 +258,7 @@ class CompareRunner(BackgroundWork):
             if message:
                 self._messages.append(f"{name}: {message}")
             meter = ThroughputMeter(sim.replicas, self.settings.timestep_fs, sim.device)
-            sides.append(_Side(name, sim, meter))
+            sides.append(_Side(name, sim, meter, requested))
         with self._lock:
             self._messages[:0] = prepared.notices
             self._sides = sides

@@ -7,7 +7,7 @@ whether the reason is known in advance (no GPU), or the engine raises or warns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -18,6 +18,59 @@ def options_label(options: KernelOptions) -> str:
     """Short name of a set of switches: ``"baseline"`` or the enabled techniques joined by +."""
     enabled = options.enabled()
     return "+".join(enabled) if enabled else "baseline"
+
+
+#: The order of the walk through the techniques, as in an ablation: the four techniques of
+#: the flash engine (distance + basis on chip, fused message passing, CSR reductions, fused
+#: node updates), then 16-bit MLPs, then the engine's own additions (tabulated filters,
+#: per-step pair search, fused Langevin steps, captured steps). ``mlp_fp16`` stands for
+#: ``mlp_precision="fp16"``.
+WALKTHROUGH = (
+    "fused_radial_basis",
+    "fused_message_passing",
+    "csr_aggregation",
+    "fused_update",
+    "mlp_fp16",
+    "tabulated_filter",
+    "fused_pair_search",
+    "fused_integrator",
+    "cuda_graph",
+)
+
+
+def walkthrough() -> list[KernelOptions]:
+    """The switches of each stage of :data:`WALKTHROUGH`, cumulative, from the baseline.
+
+    Returns
+    -------
+    list of KernelOptions
+        ``len(WALKTHROUGH) + 1`` entries; the first is the baseline.
+    """
+    stages = [KernelOptions.baseline()]
+    for name in WALKTHROUGH:
+        if name == "mlp_fp16":
+            stages.append(replace(stages[-1], mlp_precision="fp16"))
+        else:
+            stages.append(replace(stages[-1], **{name: True}))
+    return stages
+
+
+def change_label(before: KernelOptions | None, after: KernelOptions) -> str:
+    """What a switch changed: ``"+csr_aggregation"``, ``"−cuda_graph"``, ``"fp32→fp16"``
+    (several joined by spaces), ``"baseline"`` when it turned everything off, or the
+    applied switches' name when there is no ``before``."""
+    if before is None:
+        return options_label(after)
+    if after.is_baseline and not before.is_baseline:
+        return "baseline"
+    parts = [
+        f"{'+' if getattr(after, name) else '−'}{name}"
+        for name in KernelOptions.techniques()
+        if getattr(after, name) != getattr(before, name)
+    ]
+    if after.mlp_precision != before.mlp_precision:
+        parts.append(f"{before.mlp_precision}→{after.mlp_precision}")
+    return " ".join(parts) or "no change"
 
 
 def usable_options(

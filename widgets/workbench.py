@@ -18,6 +18,7 @@ from widgets.panels.live_plots import LivePlots
 from widgets.panels.replay import ReplayPanel
 from widgets.panels.structure3d import Structure3D
 from widgets.panels.tempering import TemperingPanel
+from widgets.projector import ProjectorSwitch
 from widgets.replay import RunReplay
 from workbench.runner import PreparedRun, RunSettings, prepare_run
 from workbench.system import build_system
@@ -39,7 +40,10 @@ class Workbench(ipw.VBox):
     until_stopped : bool
         Start with "run until stopped" ticked.
     font_size : int
-        Figure font size (raise it for a talk).
+        Figure font size at a desk.
+    projector : bool
+        Start in projector mode (the switch at the top scales every text, control and
+        plot for a talk).
     prepare : callable, optional
         ``prepare(settings) -> PreparedRun`` for new runs (tests pass a fake engine).
     replay : str or Path, optional
@@ -51,6 +55,7 @@ class Workbench(ipw.VBox):
         settings: RunSettings | None = None,
         until_stopped: bool = False,
         font_size: int = 12,
+        projector: bool = False,
         prepare: Callable[[RunSettings], PreparedRun] = prepare_run,
         replay: str | Path | None = None,
     ):
@@ -76,9 +81,16 @@ class Workbench(ipw.VBox):
         for index, title in enumerate(("Adjacency", "Replay", "Compare", "Export")):
             tabs.set_title(index, title)
         mode = "short mode (CPU or WORKBENCH_SHORT=1)" if short_mode() else "full length"
+        self.projector = ProjectorSwitch([self], figures=self.figures)
         super().__init__(
             children=[
-                ipw.HTML(f"<h3 style='margin:4px 0'>CG workbench</h3><i>{mode}</i>"),
+                ipw.HBox(
+                    [
+                        ipw.HTML(f"<h3 style='margin:4px 0'>CG workbench</h3><i>{mode}</i>"),
+                        self.projector,
+                    ],
+                    layout={"justify_content": "space-between"},
+                ),
                 ipw.HBox([self.launch, self.kernels]),
                 ipw.HBox(
                     [
@@ -89,6 +101,7 @@ class Workbench(ipw.VBox):
                 tabs,
             ]
         )
+        self.projector.set(projector)
         if replay is not None:
             self.open_run(replay)
 

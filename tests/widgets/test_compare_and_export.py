@@ -62,8 +62,12 @@ def test_compare_panel_reports_cpu_fallback_of_b():
     runner = panel.run()
     runner.wait(120)
     panel.refresh()
-    assert runner.snapshot().b.label == "baseline"
-    assert "B: Fused kernels" in panel.summary.value and "speedup" in panel.summary.value
+    race = runner.snapshot()
+    assert race.b.fell_back and not race.a.fell_back
+    assert race.speedup is None and race.fallback_note.startswith("B asked for")
+    assert "B: Fused kernels" in panel.summary.value
+    assert "no speedup to show" in panel.summary.value
+    assert "speedup B/A" not in panel.summary.value
     assert len(panel.race.data[1].x) == 1
 
 

@@ -149,12 +149,16 @@ class ComparePanel(LivePanel):
         self.summary.value = self._summary(snapshot)
 
     def _summary(self, snapshot: CompareSnapshot) -> str:
-        size = self.font_size
         speedup = snapshot.speedup
         lines = [f"<b>{snapshot.state.value}</b> · {html.escape(snapshot.message)}"]
         if speedup is not None:
             lines.append(
-                f"<span style='font-size:{2 * size}px'><b>speedup B/A: {speedup:.2f}×</b></span>"
+                f"<span style='font-size:2em'><b>speedup B/A: {speedup:.2f}×</b></span>"
+            )
+        elif snapshot.fallback_note:
+            lines.append(
+                "<span style='font-size:1.4em;color:#b35c00'><b>"
+                f"{html.escape(snapshot.fallback_note)}</b></span>"
             )
         for side in (snapshot.a, snapshot.b):
             if side is None:
@@ -178,4 +182,6 @@ class ComparePanel(LivePanel):
             f"<span style='color:#b00020'>display: {html.escape(e)}</span>"
             for e in snapshot.display_errors
         ]
-        return f"<div style='font-size:{size + 2}px'>" + "<br>".join(lines) + "</div>"
+        # sizes relative to the panel's text, so that projector mode scales them too
+        scale = (self.font_size + 2) / 12
+        return f"<div style='font-size:{scale:.2f}em'>" + "<br>".join(lines) + "</div>"

@@ -7,9 +7,11 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from widgets.kernel_switches import change_label
 from widgets.panels.base import LivePanel
 from widgets.plot_style import COLORS, new_figure
 from widgets.replica_bands import BANDS, replica_band
+from widgets.smoothing import segment_mean
 from widgets.snapshot import Snapshot
 
 MEAN_ONLY = -1
@@ -53,6 +55,12 @@ def _band_traces(name: str, color: str, row_col: dict, show_legend: bool) -> lis
     ]
 
 
+def _switch_label(previous, event) -> str:
+    """What a switch asked to change, and "not run" where the run fell back instead."""
+    label = change_label(previous.requested, event.requested)
+    return label if event.applied == event.requested else f"{label} (not run)"
+
+
 class LivePlots(LivePanel):
     """Throughput, memory and folding metrics of the attached run, updated while it runs.
 
@@ -78,10 +86,15 @@ class LivePlots(LivePanel):
             "Throughput", "step", "timestep·mol/s", font_size=font_size
         )
         self.throughput_figure.add_scatter(
-            name="timestep·mol/s", mode="lines+markers", line={"color": COLORS["A"]}
+            name="per chunk", mode="markers", marker={"color": COLORS["A"], "size": 5},
+            opacity=0.35,
         )
         self.throughput_figure.add_scatter(
-            name="ns/day", mode="lines", yaxis="y2", line={"color": "#2ca02c", "dash": "dot"}
+            name="timestep·mol/s (smoothed)", mode="lines", line={"color": COLORS["A"], "width": 3}
+        )
+        self.throughput_figure.add_scatter(
+            name="ns/day (smoothed)", mode="lines", yaxis="y2",
+            line={"color": "#2ca02c", "dash": "dot"},
         )
         self.throughput_figure.update_layout(
             yaxis2={"title": "ns/day", "overlaying": "y", "side": "right", "showgrid": False}
@@ -158,39 +171,49 @@ class LivePlots(LivePanel):
     def _draw_throughput(self, snapshot: Snapshot) -> None:
         columns = snapshot.throughput
         figure = self.throughput_figure
-        markers = [event for event in snapshot.events if event.step > 0]
+        events = list(snapshot.events)
+        markers = [
+            (event, _switch_label(previous, event))
+            for previous, event in zip(events, events[1:], strict=False)
+            if event.step > 0
+        ]
+        breaks = [event.step for event, _ in markers]
+        steps = columns["step"]
         with figure.batch_update():
-            figure.data[0].x = columns["step"]
+            figure.data[0].x = steps
             figure.data[0].y = columns["timestep_mol_per_s"]
-            figure.data[1].x = columns["step"]
-            figure.data[1].y = columns["ns_per_day"]
+            figure.data[1].x = steps
+            figure.data[1].y = segment_mean(steps, columns["timestep_mol_per_s"], breaks)
+            figure.data[2].x = steps
+            figure.data[2].y = segment_mean(steps, columns["ns_per_day"], breaks)
             figure.layout.shapes = [
                 {
                     "type": "line",
                     "xref": "x",
                     "yref": "paper",
-                    "x0": e.step,
-                    "x1": e.step,
+                    "x0": event.step,
+                    "x1": event.step,
                     "y0": 0,
                     "y1": 1,
                     "line": {"color": "#9467bd", "dash": "dash", "width": 2},
                 }
-                for e in markers
+                for event, _ in markers
             ]
+            # labels stagger down the plot so that close switches do not overlap
             figure.layout.annotations = [
                 {
-                    "x": e.step,
-                    "y": 1,
+                    "x": event.step,
+                    "y": 0.98 - 0.13 * (k % 4),
                     "xref": "x",
                     "yref": "paper",
-                    "text": e.label,
+                    "text": label,
                     "showarrow": False,
                     "xanchor": "left",
                     "yanchor": "top",
-                    "textangle": -90,
+                    "bgcolor": "rgba(255, 255, 255, 0.8)",
                     "font": {"color": "#9467bd"},
                 }
-                for e in markers
+                for k, (event, label) in enumerate(markers)
             ]
             figure.layout.title.text = (
                 f"Throughput: {snapshot.mean_timestep_mol_per_s:,.0f} timestep·mol/s, "
