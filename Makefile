@@ -20,8 +20,11 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq chromium; fi; }
 
+# Jupyter refuses to run as root without --allow-root (containers often run as root)
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lab: setup
-	$(PYTHON) -m jupyter lab --ip=127.0.0.1 --port=$(PORT) notebooks/01-quickstart.ipynb
+	$(PYTHON) -m jupyter lab --ip=127.0.0.1 --port=$(PORT) $(ROOT_FLAG) notebooks/01-quickstart.ipynb
 
 run: setup
 	workbench run --protein cln025 --replicas 8 --steps 200 --out runs/demo --overwrite

@@ -1,11 +1,13 @@
 """A/B comparison and export on the real engine (cln025, 2 replicas, a few steps)."""
 
+from pathlib import Path
+
 import pytest
 
 from widgets import ComparePanel, SimulationController
 from widgets.comparison import CompareRunner
 from widgets.export_files import kaleido_available
-from widgets.panels.export import ExportPanel
+from widgets.panels.export import DEFAULT_FOLDER, ExportPanel
 from widgets.snapshot import RunState
 from workbench.model.options import KernelOptions
 from workbench.runner import RunSettings
@@ -81,15 +83,29 @@ def test_export_writes_trajectory_metrics_and_figures(tmp_path):
     controller.wait(120)
     trajectory = panel.export_trajectory()
     assert [p.name for p in trajectory] == ["topology.pdb", "replica_000.dcd", "replica_001.dcd"]
+    before = trajectory[1].read_bytes()
     panel.format.value = "xtc"
+    panel.trajectory_button.click()  # the folder holds the DCD export: refused, kept
+    assert "FileExistsError" in panel.result.value and "replace existing" in panel.result.value
+    assert trajectory[1].read_bytes() == before
+    panel.overwrite.value = True
     assert panel.export_trajectory()[1].suffix == ".xtc"
+    panel.overwrite.value = False
     metrics, throughput = panel.export_metrics()
     assert len(metrics.read_text().splitlines()) == 1 + 3 * 2
     assert throughput.read_text().startswith("step,wall_s")
     figures = panel.export_figures()
     assert figures[0].name == "q.html" and figures[0].stat().st_size > 0
-    if not kaleido_available():
-        assert "kaleido" in panel.result.value
+    if kaleido_available() and Path("/usr/bin/chromium").exists():
+        assert [p.name for p in figures] == ["q.html", "q.png"]  # the lab extras export PNG
+    else:
+        assert "kaleido" in panel.result.value or "Chrom" in panel.result.value
+
+
+def test_exports_go_outside_the_repository_by_default():
+    folder = Path(ExportPanel().folder.value)
+    repository = Path(__file__).resolve().parents[2]
+    assert folder == DEFAULT_FOLDER and repository not in folder.parents
 
 
 def test_export_without_a_run_says_so():

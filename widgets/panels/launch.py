@@ -158,14 +158,15 @@ class LaunchPanel(LivePanel):
             style=style,
         )
         self.seed = ipw.IntText(value=s.seed, description="seed", layout=narrow, style=style)
-        self.denatured = ipw.BoundedFloatText(
+        self.denatured = ipw.FloatSlider(
             value=s.denatured_fraction,
             min=0.0,
             max=1.0,
             step=0.05,
+            readout_format=".0%",
             description="start unfolded",
             tooltip="share of the replicas that start from denatured chains (the rest native)",
-            layout=narrow,
+            layout={"width": "330px"},
             style=style,
         )
         self.device = ipw.Dropdown(
