@@ -35,6 +35,7 @@ from workbench.model.fused_schnet import (
     warn_fallback_once,
 )
 from workbench.model.options import KernelOptions
+from workbench.model.pytorch_tables import table_node_energies
 from workbench.neighbors import Graph
 
 ACTIVATIONS = {"tanh": nn.Tanh, "silu": nn.SiLU, "softplus": nn.Softplus, "gelu": nn.GELU}
@@ -278,6 +279,8 @@ class CGSchNet(nn.Module):
             problem = fused_path_problem(self, pos.device, options)
             if problem is None:
                 return fused_node_energies(self, pos, types, graph, options)
+            if options.tabulated_filter:  # the tables in PyTorch (e.g. on a CPU)
+                return table_node_energies(self, pos, types, graph)
             warn_fallback_once(problem)
         d, src, dst = self.edge_distances(pos, graph.src, graph.dst, graph.valid)
         rbf = self.rbf_layer(d)
