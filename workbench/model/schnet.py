@@ -269,7 +269,10 @@ class CGSchNet(nn.Module):
             Directed edges (``src`` → ``dst``); edges at or beyond the cutoff and
             padding slots contribute nothing.
         options : KernelOptions, optional
-            Fused kernels to use; None or all off is this reference path.
+            Fused kernels to use; None or all off is this reference path. Where the
+            Triton kernels cannot run, ``tabulated_filter`` reads the filters from tables
+            in PyTorch (`workbench.model.pytorch_tables`) and the other techniques fall
+            back to this path.
 
         Returns
         -------
@@ -279,9 +282,12 @@ class CGSchNet(nn.Module):
             problem = fused_path_problem(self, pos.device, options)
             if problem is None:
                 return fused_node_energies(self, pos, types, graph, options)
-            if options.tabulated_filter:  # the tables in PyTorch (e.g. on a CPU)
+            if not options.tabulated_filter:
+                warn_fallback_once(problem)
+            else:  # the tables in PyTorch (a CPU); any other technique falls back
+                if options != KernelOptions(tabulated_filter=True):
+                    warn_fallback_once(f"{problem}; tabulated filters run in PyTorch")
                 return table_node_energies(self, pos, types, graph)
-            warn_fallback_once(problem)
         d, src, dst = self.edge_distances(pos, graph.src, graph.dst, graph.valid)
         rbf = self.rbf_layer(d)
         h = self.embedding_layer(types)
