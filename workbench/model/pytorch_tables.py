@@ -194,8 +194,8 @@ class _PairCFConv(torch.autograd.Function):
         width = xs.shape[1]
         u = xs.new_zeros(xs.shape)
         for chunk in pairs.chunks:
-            sent = xs.index_select(0, chunk.senders).view(2, -1, width)
-            messages = sent * pair_filters(rows, chunk, slopes=False)
+            messages = xs.index_select(0, chunk.senders).view(2, -1, width)
+            messages *= pair_filters(rows, chunk, slopes=False)
             u.index_add_(0, chunk.receivers, messages.view(-1, width))
         ctx.save_for_backward(xs)
         ctx.pairs, ctx.rows = pairs, rows
@@ -214,10 +214,11 @@ class _PairCFConv(torch.autograd.Function):
             received = grad_u.index_select(0, chunk.receivers).view(2, -1, width)
             if lengths:  # sum_f W'_f (grad_u[a] xs[b] + grad_u[b] xs[a])_f
                 sent = xs.index_select(0, chunk.senders).view(2, -1, width)
-                both = torch.addcmul(received[0] * sent[0], received[1], sent[1])
-                grad_dist[s:e] = torch.linalg.vecdot(both, w[:, width:])
+                both = torch.mul(received[0], sent[0]).addcmul_(received[1], sent[1])
+                grad_dist[s:e] = both.mul_(w[:, width:]).sum(-1)
             if grad_xs is not None:
-                grad_xs.index_add_(0, chunk.senders, (received * w[:, :width]).view(-1, width))
+                received *= w[:, :width]
+                grad_xs.index_add_(0, chunk.senders, received.view(-1, width))
         return grad_dist, grad_xs, None, None
 
 
