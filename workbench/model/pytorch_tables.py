@@ -6,18 +6,21 @@ the Triton path, ``TABLE_SPACING`` apart) instead of running the filter network 
 The rest of CGSchNet (embedding, ``lin1``, ``lin2``, update, output network) is the
 reference path's modules, differentiated by autograd.
 
-Per block, on ``P`` unordered pairs ``(a, b)`` within the cutoff (half the directed edges:
-both directions share ``W(d_ab)``):
+Once per force evaluation, `table_pairs` takes one direction of every pair ``(a, b)`` of
+the graph within the cutoff (half the directed edges: both directions share ``W(d_ab)``),
+sorts the pairs by length (consecutive pairs then read neighbouring table rows: 0.3 ms less
+per block on CLN025 x 8, for 0.4 ms of sorting per evaluation) and finds where each reads
+the table: the rows ``4 k + m`` of its interval ``k`` and their weights ``t^m``
+(``t = d/h - k``), shared by all blocks. Then per block, chunk by chunk (`CHUNK_BYTES`):
 
-* ``[W | W']`` of every pair in one ``embedding_bag``: the four rows ``4 k + m`` of the
-  interval ``k`` of ``d``, weighted by ``t^m`` (``t = d/h - k``), from `HornerRows`, whose
-  row ``4 k + m`` is ``[c_m | (m + 1) c_{m+1} / h]``: the cubic and its derivative in one
-  pass over the table;
-* ``u = sum over both directions of xs[sender] * W``: one gather of ``xs``, one product and
-  one ``index_add_`` of ``[2P, F]`` rows;
-* backward (analytic, no autograd through the table): ``grad_xs`` by the same gather,
-  product and ``index_add_`` with ``grad_u``, and ``dE/dd_ab = sum_f W'_f (grad_u[a] xs[b]
-  + grad_u[b] xs[a])_f``. Autograd takes the length gradient to the positions.
+* ``W`` of the chunk's pairs in one ``embedding_bag`` over `HornerRows` (row ``4 k + m``
+  holds ``c_m``, and in the backward also ``(m + 1) c_{m+1} / h``, so the same weighted sum
+  gives ``[W | W']``);
+* forward: ``u += xs[sender] * W`` for both directions: one gather, one product and one
+  ``index_add_`` of ``[2C, F]`` rows;
+* backward (analytic, no autograd through the table): ``grad_xs`` by the same three steps
+  with ``grad_u``, and ``dE/dd_ab = sum_f W'_f (grad_u[a] xs[b] + grad_u[b] xs[a])_f``.
+  Autograd takes the length gradients to the positions.
 
 Forces are therefore exactly ``-dE/dr`` of the tabulated model (checked by finite
 differences in float64); the table's error against the network is that of the Triton path
