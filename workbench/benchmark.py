@@ -253,7 +253,9 @@ def markdown_table(records: list[dict]) -> str:
         )
         label = r["label"]
         if r.get("force_path") == "pytorch-tables":
-            label += " (PyTorch tables" + (f", {r['threads']} threads)" if r["threads"] else ")")
+            threads = r["threads"]
+            label += f" (PyTorch tables, {threads} thread{'s' * (threads != 1)})" if threads else (
+                " (PyTorch tables)")
         rows.append(
             f"| {r['protein']} | {r['beads']} | {r['replicas']} | {label} | "
             f"{r['timestep_mol_per_s']:,.0f} | {r['ns_per_day']:,.1f} | {peak} | {edges} | "

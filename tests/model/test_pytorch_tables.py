@@ -144,3 +144,17 @@ def test_short_md_with_tables_is_stable_and_follows_the_reference(no_triton):
     assert not tables.frozen.any() and torch.isfinite(tables.positions).all()
     assert (tables.positions - exact.positions).abs().max() < 1e-3  # Å, after 50 steps
     assert _rel(tables.forces, exact.forces) < TABLE_BOUND * 10
+
+
+def test_every_graph_of_the_neighbour_list_gives_the_same_forces(no_triton):
+    """Exact, skin candidates and fixed capacity with padding slots: the same pairs."""
+    potential = schnet_potential(priors=False)
+    pos = perturbed_positions(replicas=2, sigma=0.3, dtype=torch.float32)
+    n = pos.shape[1]
+    graphs = [NeighborList(n, potential.cutoff, skin=1.0).update(pos, exact=exact)
+              for exact in (True, False)]
+    graphs.append(NeighborList(n, potential.cutoff, skin=1.0, capacity=2 * n * n).update(pos))
+    assert graphs[2].valid is not None and not graphs[2].valid.all()
+    results = [potential.energy_and_forces(pos, g, TABLES) for g in graphs]
+    for e, f in results[1:]:
+        assert torch.equal(e, results[0][0]) and torch.equal(f, results[0][1])

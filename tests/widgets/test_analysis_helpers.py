@@ -43,6 +43,10 @@ def test_switches_fall_back_off_the_gpu():
     applied, message = usable_options(KernelOptions(fused_update=True), cpu)
     assert applied.is_baseline and "fused_update" in message and "CUDA" in message
     assert options_label(KernelOptions.all_on("fp16")).endswith("mlp_fp16")
+    tables = KernelOptions(tabulated_filter=True)  # has a PyTorch path: kept
+    assert usable_options(tables, cpu) == (tables, None)
+    applied, message = usable_options(KernelOptions.all_on(tabulated_filter=True), cpu)
+    assert applied == tables and "only tabulated_filter runs, in PyTorch" in message
 
 
 def test_short_mode_follows_the_environment(monkeypatch):

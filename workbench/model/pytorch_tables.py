@@ -13,7 +13,7 @@ per block on CLN025 x 8, for 0.4 ms of sorting per evaluation) and finds where e
 the table: the rows ``4 k + m`` of its interval ``k`` and their weights ``t^m``
 (``t = d/h - k``), shared by all blocks. Then per block, chunk by chunk (`CHUNK_BYTES`):
 
-* ``W`` of the chunk's pairs in one ``embedding_bag`` over `HornerRows` (row ``4 k + m``
+* ``W`` of the chunk's pairs in one ``embedding_bag`` over `CubicRows` (row ``4 k + m``
   holds ``c_m``, and in the backward also ``(m + 1) c_{m+1} / h``, so the same weighted sum
   gives ``[W | W']``);
 * forward: ``u += xs[sender] * W`` for both directions: one gather, one product and one
@@ -39,13 +39,13 @@ from torch.autograd.function import once_differentiable
 from kernels.tabulated import FilterTable
 from workbench.neighbors import Graph
 
-__all__ = ["HornerRows", "PairChunk", "TablePairs", "horner_rows", "table_pairs", "pair_filters",
+__all__ = ["CubicRows", "PairChunk", "TablePairs", "cubic_rows", "table_pairs", "pair_filters",
            "pair_cfconv", "table_node_energies"]
 
 
 @dataclass(frozen=True)
-class HornerRows:
-    """A `FilterTable` laid out for ``embedding_bag``.
+class CubicRows:
+    """A `FilterTable` as the cubics' coefficient rows, laid out for ``embedding_bag``.
 
     Attributes
     ----------
@@ -71,20 +71,15 @@ class HornerRows:
         """``G - 1``."""
         return self.values.shape[0] // 4
 
-    @property
-    def num_features(self) -> int:
-        """``F``."""
-        return self.values.shape[1]
 
-
-def horner_rows(table: FilterTable, dtype: torch.dtype = torch.float32) -> HornerRows:
-    """`HornerRows` of a table, in ``dtype`` (float32 for MD, float64 for checks)."""
+def cubic_rows(table: FilterTable, dtype: torch.dtype = torch.float32) -> CubicRows:
+    """`CubicRows` of a table, in ``dtype`` (float32 for MD, float64 for checks)."""
     c0, c1 = table.coeffs01.to(dtype).unbind(1)
     c2, c3 = (table.coeffs23.to(dtype) * table.scale23.to(dtype)).unbind(1)
     values = torch.stack([c0, c1, c2, c3], 1)
     slopes = torch.stack([c1, 2.0 * c2, 3.0 * c3, torch.zeros_like(c3)], 1) / table.spacing
     width = table.num_features
-    return HornerRows(values.reshape(-1, width).contiguous(),
+    return CubicRows(values.reshape(-1, width).contiguous(),
                       torch.cat([values, slopes], 2).reshape(-1, 2 * width).contiguous(),
                       table.spacing, table.cutoff)
 
@@ -108,7 +103,7 @@ class PairChunk:
     senders : Tensor, int64 [2C]
         ``[b, a]``: where each message comes from.
     lookup : Tensor, int64 [C, 4]
-        Rows ``4 k + m`` (``m = 0 .. 3``) of `HornerRows` for the interval ``k`` of ``d_ab``.
+        Rows ``4 k + m`` (``m = 0 .. 3``) of `CubicRows` for the interval ``k`` of ``d_ab``.
     weights : Tensor, float [C, 4]
         ``t^m`` with ``t = d_ab / h - k``.
     """
@@ -137,7 +132,7 @@ class TablePairs:
     chunks: list
 
 
-def table_pairs(pos: torch.Tensor, graph: Graph, grid: HornerRows,
+def table_pairs(pos: torch.Tensor, graph: Graph, grid: CubicRows,
                 chunk: int = 1024) -> TablePairs:
     """The pairs of ``graph`` closer than the table's cutoff, and where each reads the table.
 
@@ -148,7 +143,7 @@ def table_pairs(pos: torch.Tensor, graph: Graph, grid: HornerRows,
     graph : Graph
         Symmetric edges (every graph a `NeighborList` returns: exact, candidates within the
         skin, fixed-capacity with padding, or searched).
-    grid : HornerRows
+    grid : CubicRows
         Any table of the model (all share spacing and cutoff); pairs at or beyond its
         cutoff are left out (their filter is zero).
     chunk : int
@@ -183,7 +178,7 @@ def table_pairs(pos: torch.Tensor, graph: Graph, grid: HornerRows,
     return TablePairs(dist, bounds, chunks)
 
 
-def pair_filters(rows: HornerRows, chunk: PairChunk, slopes: bool) -> torch.Tensor:
+def pair_filters(rows: CubicRows, chunk: PairChunk, slopes: bool) -> torch.Tensor:
     """``W(d)`` (``slopes=False``: ``[C, F]``) or ``[W(d) | W'(d)]`` (``[C, 2F]``) of a chunk's
     pairs, in ``rows``' dtype (one ``embedding_bag``)."""
     table = rows.values_and_slopes if slopes else rows.values
@@ -225,7 +220,7 @@ class _PairCFConv(torch.autograd.Function):
         return grad_dist, grad_xs, None, None
 
 
-def pair_cfconv(xs: torch.Tensor, pairs: TablePairs, rows: HornerRows) -> torch.Tensor:
+def pair_cfconv(xs: torch.Tensor, pairs: TablePairs, rows: CubicRows) -> torch.Tensor:
     """Continuous-filter convolution with a tabulated filter over pairs.
 
     Parameters
@@ -233,7 +228,7 @@ def pair_cfconv(xs: torch.Tensor, pairs: TablePairs, rows: HornerRows) -> torch.
     xs : Tensor, float [N, F]
         ``lin1(h)``.
     pairs : TablePairs
-    rows : HornerRows
+    rows : CubicRows
         The block's table, in ``xs``' dtype.
 
     Returns
@@ -246,15 +241,15 @@ def pair_cfconv(xs: torch.Tensor, pairs: TablePairs, rows: HornerRows) -> torch.
     return _PairCFConv.apply(pairs.dist, xs, pairs, rows)
 
 
-def table_rows(schnet, dtype: torch.dtype, device: torch.device) -> list[HornerRows]:
-    """Every block's `HornerRows`, built once per set of weights, dtype and device and kept
+def table_rows(schnet, dtype: torch.dtype, device: torch.device) -> list[CubicRows]:
+    """Every block's `CubicRows`, built once per set of weights, dtype and device and kept
     on the module (the tables of `build_filter_tables`)."""
     from workbench.model.fused_schnet import build_filter_tables, weights_key
 
     key = (weights_key(schnet), dtype, device)
     cached = schnet.__dict__.get("_table_rows")
     if cached is None or cached[0] != key:
-        rows = [horner_rows(t, dtype) for t in build_filter_tables(schnet, device)]
+        rows = [cubic_rows(t, dtype) for t in build_filter_tables(schnet, device)]
         cached = schnet.__dict__["_table_rows"] = (key, rows)
     return cached[1]
 
