@@ -11,8 +11,9 @@ from pathlib import Path
 import torch
 
 from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
+from workbench.md.cpu_setup import configure_cpu_process
 from workbench.md.tempering import ReplicaExchange, geometric_ladder
-from workbench.model.force_paths import cpu_threads, settle_options
+from workbench.model.force_paths import settle_options
 from workbench.model.io import ModelFormatError, load_potential
 from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
@@ -312,7 +313,7 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
             positions = mixed_starts(system, settings.temperature, settings.replicas, denatured,
                                      settings.denature_steps, device, settings.seed)
     if device.type == "cpu":
-        torch.set_num_threads(cpu_threads())
+        configure_cpu_process()
     path_notices = settle_options(settings.options, device, potential.schnet)
     integrator = LangevinIntegrator(
         settings.timestep_fs / FS_PER_PS, settings.friction, settings.temperature

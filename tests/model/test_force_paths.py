@@ -4,7 +4,7 @@ import pytest
 import torch
 from helpers import schnet_potential
 
-from workbench.model.force_paths import cpu_threads, force_path, settle_options
+from workbench.model.force_paths import force_path, settle_options
 from workbench.model.options import KernelOptions
 
 CPU = torch.device("cpu")
@@ -51,7 +51,3 @@ def test_the_interpreter_runs_the_triton_path():
     net = schnet_potential(priors=False).schnet
     assert settle_options(options, CPU, net) == [] and options.tabulated_filter
     assert force_path(net, CPU, options) == "triton"
-
-
-def test_cpu_threads_respects_the_allowed_cores():
-    assert 1 <= cpu_threads() <= torch.get_num_threads()

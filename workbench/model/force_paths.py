@@ -10,7 +10,6 @@ ran, and says so in a notice.
 
 from __future__ import annotations
 
-import os
 from dataclasses import fields
 
 import torch
@@ -19,14 +18,6 @@ from workbench.model.options import KernelOptions
 
 #: Techniques with a PyTorch implementation besides the Triton one.
 PYTORCH_TECHNIQUES = frozenset({"tabulated_filter"})
-
-
-def cpu_threads() -> int:
-    """Intra-op threads for a CPU run: PyTorch's default (one per physical core), but no
-    more than the cores this process may run on (``os.sched_getaffinity``, e.g. under
-    ``taskset`` or a container's CPU set)."""
-    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return min(torch.get_num_threads(), allowed or torch.get_num_threads())
 
 
 def fused_problem(schnet, device: torch.device, options: KernelOptions) -> str | None:
