@@ -254,8 +254,8 @@ def markdown_table(records: list[dict]) -> str:
         label = r["label"]
         if r.get("force_path") == "pytorch-tables":
             threads = r["threads"]
-            label += f" (PyTorch tables, {threads} thread{'s' * (threads != 1)})" if threads else (
-                " (PyTorch tables)")
+            label += " (PyTorch tables" + (
+                f", {threads} thread{'s' * (threads != 1)})" if threads else ")")
         rows.append(
             f"| {r['protein']} | {r['beads']} | {r['replicas']} | {label} | "
             f"{r['timestep_mol_per_s']:,.0f} | {r['ns_per_day']:,.1f} | {peak} | {edges} | "

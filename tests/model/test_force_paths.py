@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import schnet_potential
+from helpers import interpreter_only, schnet_potential
 
 from workbench.model.force_paths import force_path, settle_options
 from workbench.model.options import KernelOptions
@@ -42,11 +42,8 @@ def test_a_prior_only_potential_gets_the_reference_path(no_triton):
     assert force_path(None, CPU, options) == "reference"
 
 
+@interpreter_only
 def test_the_interpreter_runs_the_triton_path():
-    import kernels._triton
-
-    if not kernels._triton.INTERPRET:
-        pytest.skip("needs TRITON_INTERPRET=1")
     options = KernelOptions(tabulated_filter=True)
     net = schnet_potential(priors=False).schnet
     assert settle_options(options, CPU, net) == [] and options.tabulated_filter

@@ -6,6 +6,7 @@ import torch
 from helpers import (
     exact_graph,
     finite_difference_forces,
+    interpreter_only,
     perturbed_positions,
     schnet_potential,
     tiny_system,
@@ -119,12 +120,9 @@ def test_the_switch_chooses_the_path(no_triton, monkeypatch):
     assert len(calls) == 2
 
 
+@interpreter_only
 def test_interpreter_keeps_the_triton_tables(monkeypatch):
     """With TRITON_INTERPRET=1 (how the Triton path is tested on CPUs) the kernels run."""
-    import kernels._triton
-
-    if not kernels._triton.INTERPRET:
-        pytest.skip("needs TRITON_INTERPRET=1")
     monkeypatch.setattr(schnet, "table_node_energies", None)  # would fail if called
     potential = schnet_potential(priors=False)
     pos = perturbed_positions(replicas=1, dtype=torch.float32)
@@ -158,3 +156,16 @@ def test_every_graph_of_the_neighbour_list_gives_the_same_forces(no_triton):
     results = [potential.energy_and_forces(pos, g, TABLES) for g in graphs]
     for e, f in results[1:]:
         assert torch.equal(e, results[0][0]) and torch.equal(f, results[0][1])
+
+
+@interpreter_only
+def test_pytorch_and_triton_tables_compute_the_same_potential(monkeypatch):
+    import kernels._triton
+
+    potential = schnet_potential(priors=False)
+    pos = perturbed_positions(replicas=2, sigma=0.3, dtype=torch.float32)
+    graph = NeighborList(pos.shape[1], potential.cutoff, skin=1.0).update(pos, exact=False)
+    e_triton, f_triton = potential.energy_and_forces(pos, graph, TABLES)
+    monkeypatch.setattr(kernels._triton, "INTERPRET", False)
+    e, f = potential.energy_and_forces(pos, graph, TABLES)
+    assert _rel(f, f_triton) < 1e-5 and _rel(e, e_triton) < 1e-6  # FP32 rounding apart

@@ -77,7 +77,8 @@ def settle_options(options: KernelOptions, device: torch.device, schnet) -> list
             notices.append(f"Fused kernels unavailable ({problem}): {', '.join(dropped)} "
                            "fell back to the PyTorch reference path.")
     if force_path(schnet, device, options) == "pytorch-tables":
-        threads = f", {torch.get_num_threads()} threads" if device.type == "cpu" else ""
+        count = torch.get_num_threads()
+        threads = f", {count} thread{'s' * (count != 1)}" if device.type == "cpu" else ""
         notices.append("Tabulated filters in PyTorch (workbench.model.pytorch_tables: each "
                        f"block's filter from its cubic Hermite table{threads}).")
     return notices
