@@ -24,8 +24,13 @@ the table: the rows ``4 k + m`` of its interval ``k`` and their weights ``t^m``
 
 Forces are therefore exactly ``-dE/dr`` of the tabulated model (checked by finite
 differences in float64); the table's error against the network is that of the Triton path
-(docs/KERNELS-NOTES.md, "Tabulated filter"). Second derivatives are not provided (training
-uses the reference path).
+(docs/KERNELS-NOTES.md, "Tabulated filter"): on CLN025 x 8 after 200 steps
+(``scripts/force_error.py --protein cln025 --replicas 8 --configs tabulated_filter
+--device cpu``) the network's forces are 4.4e-6 (demo model) and 3.5e-6 (shipped model)
+off the exact network's, relative RMS. Second derivatives are not provided (training uses
+the reference path). Speed: CLN025 x 8 on one core of an AMD EPYC, 574-594 timestep·mol/s
+against 87-94 for the reference path (``OMP_NUM_THREADS=1 workbench bench --proteins cln025
+--replicas 8 --configs baseline,tabulated_filter --device cpu``).
 """
 
 from __future__ import annotations
@@ -247,10 +252,10 @@ def table_rows(schnet, dtype: torch.dtype, device: torch.device) -> list[CubicRo
     from workbench.model.fused_schnet import build_filter_tables, weights_key
 
     key = (weights_key(schnet), dtype, device)
-    cached = schnet.__dict__.get("_table_rows")
+    cached = getattr(schnet, "_table_rows", None)
     if cached is None or cached[0] != key:
-        rows = [cubic_rows(t, dtype) for t in build_filter_tables(schnet, device)]
-        cached = schnet.__dict__["_table_rows"] = (key, rows)
+        cached = (key, [cubic_rows(t, dtype) for t in build_filter_tables(schnet, device)])
+        schnet._table_rows = cached
     return cached[1]
 
 
