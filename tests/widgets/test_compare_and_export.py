@@ -57,7 +57,10 @@ def test_race_runs_without_the_temperature_ladder(ladder_settings):
         assert side.sim.integrator.temperature.tolist() == [ladder_settings.temperature]
 
 
-def test_compare_panel_reports_cpu_fallback_of_b():
+def test_compare_panel_reports_cpu_fallback_of_b(monkeypatch):
+    import kernels._triton
+
+    monkeypatch.setattr(kernels._triton, "INTERPRET", False)  # a CPU as users have it
     panel = ComparePanel(settings=SETTINGS, steps=1)
     runner = panel.run()
     runner.wait(120)
