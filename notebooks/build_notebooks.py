@@ -120,7 +120,7 @@ def speedup_demo() -> list:
             "others in the B menu) on the same system, seeds and device; then one running "
             "simulation whose kernels are switched on and off while the throughput plot "
             "runs. Without a GPU the fused kernels cannot run: the panels say so and B "
-            "runs the reference path. " + SHORT_NOTE
+            "keeps only the tabulated filters, in PyTorch. " + SHORT_NOTE
         ),
         new_code_cell(
             "import time\n"

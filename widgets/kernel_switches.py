@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workbench.model.force_paths import PYTORCH_TECHNIQUES
+from workbench.model.force_paths import PYTORCH_TECHNIQUES, triton_runs_on
 from workbench.model.options import KernelOptions
 
 
@@ -43,7 +43,10 @@ def usable_options(
     """
     if options.is_baseline or device.type == "cuda":
         return options, None
-    kept = KernelOptions(**{name: getattr(options, name) for name in PYTORCH_TECHNIQUES})
+    # the techniques with a PyTorch path stay on, except under TRITON_INTERPRET (tests),
+    # where they would run in the Triton interpreter
+    keep = () if triton_runs_on(device) else PYTORCH_TECHNIQUES
+    kept = KernelOptions(**{name: getattr(options, name) for name in keep})
     if kept == options:
         return options, None
     rest = ("it keeps the PyTorch reference path" if kept.is_baseline else

@@ -37,7 +37,10 @@ def test_adjacency_of_frames_and_their_difference():
     assert (codes == KEPT).sum() == counts[1]
 
 
-def test_switches_fall_back_off_the_gpu():
+def test_switches_fall_back_off_the_gpu(monkeypatch):
+    import kernels._triton
+
+    monkeypatch.setattr(kernels._triton, "INTERPRET", False)  # a CPU as users have it
     cpu = torch.device("cpu")
     assert usable_options(KernelOptions(), cpu) == (KernelOptions(), None)
     applied, message = usable_options(KernelOptions(fused_update=True), cpu)

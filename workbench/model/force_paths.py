@@ -20,19 +20,24 @@ from workbench.model.options import KernelOptions
 PYTORCH_TECHNIQUES = frozenset({"tabulated_filter"})
 
 
+def triton_runs_on(device: torch.device) -> bool:
+    """Whether Triton kernels run on ``device``'s tensors: a CUDA GPU with Triton, or any
+    device under ``TRITON_INTERPRET=1`` (the tests' CPU stand-in for a GPU)."""
+    from kernels import triton_available
+    from kernels._triton import INTERPRET
+
+    return triton_available() and (device.type == "cuda" or INTERPRET)
+
+
 def fused_problem(schnet, device: torch.device, options: KernelOptions) -> str | None:
     """Why the Triton kernels cannot run ``options`` here (None if they can): the network's
     reasons (`fused_path_problem`), or for a prior-only potential whether Triton runs on
     ``device`` at all."""
-    from kernels import triton_available
-    from kernels._triton import INTERPRET
     from workbench.model.fused_schnet import fused_path_problem
 
     if schnet is not None:
         return fused_path_problem(schnet, device, options)
-    if triton_available() and (device.type == "cuda" or INTERPRET):
-        return None
-    return "no Triton on this device"
+    return None if triton_runs_on(device) else "no Triton on this device"
 
 
 def force_path(schnet, device: torch.device, options: KernelOptions) -> str:
