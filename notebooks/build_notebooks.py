@@ -122,7 +122,8 @@ def speedup_demo() -> list:
             "running simulation whose kernels are switched on and off while the throughput "
             "plot runs, by hand or by **Walk through the techniques**, which turns them on "
             "one after another as in an ablation. Where a configuration cannot run as asked "
-            "(no GPU), the panels say so instead of showing a speedup. " + SHORT_NOTE
+            "(no GPU: B then keeps only the tabulated filters, in PyTorch), the panels say so "
+            "instead of showing a speedup. " + SHORT_NOTE
         ),
         new_code_cell(
             "import ipywidgets as ipw\n"

@@ -52,3 +52,14 @@ def test_setup_peak_includes_the_graph_capture():
     case = BenchCase("cln025", 4, "tables+graph", KernelOptions.parse("tables+graph"))
     record = run_case(case, device="cuda", steps=4, warmup=3, repeats=1)
     assert 0 < record["peak_memory_gb"] <= record["peak_memory_setup_gb"]
+
+
+def test_a_cpu_record_says_which_path_ran(monkeypatch):
+    import kernels._triton
+
+    monkeypatch.setattr(kernels._triton, "INTERPRET", False)  # a CPU without Triton
+    case = BenchCase("cln025", 2, "tabulated_filter", KernelOptions.all_on(tabulated_filter=True))
+    record = run_case(case, device="cpu", steps=2, warmup=1, repeats=1)
+    assert record["force_path"] == "pytorch-tables" and record["threads"] >= 1
+    assert record["options"] == KernelOptions(tabulated_filter=True).to_dict()  # what ran
+    assert "(PyTorch tables, " in markdown_table([record])

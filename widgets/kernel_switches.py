@@ -1,8 +1,9 @@
 """Kernel switches of a run: what was asked for, what could run, and when.
 
 The fused kernels need a CUDA GPU. When a requested set of switches cannot run,
-the run keeps the PyTorch reference path and the user gets one clear message,
-whether the reason is known in advance (no GPU), or the engine raises or warns.
+the run keeps the PyTorch reference path (the tabulated filters, which also run in
+PyTorch, stay on) and the user gets one clear message, whether the reason is known in
+advance (no GPU), or the engine raises or warns.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from workbench.model.force_paths import PYTORCH_TECHNIQUES, triton_runs_on
 from workbench.model.options import KernelOptions
 
 
@@ -88,13 +90,23 @@ def usable_options(
     Returns
     -------
     (KernelOptions, str or None)
-        ``options`` itself, or the reference path with the reason.
+        ``options`` itself, or the reference path with the reason. Off a GPU the
+        techniques with a PyTorch implementation stay on (``tabulated_filter``:
+        `workbench.model.pytorch_tables`).
     """
     if options.is_baseline or device.type == "cuda":
         return options, None
-    return KernelOptions.baseline(), (
+    # the techniques with a PyTorch path stay on, except under TRITON_INTERPRET (tests),
+    # where they would run in the Triton interpreter
+    keep = () if triton_runs_on(device) else PYTORCH_TECHNIQUES
+    kept = KernelOptions(**{name: getattr(options, name) for name in keep})
+    if kept == options:
+        return options, None
+    rest = ("it keeps the PyTorch reference path" if kept.is_baseline else
+            f"only {options_label(kept)} runs, in PyTorch; the rest keeps the reference path")
+    return kept, (
         f"Fused kernels ({options_label(options)}) need a CUDA GPU; this run is on "
-        f"{device.type}, so it keeps the PyTorch reference path."
+        f"{device.type}, so {rest}."
     )
 
 

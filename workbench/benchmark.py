@@ -3,8 +3,10 @@
 Per configuration: a fresh simulation, warm-up steps (compilation, autotuning,
 allocator growth) excluded, then ``repeats`` timed windows of ``steps`` whole
 MD steps (neighbour list, forces, integrator); the median window gives
-timestep·mol/s. Peak memory is ``torch.cuda.max_memory_allocated`` over the
-timed windows (``peak_memory_gb``) and over set-up and warm-up, graph capture included
+timestep·mol/s. ``force_path`` records what evaluated the forces (``reference``,
+``triton``, or ``pytorch-tables`` where a CPU asks for ``tabulated_filter``) and, on a CPU,
+``threads`` PyTorch's intra-op threads. Peak memory is ``torch.cuda.max_memory_allocated``
+over the timed windows (``peak_memory_gb``) and over set-up and warm-up, graph capture included
 (``peak_memory_setup_gb``, what a GPU must hold to start the run). The step-time
 breakdown times the neighbour-list update, the energy (forward) and the energy plus
 forces (forward + backward) on the same state; the integrator's share is the remainder
@@ -23,6 +25,7 @@ from pathlib import Path
 import torch
 
 from workbench.files import atomic_write_text
+from workbench.model.force_paths import force_path
 from workbench.model.options import KernelOptions
 from workbench.runner import DEMO_MODEL, RunSettings, prepare_run, resolve_device
 from workbench.settings_error import SettingsError
@@ -229,6 +232,8 @@ def run_case(
         "peak_memory_setup_gb": setup_peak,
         "edges_per_replica": _edges_within_cutoff(sim) / case.replicas,
         "frozen_replicas": len(sim.frozen_report()),
+        "force_path": force_path(sim.potential.schnet, dev, sim.options),
+        "threads": torch.get_num_threads() if dev.type == "cpu" else None,
     }
     if launches and dev.type == "cuda":
         record["launches"] = launches_per_step(sim)
@@ -284,8 +289,13 @@ def markdown_table(records: list[dict]) -> str:
             f"{launches['host_launches_per_step']:,.1f}, {launches['kernels_per_step']:,.0f}"
             if launches else "–"
         )
+        label = r["label"]
+        if r.get("force_path") == "pytorch-tables":
+            threads = r["threads"]
+            label += " (PyTorch tables" + (
+                f", {threads} thread{'s' * (threads != 1)})" if threads else ")")
         rows.append(
-            f"| {r['protein']} | {r['beads']} | {r['replicas']} | {r['label']} | "
+            f"| {r['protein']} | {r['beads']} | {r['replicas']} | {label} | "
             f"{r['timestep_mol_per_s']:,.0f} | {r['ns_per_day']:,.1f} | {peak} | {edges} | "
             f"{launches} |"
         )

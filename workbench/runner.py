@@ -11,7 +11,9 @@ from pathlib import Path
 import torch
 
 from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
+from workbench.md.cpu_setup import configure_cpu_process
 from workbench.md.tempering import ReplicaExchange, geometric_ladder
+from workbench.model.force_paths import settle_options
 from workbench.model.io import ModelFormatError, load_potential
 from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
@@ -313,6 +315,9 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
         if denatured:
             positions = mixed_starts(system, settings.temperature, settings.replicas, denatured,
                                      settings.denature_steps, device, settings.seed)
+    if device.type == "cpu":
+        configure_cpu_process()
+    path_notices = settle_options(settings.options, device, potential.schnet)
     integrator = LangevinIntegrator(
         settings.timestep_fs / FS_PER_PS, settings.friction, settings.temperature
     )
@@ -327,7 +332,7 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
         options=settings.options,
         neighbors=neighbors,
     )
-    notices = [n for n in (device_notice, model_notice) if n]
+    notices = [n for n in (device_notice, model_notice) if n] + path_notices
     tempering = None
     if settings.ladder is not None:
         tempering = ReplicaExchange(

@@ -37,12 +37,19 @@ def test_adjacency_of_frames_and_their_difference():
     assert (codes == KEPT).sum() == counts[1]
 
 
-def test_switches_fall_back_off_the_gpu():
+def test_switches_fall_back_off_the_gpu(monkeypatch):
+    import kernels._triton
+
+    monkeypatch.setattr(kernels._triton, "INTERPRET", False)  # a CPU as users have it
     cpu = torch.device("cpu")
     assert usable_options(KernelOptions(), cpu) == (KernelOptions(), None)
     applied, message = usable_options(KernelOptions(fused_update=True), cpu)
     assert applied.is_baseline and "fused_update" in message and "CUDA" in message
     assert options_label(KernelOptions.all_on("fp16")).endswith("mlp_fp16")
+    tables = KernelOptions(tabulated_filter=True)  # has a PyTorch path: kept
+    assert usable_options(tables, cpu) == (tables, None)
+    applied, message = usable_options(KernelOptions.all_on(tabulated_filter=True), cpu)
+    assert applied == tables and "only tabulated_filter runs, in PyTorch" in message
 
 
 def test_short_mode_follows_the_environment(monkeypatch):

@@ -59,12 +59,16 @@ def test_race_runs_without_the_temperature_ladder(ladder_settings):
         assert side.sim.integrator.temperature.tolist() == [ladder_settings.temperature]
 
 
-def test_compare_panel_reports_cpu_fallback_of_b():
+def test_compare_panel_reports_cpu_fallback_of_b(monkeypatch):
+    import kernels._triton
+
+    monkeypatch.setattr(kernels._triton, "INTERPRET", False)  # a CPU as users have it
     panel = ComparePanel(settings=SETTINGS, steps=1)
     runner = panel.run()
     runner.wait(120)
     panel.refresh()
     race = runner.snapshot()
+    assert race.b.label == "tabulated_filter"  # the one with a PyTorch path
     assert race.b.fell_back and not race.a.fell_back
     assert race.speedup is None and race.fallback_note.startswith("B asked for")
     assert "B: Fused kernels" in panel.summary.value

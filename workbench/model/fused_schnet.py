@@ -59,8 +59,9 @@ TABLE_SPACING = 0.01
 def fused_path_problem(schnet, device: torch.device, options: KernelOptions) -> str | None:
     """Why the requested fused techniques cannot run, or None if they can."""
     from kernels import triton_available
+    from kernels._triton import INTERPRET
 
-    if not triton_available():
+    if not triton_available() or (device.type != "cuda" and not INTERPRET):
         return "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
     if schnet.config.activation != "tanh":
         return f"fused kernels implement tanh; this model uses {schnet.config.activation}"

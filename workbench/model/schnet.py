@@ -35,6 +35,7 @@ from workbench.model.fused_schnet import (
     warn_fallback_once,
 )
 from workbench.model.options import KernelOptions
+from workbench.model.pytorch_tables import table_node_energies
 from workbench.neighbors import Graph
 
 ACTIVATIONS = {"tanh": nn.Tanh, "silu": nn.SiLU, "softplus": nn.Softplus, "gelu": nn.GELU}
@@ -268,7 +269,10 @@ class CGSchNet(nn.Module):
             Directed edges (``src`` → ``dst``); edges at or beyond the cutoff and
             padding slots contribute nothing.
         options : KernelOptions, optional
-            Fused kernels to use; None or all off is this reference path.
+            Fused kernels to use; None or all off is this reference path. Where the
+            Triton kernels cannot run, ``tabulated_filter`` reads the filters from tables
+            in PyTorch (`workbench.model.pytorch_tables`) and the other techniques fall
+            back to this path.
 
         Returns
         -------
@@ -278,7 +282,12 @@ class CGSchNet(nn.Module):
             problem = fused_path_problem(self, pos.device, options)
             if problem is None:
                 return fused_node_energies(self, pos, types, graph, options)
-            warn_fallback_once(problem)
+            if not options.tabulated_filter:
+                warn_fallback_once(problem)
+            else:  # the tables in PyTorch (a CPU); any other technique falls back
+                if options != KernelOptions(tabulated_filter=True):
+                    warn_fallback_once(f"{problem}; tabulated filters run in PyTorch")
+                return table_node_energies(self, pos, types, graph)
         d, src, dst = self.edge_distances(pos, graph.src, graph.dst, graph.valid)
         rbf = self.rbf_layer(d)
         h = self.embedding_layer(types)
