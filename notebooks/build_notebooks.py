@@ -1,9 +1,9 @@
 """Write the workbench notebooks (run ``python notebooks/build_notebooks.py``).
 
 The notebooks are generated so that they stay reproducible and reviewable as code;
-the generated ``.ipynb`` files are committed next to this script. Every notebook
-runs short (cln025, a few replicas and steps; about two minutes on a CPU) when
-``WORKBENCH_SHORT=1`` is set or no GPU is present, and full length on a GPU.
+the generated ``.ipynb`` files are committed next to this script. Their runs follow the
+mode (`widgets.modes`): seconds in ``demo`` (tests), about two minutes with folding and
+unfolding in ``laptop`` (the default without a GPU), full length on a GPU.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 HERE = Path(__file__).resolve().parent
 
 SHORT_NOTE = (
-    "Runs are short (cln025, a few replicas and steps) when `WORKBENCH_SHORT=1` is set or "
-    "no GPU is present; on a GPU they run full length."
+    "Runs follow the mode: `laptop` without a GPU (CLN025 × 8 with its trained model at "
+    "340 K, half the replicas started unfolded, about two minutes), `full` on a GPU, "
+    "`demo` for a few seconds (`WORKBENCH_MODE=demo|laptop|full`)."
 )
 
 
@@ -55,16 +56,23 @@ def explore_folding() -> list:
             "import plotly.graph_objects as go\n"
             "import torch\n"
             "\n"
-            "from widgets import LivePlots, SimulationController, Structure3D, "
-            "default_settings, short_mode\n"
+            "from widgets import (\n"
+            "    LivePlots,\n"
+            "    SimulationController,\n"
+            "    Structure3D,\n"
+            "    default_settings,\n"
+            "    run_mode,\n"
+            ")\n"
             "from workbench.analysis import free_energy_surface, gdt_ts, largest_metastable_q\n"
+            "from workbench.teacher import state_thresholds\n"
+            "from workbench.training.validate import count_transitions\n"
             "\n"
-            "short = short_mode()\n"
-            "settings = default_settings(replicas=2 if short else 64)\n"
+            "mode = run_mode()\n"
+            "settings = default_settings()\n"
             "settings"
         ),
         new_code_cell(
-            "controller = SimulationController(settings)\n"
+            "controller = SimulationController(settings, max_seconds=mode.seconds)\n"
             "ipw.VBox([LivePlots(controller), Structure3D(controller)])"
         ),
         new_code_cell(
@@ -77,11 +85,26 @@ def explore_folding() -> list:
             'replicas, "\n'
             '      f"{snapshot.mean_timestep_mol_per_s:.1f} timestep·mol/s")'
         ),
+        new_markdown_cell(
+            "## Folding and unfolding events\n\n"
+            "A replica is folded once its Q passes the protein's folded threshold and "
+            "unfolded once Q falls below the unfolded one; every change between the two is "
+            "an event."
+        ),
+        new_code_cell(
+            "folded, unfolded = state_thresholds(settings.protein)\n"
+            "q_series = torch.as_tensor(snapshot.metrics['q']).T  # (replicas, saves)\n"
+            "folding, unfolding = count_transitions(q_series, folded, unfolded)\n"
+            "time_ps = snapshot.step * settings.timestep_fs / 1000\n"
+            'print(f"{folding} folding and {unfolding} unfolding events in {time_ps:.1f} ps "\n'
+            '      f"of {snapshot.replicas} replicas (folded: Q > {folded}, unfolded: Q < '
+            '{unfolded})")'
+        ),
         new_markdown_cell("## Free-energy surface over RMSD × Q"),
         new_code_cell(
             "rmsd = snapshot.metrics['rmsd'].ravel()\n"
             "q = snapshot.metrics['q'].ravel()\n"
-            "bins = (15, 15) if short else (50, 50)\n"
+            "bins = (15, 15) if mode.name == 'demo' else (40, 40)\n"
             "free_energy, rmsd_edges, q_edges = free_energy_surface(rmsd, q, "
             "settings.temperature, bins=bins)\n"
             "figure = go.Figure(go.Heatmap(\n"
@@ -133,17 +156,17 @@ def speedup_demo() -> list:
             "    LiveSwitchPanel,\n"
             "    ProjectorSwitch,\n"
             "    default_settings,\n"
-            "    short_mode,\n"
+            "    run_mode,\n"
             ")\n"
             "\n"
-            "short = short_mode()\n"
+            "mode = run_mode()\n"
             "settings = default_settings(\n"
-            "    protein='cln025' if short else '1enh',\n"
-            "    replicas=2 if short else 64,\n"
-            "    steps=4 if short else 1000,\n"
+            "    protein='1enh' if mode.name == 'full' else 'cln025',\n"
+            "    steps=mode.race_steps,\n"
+            "    denatured_fraction=0.0,\n"
             ")\n"
             "compare = ComparePanel(settings=settings)\n"
-            "live = LiveSwitchPanel(settings, hold_seconds=1 if short else 15)\n"
+            "live = LiveSwitchPanel(settings, hold_seconds=1 if mode.name == 'demo' else 15)\n"
             "projector = ProjectorSwitch(\n"
             "    [compare, live], figures=lambda: {**compare.figures(), **live.figures()}, "
             "value=True\n"
@@ -201,7 +224,7 @@ def topology_changes() -> list:
             "    SimulationController,\n"
             "    Structure3D,\n"
             "    default_settings,\n"
-            "    short_mode,\n"
+            "    run_mode,\n"
             ")\n"
             "from widgets.adjacency_frames import diff_codes, edge_counts, frame_adjacency\n"
             "from workbench.run_folder import recorded_run\n"
@@ -256,14 +279,14 @@ def topology_changes() -> list:
             "Heat a protein here and watch its neighbour graph change live. " + SHORT_NOTE
         ),
         new_code_cell(
-            "short = short_mode()\n"
+            "mode = run_mode()\n"
             "settings = default_settings(\n"
             "    temperature=800.0,\n"
-            "    replicas=2 if short else 8,\n"
-            "    steps=20 if short else 50000,\n"
-            "    save_interval=2 if short else 500,\n"
+            "    denatured_fraction=0.0,\n"
+            "    replicas=2 if mode.name == 'demo' else 8,\n"
+            "    steps=20 if mode.name == 'demo' else 50000,\n"
             ")\n"
-            "controller = SimulationController(settings)\n"
+            "controller = SimulationController(settings, max_seconds=mode.seconds)\n"
             "live_adjacency = AdjacencyPanel(controller)\n"
             "controller.start()\n"
             "live_adjacency"

@@ -32,7 +32,7 @@ _EXPORTS = {
     "TemperingPanel": "widgets.panels.tempering",
     "Workbench": "widgets.workbench",
     "default_settings": "widgets.modes",
-    "short_mode": "widgets.modes",
+    "run_mode": "widgets.modes",
 }
 
 
@@ -67,5 +67,5 @@ __all__ = [
     "TemperingPanel",
     "Workbench",
     "default_settings",
-    "short_mode",
+    "run_mode",
 ]

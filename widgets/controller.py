@@ -113,6 +113,9 @@ class SimulationController(BackgroundWork):
         Bound on stored position frames.
     clock : callable
         Seconds, monotonic; ``time.perf_counter`` by default.
+    max_seconds : float, optional
+        Wall-time budget: the run stops after the chunk that passes it (a notebook run
+        sized to minutes whatever the machine's speed).
     """
 
     thread_name = "workbench-simulation"
@@ -128,8 +131,10 @@ class SimulationController(BackgroundWork):
         history_points: int = 2000,
         frame_capacity: int = 200,
         clock: Callable[[], float] = time.perf_counter,
+        max_seconds: float | None = None,
     ):
         super().__init__()
+        self.max_seconds = max_seconds
         self.settings = copy.deepcopy(settings)
         self.until_stopped = bool(until_stopped)
         self.chunk_seconds = float(chunk_seconds)
@@ -286,6 +291,14 @@ class SimulationController(BackgroundWork):
             remaining = None if target is None else target - sim.step_count
             if remaining is not None and remaining <= 0:
                 self._set(RunState.STOPPED, f"finished {target} steps")
+                return
+            if self.max_seconds is not None and (
+                self._clock() - self._started_at >= self.max_seconds
+            ):
+                self._set(
+                    RunState.STOPPED,
+                    f"stopped at the {self.max_seconds:g}-s budget after {sim.step_count} steps",
+                )
                 return
             with self._sim_lock:
                 self._apply_pending_options(sim)

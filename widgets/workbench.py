@@ -8,7 +8,7 @@ from pathlib import Path
 import ipywidgets as ipw
 
 from widgets.controller import SimulationController
-from widgets.modes import default_settings, short_mode
+from widgets.modes import default_settings, run_mode
 from widgets.panels.adjacency import AdjacencyPanel
 from widgets.panels.compare import ComparePanel
 from widgets.panels.export import ExportPanel
@@ -36,7 +36,7 @@ class Workbench(ipw.VBox):
     ----------
     settings : RunSettings, optional
         Initial launch settings; :func:`widgets.modes.default_settings` by default
-        (short runs on a CPU or with ``WORKBENCH_SHORT=1``).
+        (the mode's run: demo, laptop or full length).
     until_stopped : bool
         Start with "run until stopped" ticked.
     font_size : int
@@ -80,7 +80,7 @@ class Workbench(ipw.VBox):
         tabs = ipw.Tab(children=[self.adjacency, self.replay, self.compare, self.export])
         for index, title in enumerate(("Adjacency", "Replay", "Compare", "Export")):
             tabs.set_title(index, title)
-        mode = "short mode (CPU or WORKBENCH_SHORT=1)" if short_mode() else "full length"
+        mode = f"{run_mode().name} mode (WORKBENCH_MODE=demo|laptop|full)"
         self.projector = ProjectorSwitch([self], figures=self.figures)
         super().__init__(
             children=[

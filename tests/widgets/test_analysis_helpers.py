@@ -4,7 +4,7 @@ import torch
 
 from widgets.adjacency_frames import ADDED, KEPT, REMOVED, diff_codes, edge_counts, frame_adjacency
 from widgets.kernel_switches import options_label, usable_options
-from widgets.modes import default_settings, short_mode
+from widgets.modes import LAPTOP_RATE, default_settings, run_mode
 from widgets.replica_bands import replica_band
 from workbench.model.options import KernelOptions
 from workbench.system import build_system
@@ -52,10 +52,22 @@ def test_switches_fall_back_off_the_gpu(monkeypatch):
     assert applied == tables and "only tabulated_filter runs, in PyTorch" in message
 
 
-def test_short_mode_follows_the_environment(monkeypatch):
+def test_the_run_mode_follows_the_environment(monkeypatch):
+    monkeypatch.delenv("WORKBENCH_MODE", raising=False)
     monkeypatch.setenv("WORKBENCH_SHORT", "1")
-    assert short_mode() and default_settings().replicas <= 4
-    monkeypatch.setenv("WORKBENCH_SHORT", "0")
-    assert not short_mode() and default_settings().replicas == 64
-    first, second = default_settings(short=True), default_settings(short=True)
+    assert run_mode().name == "demo" and default_settings().replicas <= 4
+    monkeypatch.delenv("WORKBENCH_SHORT")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    laptop = run_mode()
+    assert laptop.name == "laptop" and laptop.seconds == 120
+    settings = default_settings()
+    assert settings.protein == "cln025" and settings.replicas == 8
+    assert settings.denatured_fraction == 0.5 and settings.temperature == 340.0
+    assert settings.steps * settings.replicas == LAPTOP_RATE * laptop.seconds  # sized by rate
+    monkeypatch.setenv("WORKBENCH_MODE", "full")
+    assert run_mode().name == "full" and default_settings().replicas == 64
+    monkeypatch.setenv("WORKBENCH_MODE", "fast")
+    with pytest.raises(ValueError, match="demo, laptop, full"):
+        run_mode()
+    first, second = default_settings("demo"), default_settings("demo")
     assert first.neighbors is not second.neighbors

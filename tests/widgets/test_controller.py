@@ -40,6 +40,19 @@ def test_runs_the_requested_steps_and_records_every_save_interval(fake_run):
     assert snapshot.memory_gb is None
 
 
+def test_a_wall_time_budget_stops_the_run(fake_run):
+    prepare, sim = fake_run(step_seconds=0.002)
+    controller = SimulationController(
+        settings(steps=10**6), prepare=prepare, chunk_seconds=0.02, max_seconds=0.3
+    )
+    started = time.monotonic()
+    controller.start()
+    assert controller.wait(10) is RunState.STOPPED
+    assert time.monotonic() - started < 5 and 0 < sim.step_count < 10**6
+    message = controller.snapshot().message
+    assert message == f"stopped at the 0.3-s budget after {sim.step_count} steps"
+
+
 def test_pause_resume_stop_state_machine(fake_run):
     prepare, sim = fake_run(step_seconds=0.005)
     controller = SimulationController(
