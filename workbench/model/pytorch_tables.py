@@ -24,8 +24,8 @@ the table: the rows ``4 k + m`` of its interval ``k`` and their weights ``t^m``
 
 Forces are therefore exactly ``-dE/dr`` of the tabulated model (checked by finite
 differences in float64); the table's error against the network is that of the Triton path
-(docs/KERNELS-NOTES.md, "Tabulated filter"): on CLN025 x 8 after 200 steps
-(``scripts/force_error.py --protein cln025 --replicas 8 --configs tabulated_filter
+(docs/decisions/0004-table-spacing.md): on CLN025 x 8 after 200 steps
+(``python -m benchmarks.force_error --protein cln025 --replicas 8 --configs tabulated_filter
 --device cpu``) the network's forces are 4.4e-6 (demo model) and 3.5e-6 (shipped model)
 off the exact network's, relative RMS. Second derivatives are not provided (training uses
 the reference path). Speed: CLN025 x 8 on one core of an AMD EPYC, 574-594 timestep·mol/s

@@ -18,7 +18,7 @@ aggregation is the ordinary scatter-add, as users of CGSchNet run it: PyG's sum
 aggregation, ``scatter_add_`` over the destination index broadcast along the
 channels. Source features are gathered the same way (``gather``), whose backward
 is again a ``scatter_add_``; on an H200 the pair is 10 % faster per step than
-``index_select`` + ``index_add_`` (``scripts/reference_variants.py``).
+``index_select`` + ``index_add_``.
 """
 
 from __future__ import annotations
