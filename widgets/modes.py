@@ -3,7 +3,8 @@
 * ``demo``: seconds of run to see every panel work (CI and tests: ``WORKBENCH_MODE=demo``,
   or ``WORKBENCH_SHORT=1``).
 * ``laptop``: the default without a GPU. CLN025 × 8 with its trained model at 340 K, half
-  the replicas started unfolded, for about two minutes of wall time: at the CPU path's
+  the replicas started unfolded, tabulated filters on, for about two minutes of wall
+  time: at the CPU path's
   recorded 600–750 timestep·mol/s (tabulated filters in PyTorch, two cores) that is about
   36 ps per replica, in which a GPU run of the same settings gave 1 to 10 folding or
   unfolding events in every group of eight replicas (`docs/decisions/0012-laptop-mode.md`).
@@ -18,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from workbench.model.options import KernelOptions
 from workbench.runner import RunSettings
 
 MODE_ENV, SHORT_ENV = "WORKBENCH_MODE", "WORKBENCH_SHORT"
@@ -58,6 +60,7 @@ def _laptop() -> RunMode:
         denatured_fraction=0.5,
         save_interval=50,
         exchange_every=50,
+        options=KernelOptions(tabulated_filter=True),  # in PyTorch off a GPU
     )
     return RunMode("laptop", settings, seconds, race_steps=100)
 

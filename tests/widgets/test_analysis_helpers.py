@@ -63,6 +63,7 @@ def test_the_run_mode_follows_the_environment(monkeypatch):
     settings = default_settings()
     assert settings.protein == "cln025" and settings.replicas == 8
     assert settings.denatured_fraction == 0.5 and settings.temperature == 340.0
+    assert settings.options == KernelOptions(tabulated_filter=True)  # the CPU's fast path
     assert settings.steps * settings.replicas == LAPTOP_RATE * laptop.seconds  # sized by rate
     monkeypatch.setenv("WORKBENCH_MODE", "full")
     assert run_mode().name == "full" and default_settings().replicas == 64
