@@ -123,6 +123,13 @@ def metrics_table(path: str | Path) -> dict[str, np.ndarray]:
     return table
 
 
+def settings_record(settings) -> dict:
+    """``settings`` (a RunSettings) as a manifest records them, in JSON types."""
+    record = asdict(settings)
+    record["options"] = settings.options.to_dict()
+    return json.loads(json.dumps(record))
+
+
 def write_manifest(
     folder: str | Path,
     settings,
@@ -146,8 +153,6 @@ def write_manifest(
     extra : dict, optional
         More keys (a thinned copy says what it was made from).
     """
-    settings_dict = asdict(settings)
-    settings_dict["options"] = settings.options.to_dict()
     manifest = {
         "format": MANIFEST_FORMAT,
         "system": {
@@ -159,7 +164,7 @@ def write_manifest(
         },
         "cutoff": float(cutoff),
         "frame_interval": int(frame_interval or settings.save_interval),
-        "settings": settings_dict,
+        "settings": settings_record(settings),
         **(extra or {}),
     }
     return atomic_write_json(Path(folder) / MANIFEST, manifest)

@@ -17,15 +17,17 @@ from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
 from workbench.models import shipped_model_file, shipped_model_path
+from workbench.run_folder import MANIFEST
 from workbench.settings_error import SettingsError
 from workbench.system import build_system
 from workbench.system.cg_system import CGSystem
 from workbench.teacher import mixed_starts, teacher_potential
 from workbench.units import FS_PER_PS, ns_per_day
 
-#: Files of a run with a temperature ladder: exchange state and exchange log.
-TEMPERING_FILES = ("tempering.pt", "exchanges.csv")
-RUN_FILES = ("metrics.csv", "checkpoint.pt", "summary.json", *TEMPERING_FILES)
+#: What a run writes in its folder (files and the ``trajectory`` folder); ``exchanges.csv``
+#: only with a temperature ladder, whose exchange state is saved in the checkpoint.
+RUN_FILES = (MANIFEST, "metrics.csv", "checkpoint.pt", "summary.json", "exchanges.csv",
+             "trajectory")
 
 
 @dataclass
@@ -342,7 +344,7 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
 
 
 def existing_run_files(folder: Path) -> list[Path]:
-    """Files of an earlier run in ``folder`` that a new run would overwrite."""
+    """Files and folders of an earlier run in ``folder`` that a new run would replace."""
     return [folder / name for name in RUN_FILES if (folder / name).exists()]
 
 
