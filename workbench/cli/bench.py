@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import torch
 
 from workbench.cli.errors import UsageError
+from workbench.cli.output import folder_lock, refuse_existing
 from workbench.cli.parser import command_parser
 from workbench.model.options import PRESETS
 from workbench.settings_error import SettingsError
@@ -41,6 +43,8 @@ def add_parser(subparsers) -> None:
     )
     bench.add_argument("--device", default="auto")
     bench.add_argument("--out", default="artifacts/bench")
+    bench.add_argument("--overwrite", action="store_true",
+                       help="replace bench.json and bench.md of an earlier benchmark in --out")
     bench.set_defaults(execute=execute)
 
 
@@ -69,33 +73,38 @@ def execute(args) -> int:
         raise
     except ValueError as error:  # a configuration name
         raise UsageError(f"--configs: {error}") from None
-    records = []
-    failures = 0
-    for case in cases:
-        try:
-            record = run_case(
-                case, args.device, protocol.steps, protocol.warmup, protocol.repeats,
-                args.breakdown, profile=args.profile, launches=args.launches,
+    with folder_lock(args.out, "benchmark folder"):
+        refuse_existing([Path(args.out) / name for name in ("bench.json", "bench.md")],
+                        args.overwrite)
+        records = []
+        failures = 0
+        for case in cases:
+            try:
+                record = run_case(
+                    case, args.device, protocol.steps, protocol.warmup, protocol.repeats,
+                    args.breakdown, profile=args.profile, launches=args.launches,
+                )
+            except torch.cuda.OutOfMemoryError:
+                print(f"{case.protein} × {case.replicas} {case.label}: out of memory",
+                      flush=True)
+                torch.cuda.empty_cache()
+                continue
+            except Exception as exc:  # noqa: BLE001 - one failing case must not end the table
+                print(f"{case.protein} × {case.replicas} {case.label}: failed: {exc!r}",
+                      flush=True)
+                failures += 1
+                continue
+            records.append(record)
+            print(
+                f"{record['protein']} × {record['replicas']} {record['label']}: "
+                f"{record['timestep_mol_per_s']:,.0f} timestep·mol/s"
+                + (f", breakdown {record['breakdown']}" if "breakdown" in record else ""),
+                flush=True,
             )
-        except torch.cuda.OutOfMemoryError:
-            print(f"{case.protein} × {case.replicas} {case.label}: out of memory", flush=True)
-            torch.cuda.empty_cache()
-            continue
-        except Exception as exc:  # noqa: BLE001 - one failing case must not end the table
-            print(f"{case.protein} × {case.replicas} {case.label}: failed: {exc!r}", flush=True)
-            failures += 1
-            continue
-        records.append(record)
-        print(
-            f"{record['protein']} × {record['replicas']} {record['label']}: "
-            f"{record['timestep_mol_per_s']:,.0f} timestep·mol/s"
-            + (f", breakdown {record['breakdown']}" if "breakdown" in record else ""),
-            flush=True,
-        )
-        if "profile" in record:
-            print(record.pop("profile"), flush=True)
-    command = "workbench " + " ".join(sys.argv[1:]) if sys.argv[1:] else "workbench bench"
-    json_path, md_path = write_results(records, args.out, command)
-    print(markdown_table(records))
-    print(f"wrote {json_path} and {md_path}")
+            if "profile" in record:
+                print(record.pop("profile"), flush=True)
+        command = "workbench " + " ".join(sys.argv[1:]) if sys.argv[1:] else "workbench bench"
+        json_path, md_path = write_results(records, args.out, command)
+        print(markdown_table(records))
+        print(f"wrote {json_path} and {md_path}")
     return 1 if failures else 0

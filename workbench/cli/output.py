@@ -13,8 +13,8 @@ from workbench.folder_lock import output_lock
 from workbench.md.reporters import ensure_writable_folder
 from workbench.runner import existing_run_files
 
-#: The lock file of a run folder (`workbench.folder_lock`).
-RUN_LOCK = "run.lock"
+#: The lock file of an output folder (`workbench.folder_lock`).
+FOLDER_LOCK = "workbench.lock"
 
 
 def summary_table(rows: list[tuple[str, str]]) -> str:
@@ -38,27 +38,19 @@ def print_json(result: dict, out: str | None = None) -> None:
         atomic_write_json(out, result)
 
 
-def folder_lock(folder: str | None) -> contextlib.AbstractContextManager:
-    """The lock of a run folder (created first), held while a run writes there; nothing is
-    locked without a folder."""
+def folder_lock(folder: str | None, what: str = "run folder") -> contextlib.AbstractContextManager:
+    """The lock of an output folder (created first), held while a command writes there;
+    nothing is locked without a folder."""
     if folder is None:
         return contextlib.nullcontext()
-    return output_lock(ensure_writable_folder(folder) / RUN_LOCK, f"run folder {folder}")
+    return output_lock(ensure_writable_folder(folder) / FOLDER_LOCK, f"{what} {folder}")
 
 
-def file_lock(path: str | None) -> contextlib.AbstractContextManager:
-    """The lock of an output file (``.NAME.lock`` beside it), held while it is written;
-    nothing is locked without a file."""
-    if path is None:
-        return contextlib.nullcontext()
-    path = Path(path)
-    return output_lock(ensure_writable_folder(path.parent) / f".{path.name}.lock", str(path))
-
-
-def refuse_overwrite(path: str | None, overwrite: bool) -> None:
-    """Refuse an existing output file ``path`` unless ``overwrite``."""
-    if path is not None and Path(path).exists() and not overwrite:
-        raise UsageError(f"{path} exists; pass --overwrite to replace it")
+def refuse_existing(paths: list[Path], overwrite: bool) -> None:
+    """Refuse to replace any of ``paths`` that exists unless ``overwrite``."""
+    existing = [str(p) for p in paths if p.exists()]
+    if existing and not overwrite:
+        raise UsageError(f"{', '.join(existing)} already exist(s); pass --overwrite to replace")
 
 
 def prepare_output(args, resume_from: str = "checkpoint.pt") -> Path | None:
