@@ -16,6 +16,7 @@ from workbench.model.io import ModelFormatError, load_potential
 from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
+from workbench.model_fit import bundled_match, check_model_fits
 from workbench.models import shipped_model_file, shipped_model_path
 from workbench.run_folder import MANIFEST
 from workbench.settings_error import SettingsError
@@ -216,8 +217,9 @@ def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, st
 
     ``model``: a file, :data:`DEMO_MODEL` for the untrained demo model,
     :data:`TEACHER_MODEL` for the protein's teacher (a variant: `teacher_variant`), or None
-    for the shipped model of the protein (the demo model where none has passed its
-    validation).
+    for the shipped model of the bundled protein with the system's sequence (the demo model
+    where there is none or it has not passed its validation). A model file made for
+    another system is refused (`check_model_fits`).
     """
     variant = teacher_variant(model)
     if model == TEACHER_MODEL or variant is not None:
@@ -228,11 +230,15 @@ def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, st
             "are validated against."
         )
     if model is not None and model != DEMO_MODEL:
-        return load_potential(model), None
-    shipped = shipped_model_path(system.name, system.mapping) if model is None else None
+        potential = load_potential(model)
+        check_model_fits(potential, system, model)
+        return potential, None
+    # the shipped model of the bundled protein with this sequence, whatever the file's name
+    protein = bundled_match(system) if model is None else None
+    shipped = None if protein is None else shipped_model_path(protein, system.mapping)
     if shipped is not None:
         return load_potential(shipped), (
-            f"Trained model shipped for {system.name}, validated against its teacher "
+            f"Trained model shipped for {protein}, validated against its teacher "
             f"(model card: {shipped.with_suffix('.json')})."
         )
     potential = demo_potential(system)
@@ -241,7 +247,7 @@ def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, st
         f"fitted to the native structure of {system.name}. Its SchNet term is not trained; "
         "use --model for a trained potential."
     )
-    unvalidated = shipped_model_file(system.name, system.mapping) if model is None else None
+    unvalidated = None if protein is None else shipped_model_file(protein, system.mapping)
     if unvalidated is not None:
         notice += (
             f" A trained model ships ({unvalidated}) but has not passed its validation "

@@ -13,6 +13,7 @@ from workbench.folder_lock import LockedError
 from workbench.md.simulation import CheckpointError
 from workbench.md.trajectory_files import TrajectoryFileError
 from workbench.model.io import ModelFormatError
+from workbench.model_fit import ModelMismatchError
 from workbench.run_folder import RunFolderError
 from workbench.run_recovery import RecoveryError
 from workbench.settings_error import SettingsError
@@ -26,7 +27,7 @@ class UsageError(Exception):
 #: The library's errors about the files and names a user gave.
 INPUT_ERRORS = (FileNotFoundError, PermissionError, ModelFormatError, CheckpointError, PDBError,
                 UnknownProteinError, LockedError, RunFolderError, RecoveryError,
-                TrajectoryFileError)
+                TrajectoryFileError, ModelMismatchError)
 
 #: Reported in one line (exit code 2) unless ``--debug`` is given.
 REPORTED_ERRORS = (UsageError, SettingsError, *INPUT_ERRORS)

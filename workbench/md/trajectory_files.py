@@ -18,6 +18,7 @@ are not resumed (:func:`whole_frames` refuses them).
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from pathlib import Path
@@ -177,13 +178,17 @@ class AppendedTrajectory:
             _write_dcd_count(self._handle, self.frames)
 
     def _xtc_frame(self, positions: np.ndarray, step: int, time_ps: float) -> bytes:
-        from workbench.md.reporters import _mdtraj
+        from mdtraj.formats import XTCTrajectoryFile
 
         scratch = self.path.with_name(f".{self.path.name}.frame")
         try:
-            with _mdtraj().formats.XTCTrajectoryFile(str(scratch), "w") as writer:
-                writer.write(positions[None] / 10.0, time=np.array([time_ps], np.float32),
-                             step=np.array([step], np.int32))
+            try:
+                with XTCTrajectoryFile(str(scratch), "w") as writer:
+                    writer.write(positions[None] / 10.0, time=np.array([time_ps], np.float32),
+                                 step=np.array([step], np.int32))
+            except (RuntimeError, TypeError) as error:  # mdtraj's report of a failed write
+                raise OSError(errno.EIO, f"could not write an XTC frame ({error!r}; is the "
+                              "disk full?)", str(scratch)) from error
             return scratch.read_bytes()
         finally:
             scratch.unlink(missing_ok=True)

@@ -311,6 +311,7 @@ def train_potential(
         f"teacher of {system.name} (epsilon {teacher.metadata.get('epsilon')} kcal/mol)",
         "protein": system.name,
         "mapping": system.mapping,
+        "sequence": list(system.residue_names),
         "teacher": teacher.metadata,
     }
 
