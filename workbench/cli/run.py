@@ -298,7 +298,7 @@ def run_here(args, settings: RunSettings, out: Path | None, began: float) -> int
         kept = (f"the checkpoint of step {saved_step} and the records up to it are intact; "
                 f"free the space and continue with --resume --out {out}"
                 if out is not None and (out / "checkpoint.pt").exists()
-                else "no checkpoint was saved yet")
+                else "no checkpoint was saved yet: run again with --overwrite")
         print(f"error: writing the run failed at step {sim.step_count} ({failure}); {kept}",
               file=sys.stderr)
         return 1

@@ -61,7 +61,8 @@ def _dcd_layout(path: Path, handle) -> tuple[int, int]:
 
 
 def _xtc_frame_ends(path: Path) -> list[int]:
-    """Byte offset of the end of every whole frame of an XTC file."""
+    """Byte offset of the end of every whole frame of an XTC file, up to the first frame
+    cut short or damaged."""
     ends = []
     size = path.stat().st_size
     with open(path, "rb") as handle:
@@ -70,7 +71,7 @@ def _xtc_frame_ends(path: Path) -> list[int]:
             handle.seek(start)
             magic, atoms = struct.unpack(">ii", handle.read(8))
             if magic != _XTC_MAGIC:
-                raise TrajectoryFileError(f"{path}: no XTC frame at byte {start}")
+                break
             if atoms <= 9:
                 end = start + 56 + 12 * atoms
             else:
@@ -87,8 +88,8 @@ def _xtc_frame_ends(path: Path) -> list[int]:
 
 
 def whole_frames(path: str | os.PathLike) -> int:
-    """Whole frames in a DCD or XTC trajectory file (a frame cut short at the end is not
-    counted).
+    """Whole frames in a DCD or XTC trajectory file (a frame cut short at the end, and for
+    XTC anything after a damaged frame, is not counted).
 
     Raises
     ------
