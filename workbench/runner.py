@@ -12,7 +12,7 @@ import torch
 
 from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
 from workbench.md.tempering import ReplicaExchange, geometric_ladder
-from workbench.model.io import ModelFormatError, load_potential
+from workbench.model.io import ForeignModelError, load_potential
 from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
@@ -107,12 +107,15 @@ class RunSettings:
             raise SettingsError("replicas", f"must be at least 1, got {self.replicas}")
         if self.steps < 0:
             raise SettingsError("steps", f"must be non-negative, got {self.steps}")
-        if not self.temperature > 0:
+        if not 0 < self.temperature < math.inf:
             raise SettingsError("temperature", f"must be positive (kelvin), got {self.temperature}")
-        if not self.timestep_fs > 0:
+        if not 0 < self.timestep_fs < math.inf:
             raise SettingsError("timestep_fs", f"must be positive (fs), got {self.timestep_fs}")
-        if self.friction < 0:
+        if not 0 <= self.friction < math.inf:
             raise SettingsError("friction", f"must be non-negative (1/ps), got {self.friction}")
+        if not 0 <= self.neighbors.skin < math.inf:
+            raise SettingsError("skin", f"must be a non-negative distance (Å), got "
+                                f"{self.neighbors.skin}")
         if self.save_interval < 1:
             raise SettingsError("save_interval", f"must be at least 1, got {self.save_interval}")
         if self.first_replica < 0:
@@ -285,7 +288,7 @@ def _imported_model(settings: RunSettings):
         try:
             load_potential(settings.model)
             return None
-        except ModelFormatError:
+        except ForeignModelError:  # perhaps an mlcg checkpoint; a damaged model is reported
             pass
     from workbench.model.mlcg_import import load_for_run
 

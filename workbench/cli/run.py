@@ -357,7 +357,8 @@ def run_here(args, settings: RunSettings, out: Path | None, began: float) -> int
             "than at the later rate (compilation, graph capture)")),
         ("peak memory", "n/a (CPU)" if peak is None else f"{peak:.2f} GB"),
         ("RMSD (CA)", f"{summary['rmsd_mean']:.2f} Å mean" if live.any() else "n/a"),
-        ("Q", f"{summary['q_mean']:.3f} mean" if has_q else "n/a (no native contacts)"),
+        ("Q", f"{summary['q_mean']:.3f} mean" if has_q
+               else "n/a (no native contacts)" if live.any() else "n/a (every replica frozen)"),
         (f"folded (Q > {folded_q:g})", f"{summary['folded_fraction']:.0%}" if has_q else "n/a"),
         ("frozen replicas", ", ".join(f"{i}@step {s}" for i, s in frozen) or "none"),
         ("files", (f"{out}: " + ", ".join(files)) if out else "none (no --out)"),
