@@ -298,6 +298,28 @@ def _imported_model(settings: RunSettings):
     return system, potential, positions
 
 
+def _listed(items: list[str], most: int = 6) -> str:
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return "; ".join(items[:most]) + more
+
+
+def structure_notices(system: CGSystem) -> list[str]:
+    """What reading the structure file changed or could not find: residues read as
+    standard ones (by MODRES or a built-in mapping) and missing side-chain atoms."""
+    notices = []
+    modified = system.metadata.get("modified_residues") or {}
+    if modified:
+        notices.append("Residues read as standard ones: " + _listed(
+            [f"{label} as {how}" for label, how in modified.items()]) + ".")
+    missing = system.metadata.get("missing_heavy_atoms") or {}
+    if missing:
+        notices.append("Side-chain atoms missing from the structure (its native contacts "
+                       "leave them out): " + _listed(
+                           [f"{label}: {', '.join(atoms)}" for label, atoms in missing.items()])
+                       + ".")
+    return notices
+
+
 def prepare_run(settings: RunSettings) -> PreparedRun:
     """Validate settings, build system, potential and simulation."""
     settings.validate()
@@ -338,7 +360,7 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
         options=settings.options,
         neighbors=neighbors,
     )
-    notices = [n for n in (device_notice, model_notice) if n]
+    notices = [n for n in (device_notice, model_notice, *structure_notices(system)) if n]
     tempering = None
     if settings.ladder is not None:
         tempering = ReplicaExchange(
