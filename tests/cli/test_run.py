@@ -157,6 +157,9 @@ def test_resume_continues_bitwise_like_one_long_run(run_copy, tmp_path, capsys):
         (["--ladder", "400:300:2"], "--ladder: the highest temperature must exceed the lowest"),
         (["--ladder", "300:400:2", "--exchange-every", "0"], "--exchange-every must be at least"),
         (["--denatured-fraction", "1.5"], "--denatured-fraction must be in [0, 1], got 1.5"),
+        (["--skin", "nan"], "--skin must be a non-negative distance (Å), got nan"),
+        (["--temperature", "inf"], "--temperature must be positive"),
+        (["--friction", "nan"], "--friction must be non-negative"),
         (["--denatured-fraction", "0.5", "--denature-steps", "0"],
          "--denature-steps must be at least 1"),
     ],
@@ -209,6 +212,15 @@ def test_ladder_run_logs_exchanges_and_resumes_bitwise(tmp_path, capsys):
     assert not (long / "exchanges.csv").exists()
     assert main([*RUN, *LADDER, "--out", str(long), "--resume"]) == 2
     assert "cannot change: --ladder None → [300.0, 400.0, 2]" in capsys.readouterr().err
+
+
+def test_the_summary_lists_the_kernels_that_ran_not_those_asked_for(tmp_path, capsys):
+    out = tmp_path / "teacher"
+    assert main([*RUN, "--model", "teacher", "--kernels", "all", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["kernels_requested"]["fused_message_passing"] is True
+    assert summary["kernels"]["fused_message_passing"] is False  # a prior-only model
+    assert "fused_message_passing" not in capsys.readouterr().out.split("kernels:")[1]
 
 
 def test_resume_without_a_checkpoint(tmp_path, capsys):
