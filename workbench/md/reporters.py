@@ -240,7 +240,7 @@ class TrajectoryReporter:
         xyz = sim.positions.detach().cpu().numpy().astype(np.float32)
         for handle, frame in zip(self._files, xyz, strict=True):
             if self.fmt in CUTTABLE:
-                handle.append(frame, sim.step_count, sim.time_ps)
+                handle.append(frame, sim.time_ps)
             else:
                 handle.write(frame[None] / 10.0, time=np.array([sim.time_ps], np.float32))
         self.frames += 1

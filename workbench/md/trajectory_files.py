@@ -163,8 +163,9 @@ class AppendedTrajectory:
     def _has_content(self) -> bool:
         return self.path.is_file() and self.path.stat().st_size > 0
 
-    def append(self, positions: np.ndarray, step: int, time_ps: float) -> None:
-        """Append one frame: ``positions`` (n, 3) float32, Å."""
+    def append(self, positions: np.ndarray, time_ps: float) -> None:
+        """Append one frame: ``positions`` (n, 3) float32, Å (an XTC frame records its
+        number in the file as its step)."""
         if self.fmt == "dcd":
             data = b"".join(
                 struct.pack("<i", 4 * self.atoms) + np.ascontiguousarray(axis, "<f4").tobytes()
@@ -172,7 +173,7 @@ class AppendedTrajectory:
                 for axis in positions.T
             )
         else:
-            data = self._xtc_frame(positions, step, time_ps)
+            data = self._xtc_frame(positions, self.frames, time_ps)
         self._handle.write(data)
         self.frames += 1
         if self.fmt == "dcd":
