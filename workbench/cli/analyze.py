@@ -129,6 +129,7 @@ def energy_gaps_command(args) -> int:
     from workbench.analysis.energy_gaps import energy_gaps
     from workbench.md.simulation import checkpoint_positions
     from workbench.model.io import load_potential
+    from workbench.model_fit import check_model_fits
     from workbench.system import build_system
     from workbench.teacher import teacher_potential
 
@@ -141,6 +142,9 @@ def energy_gaps_command(args) -> int:
     }
     models = {name: load_potential(path)
               for name, path in named_paths(args.models, "--models").items()}
+    for (name, model), path in zip(models.items(), named_paths(args.models, "--models").values(),
+                                   strict=True):
+        check_model_fits(model, system, f"--models {name}={path}")
     table = energy_gaps(models, teacher, checkpoint_positions(args.teacher_run, system),
                         structures)
     print("model − teacher energy (kcal/mol) relative to the teacher run's structures; "
