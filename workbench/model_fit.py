@@ -53,11 +53,17 @@ def bundled_match(system: CGSystem) -> str | None:
     return None
 
 
+def _per_bead(types: torch.Tensor) -> bool:
+    """Whether bead types are one index per bead (a per-bead embedding), not residue types."""
+    return torch.equal(types.cpu(), torch.arange(types.numel()))
+
+
 def made_for(potential: Potential) -> tuple[str, ...] | None:
     """Residue names of the system a potential was made for, where it tells.
 
-    A ``sequence`` in its metadata, else the bundled protein its metadata names if the
-    potential's bead types are that protein's; None for a model that records neither.
+    A ``sequence`` in its metadata, else the bundled protein its metadata names (if the
+    potential's bead types are that protein's, or one per bead); None for a model that
+    records neither.
     """
     metadata = potential.metadata or {}
     if metadata.get("sequence"):
@@ -66,31 +72,32 @@ def made_for(potential: Potential) -> tuple[str, ...] | None:
     if protein not in available_proteins():
         return None
     names, types = _bundled(protein, mapping)
-    return names if types == tuple(potential.bead_types.tolist()) else None
+    model_types = potential.bead_types
+    fits = _per_bead(model_types) or types == tuple(model_types.tolist())
+    return names if fits and len(types) == model_types.numel() else None
 
 
 def _letters(names) -> str:
     return "".join(ONE_LETTER.get(name, "X") for name in names)
 
 
-def _difference(potential: Potential, system: CGSystem) -> str:
-    """What differs between the model's system and ``system``, in words."""
-    sequence = made_for(potential)
-    here = system.residue_names
-    if sequence is not None and tuple(sequence) != tuple(here):
-        where = [i for i, (a, b) in enumerate(zip(sequence, here, strict=False)) if a != b]
-        text = f"the model's sequence is {_letters(sequence)}, this system's {_letters(here)}"
-        if len(sequence) != len(here):
-            return f"{text} ({len(sequence)} residues, not {len(here)})"
-        named = ", ".join(f"residue {i + 1} {sequence[i]} → {here[i]}" for i in where[:5])
-        return f"{text} ({named}{', ...' if len(where) > 5 else ''})"
-    model_types = potential.bead_types.cpu()
-    if model_types.numel() != system.n_beads:
-        return f"the model has {model_types.numel()} beads, this system {system.n_beads}"
-    bead = int(torch.nonzero(model_types != system.bead_types.cpu())[0])
+def _sequence_difference(sequence: tuple[str, ...], here: tuple[str, ...]) -> str:
+    """Two sequences' difference in words."""
+    text = f"the model's sequence is {_letters(sequence)}, this system's {_letters(here)}"
+    if len(sequence) != len(here):
+        return f"{text} ({len(sequence)} residues, not {len(here)})"
+    where = [i for i, (a, b) in enumerate(zip(sequence, here, strict=True)) if a != b]
+    named = ", ".join(f"residue {i + 1} {sequence[i]} → {here[i]}" for i in where[:5])
+    return f"{text} ({named}{', ...' if len(where) > 5 else ''})"
+
+
+def _bead_difference(types: torch.Tensor, system: CGSystem) -> str:
+    """The first bead whose type differs, in words."""
+    bead = int(torch.nonzero(types != system.bead_types.cpu())[0])
     residue = int(system.bead_residue[bead])
-    return (f"bead {bead} ({system.bead_names[bead]} of {here[residue]} {residue + 1}) has "
-            f"type {int(system.bead_types[bead])} here, {int(model_types[bead])} in the model")
+    return (f"bead {bead} ({system.bead_names[bead]} of {system.residue_names[residue]} "
+            f"{residue + 1}) has type {int(system.bead_types[bead])} here, {int(types[bead])} "
+            "in the model")
 
 
 def check_model_fits(potential: Potential, system: CGSystem, source: str) -> None:
@@ -106,14 +113,22 @@ def check_model_fits(potential: Potential, system: CGSystem, source: str) -> Non
     Raises
     ------
     ModelMismatchError
-        Another mapping, bead count or bead types; the message names the difference.
+        Another mapping, sequence, bead count or bead types; the message names the
+        difference.
     """
     mapping = (potential.metadata or {}).get("mapping")
     if mapping is not None and mapping != system.mapping:
         raise ModelMismatchError(f"{source} is a {mapping} model; {system.name} is mapped "
                                  f"{system.mapping}")
+    problem = None
+    sequence = made_for(potential)
     types = potential.bead_types.cpu()
-    if types.shape == system.bead_types.shape and torch.equal(types, system.bead_types.cpu()):
-        return
-    raise ModelMismatchError(f"{source} was made for another system than {system.name}: "
-                             f"{_difference(potential, system)}")
+    if sequence is not None and sequence != tuple(system.residue_names):
+        problem = _sequence_difference(sequence, tuple(system.residue_names))
+    elif types.numel() != system.n_beads:
+        problem = f"the model has {types.numel()} beads, this system {system.n_beads}"
+    elif not (_per_bead(types) or torch.equal(types, system.bead_types.cpu())):
+        problem = _bead_difference(types, system)
+    if problem is not None:
+        raise ModelMismatchError(f"{source} was made for another system than {system.name}: "
+                                 f"{problem}")

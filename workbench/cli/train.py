@@ -353,12 +353,12 @@ def _appended(data: dict, extra: dict, sampler) -> dict:
 
 def execute(args) -> int:
     """Body of ``workbench train``: its output folder locked once made."""
-    with contextlib.ExitStack() as held:
-        return train(args, held)
+    with contextlib.ExitStack() as locks:
+        return train(args, locks)
 
 
-def train(args, held: contextlib.ExitStack) -> int:
-    """``workbench train``; ``held`` keeps the output folder's lock to the end."""
+def train(args, locks: contextlib.ExitStack) -> int:
+    """``workbench train``; ``locks`` keeps the output folder's lock to the end."""
     from workbench.md.simulation import checkpoint_positions, pooled_checkpoint_positions
     from workbench.model.io import load_potential
     from workbench.model.schnet import SchNetConfig
@@ -427,7 +427,7 @@ def train(args, held: contextlib.ExitStack) -> int:
                 raise UsageError(f"{args.data} already holds the frames of {option} (added "
                                  f"when it was saved): leave out {option}, or they count twice")
     out = ensure_writable_folder(args.out)
-    held.enter_context(folder_lock(out, "training output"))
+    locks.enter_context(folder_lock(out, "training output"))
     refuse_existing([out / f"{system.name}{suffix}" for suffix in (".pt", ".json", ".log.csv")],
                     args.overwrite)
     origin: dict = {}
