@@ -26,7 +26,7 @@ def stopped(tmp_path):
         (["--temperature", "350"], "--temperature 300.0 → 350.0"),
         (["--friction", "5"], "--friction 1.0 → 5.0"),
         (["--kernels", "all"], "--kernels {"),
-        (["--skin", "3"], "--neighbors {"),
+        (["--skin", "3"], "--skin/--exclude-bonded {"),
     ],
 )
 def test_changed_physics_is_refused_then_continued_and_recorded(stopped, change, named):

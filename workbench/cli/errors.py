@@ -33,7 +33,8 @@ INPUT_ERRORS = (FileNotFoundError, PermissionError, ModelFormatError, Checkpoint
 REPORTED_ERRORS = (UsageError, SettingsError, *INPUT_ERRORS)
 
 #: Settings fields whose flag is not ``--`` and the field's name with dashes.
-FIELD_FLAGS = {"timestep_fs": "--dt", "learning_rate": "--lr", "options": "--kernels"}
+FIELD_FLAGS = {"timestep_fs": "--dt", "learning_rate": "--lr", "options": "--kernels",
+               "neighbors": "--skin/--exclude-bonded"}
 
 
 def flag(field: str) -> str:
