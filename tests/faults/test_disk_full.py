@@ -84,3 +84,11 @@ def test_atomic_writes_leave_no_partial_file_on_a_full_disk(tmp_path):
     with pytest.raises(OSError, match="No space"):
         atomic_write(tmp_path / "checkpoint.pt", half)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_while_the_run_folder_is_set_up_is_one_line(tmp_path, monkeypatch):
+    from workbench import run_folder
+
+    fail_at(monkeypatch, run_folder, "atomic_write_json", 1, disk_full(), done=False)
+    code, _, err = run_cli(*TINY, "--steps", STEPS, "--out", tmp_path / "run")
+    assert code == 1 and err == "error: [Errno 28] No space left on device\n"
