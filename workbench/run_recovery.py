@@ -50,24 +50,24 @@ def cut_log(path: Path, step: int, rows: int) -> int:
     """
     if not path.is_file():
         raise RecoveryError(f"{path} is missing; the checkpoint covers {rows} rows of it")
-    with open(path, "rb") as handle:
-        lines = handle.readlines()
-    end = len(lines[0]) if lines and lines[0].endswith(b"\n") else 0
     kept = removed = 0
     last = -1
-    for line in lines[1:]:
-        row_step = _row_step(line)
-        if row_step is not None and row_step < last:
-            raise RecoveryError(f"{path}: steps out of order ({last} then {row_step}); the "
-                                "file was appended to by an older version's resume")
-        if row_step is None or row_step > step:
-            removed += 1
-            continue
-        if removed:
-            raise RecoveryError(f"{path}: a damaged row before step {row_step}")
-        last = row_step
-        kept += 1
-        end += len(line)
+    with open(path, "rb") as handle:  # line by line: a long run's log is large
+        header = handle.readline()
+        end = len(header) if header.endswith(b"\n") else 0
+        for line in handle:
+            row_step = _row_step(line)
+            if row_step is not None and row_step < last:
+                raise RecoveryError(f"{path}: steps out of order ({last} then {row_step}); "
+                                    "the file was appended to by an older version's resume")
+            if row_step is None or row_step > step:
+                removed += 1
+                continue
+            if removed:
+                raise RecoveryError(f"{path}: a damaged row before step {row_step}")
+            last = row_step
+            kept += 1
+            end += len(line)
     if kept != rows:
         raise RecoveryError(
             f"{path} holds {kept} rows up to step {step}, the checkpoint covers {rows}: "
