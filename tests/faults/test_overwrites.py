@@ -47,3 +47,11 @@ def test_train_refuses_an_earlier_model_without_overwrite(tmp_path):
                            "--out", folder)
     assert code == 2 and "cln025.pt already exist(s); pass --overwrite" in err
     assert (folder / "cln025.pt").read_bytes() == b"an earlier model"
+
+
+def test_analyze_refuses_an_earlier_table_without_overwrite(tmp_path):
+    out = tmp_path / "states.json"
+    out.write_text("[]")
+    code, _, err = run_cli("analyze", "states", tmp_path, "--out", out)
+    assert code == 2 and "states.json already exist(s); pass --overwrite" in err
+    assert out.read_text() == "[]"
