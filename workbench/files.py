@@ -59,7 +59,15 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
 
 
 def current_umask() -> int:
-    """The process's umask (read by setting it and setting it back)."""
+    """The process's umask: read from ``/proc/self/status`` where there is one (Linux),
+    else by setting it and setting it back (racy with threads creating files)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask

@@ -132,3 +132,12 @@ def test_dcd_files_of_an_older_version_are_continued(finished):
         assert frames.shape[0] == STEPS // 2
         assert (finished / "trajectory" / name).read_bytes()[8:12] == (3).to_bytes(4, "little")
         assert before[:8] == (finished / "trajectory" / name).read_bytes()[:8]
+
+
+def test_a_log_appended_to_by_an_older_resume_is_refused(finished):
+    """Rows repeated by an older version's resume cannot be told apart: refused."""
+    path = finished / "metrics.csv"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines + lines[1:3]))
+    code, _, err = resume(finished)
+    assert code == 2 and "steps out of order (4 then 2)" in err
