@@ -24,11 +24,11 @@ def disk_full() -> OSError:
     [
         ("dcd", MetricsReporter, "write", 2),
         ("dcd", AppendedTrajectory, "append", 3),
-        ("dcd", AppendedTrajectory, "sync", 3),
-        ("xtc-ladder", ReplicaExchange, "sync", 2),
+        ("dcd", AppendedTrajectory, "flush", 3),
+        ("xtc-ladder", ReplicaExchange, "flush", 2),
         ("xtc-ladder", simulation, "atomic_save", 2),
     ],
-    ids=["metrics", "frame", "frame-sync", "exchange-log-sync", "checkpoint"],
+    ids=["metrics", "frame", "frame-flush", "exchange-log-flush", "checkpoint"],
 )
 def test_disk_full_ends_in_one_line_and_the_resume_is_exact(
     kind, owner, name, call, reference_runs, tmp_path, monkeypatch

@@ -279,7 +279,7 @@ def run_here(args, settings: RunSettings, out: Path | None, began: float) -> int
                 if out is not None:
                     # the records first, then the checkpoint that covers them
                     for record in records:
-                        record.sync()
+                        record.flush()
                     state = {} if tempering is None else {"tempering": tempering.state_dict()}
                     sim.save_checkpoint(out / "checkpoint.pt", extra=state)
                     saved_step = sim.step_count

@@ -12,7 +12,6 @@ where mdtraj is not installed.
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 
 import numpy as np
@@ -164,10 +163,10 @@ class MetricsReporter:
             )
         self._handle.flush()
 
-    def sync(self) -> None:
-        """Put the rows written so far on the disk (before a checkpoint covers them)."""
+    def flush(self) -> None:
+        """Hand the rows written so far to the operating system (before a checkpoint
+        covers them: a killed process then loses none of them)."""
         self._handle.flush()
-        os.fsync(self._handle.fileno())
 
     def close(self) -> None:
         """Close the file."""
@@ -245,13 +244,11 @@ class TrajectoryReporter:
                 handle.write(frame[None] / 10.0, time=np.array([sim.time_ps], np.float32))
         self.frames += 1
 
-    def sync(self) -> None:
-        """Put the frames written so far on the disk (before a checkpoint covers them)."""
+    def flush(self) -> None:
+        """Hand the frames written so far to the operating system (before a checkpoint
+        covers them: a killed process then loses none of them)."""
         for handle in self._files:
-            if self.fmt in CUTTABLE:
-                handle.sync()
-            else:
-                handle.flush()
+            handle.flush()
 
     def close(self) -> None:
         """Close every file."""

@@ -390,11 +390,11 @@ class ReplicaExchange:
             self._log_handle.flush()
         return path
 
-    def sync(self) -> None:
-        """Put the log's rows written so far on the disk (before a checkpoint covers them)."""
+    def flush(self) -> None:
+        """Hand the log's rows written so far to the operating system (before a checkpoint
+        covers them)."""
         if self._log_handle is not None:
             self._log_handle.flush()
-            os.fsync(self._log_handle.fileno())
 
     def close(self) -> None:
         """Close the CSV log, if one is open."""

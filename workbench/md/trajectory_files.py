@@ -195,10 +195,9 @@ class AppendedTrajectory:
         finally:
             scratch.unlink(missing_ok=True)
 
-    def sync(self) -> None:
-        """Flush the frames written so far to the disk."""
+    def flush(self) -> None:
+        """Hand the frames written so far to the operating system."""
         self._handle.flush()
-        os.fsync(self._handle.fileno())
 
     def close(self) -> None:
         """Close the file."""
