@@ -37,6 +37,12 @@ def test_bench_refuses_an_earlier_result_without_overwrite(tmp_path):
                            "--out", folder)
     assert code == 2 and "bench.json already exist(s); pass --overwrite" in err
     assert (folder / "bench.json").read_text() == "{}"
+    code, _, err = run_cli("bench", "--proteins", "cln025", "--replicas", "1", "--steps", "1",
+                           "--warmup", "1", "--repeats", "1", "--device", "cpu", "--out", folder,
+                           "--overwrite")
+    assert code == 0, err
+    assert json.loads((folder / "bench.json").read_text())["records"]
+    assert sorted(p.name for p in folder.iterdir()) == ["bench.json", "bench.md"]  # unlocked
 
 
 def test_train_refuses_an_earlier_model_without_overwrite(tmp_path):

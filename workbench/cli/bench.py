@@ -50,13 +50,7 @@ def add_parser(subparsers) -> None:
 
 def execute(args) -> int:
     """Body of ``workbench bench``."""
-    from workbench.benchmark import (
-        BenchProtocol,
-        bench_cases,
-        markdown_table,
-        run_case,
-        write_results,
-    )
+    from workbench.benchmark import BenchProtocol, bench_cases
 
     proteins = [p.strip() for p in args.proteins.split(",") if p.strip()]
     try:
@@ -76,35 +70,40 @@ def execute(args) -> int:
     with folder_lock(args.out, "benchmark folder"):
         refuse_existing([Path(args.out) / name for name in ("bench.json", "bench.md")],
                         args.overwrite)
-        records = []
-        failures = 0
-        for case in cases:
-            try:
-                record = run_case(
-                    case, args.device, protocol.steps, protocol.warmup, protocol.repeats,
-                    args.breakdown, profile=args.profile, launches=args.launches,
-                )
-            except torch.cuda.OutOfMemoryError:
-                print(f"{case.protein} × {case.replicas} {case.label}: out of memory",
-                      flush=True)
-                torch.cuda.empty_cache()
-                continue
-            except Exception as exc:  # noqa: BLE001 - one failing case must not end the table
-                print(f"{case.protein} × {case.replicas} {case.label}: failed: {exc!r}",
-                      flush=True)
-                failures += 1
-                continue
-            records.append(record)
-            print(
-                f"{record['protein']} × {record['replicas']} {record['label']}: "
-                f"{record['timestep_mol_per_s']:,.0f} timestep·mol/s"
-                + (f", breakdown {record['breakdown']}" if "breakdown" in record else ""),
-                flush=True,
+        return run_cases(args, cases, protocol)
+
+
+def run_cases(args, cases, protocol) -> int:
+    """Run the benchmark cases, print each result and write the tables to ``args.out``."""
+    from workbench.benchmark import markdown_table, run_case, write_results
+
+    records = []
+    failures = 0
+    for case in cases:
+        try:
+            record = run_case(
+                case, args.device, protocol.steps, protocol.warmup, protocol.repeats,
+                args.breakdown, profile=args.profile, launches=args.launches,
             )
-            if "profile" in record:
-                print(record.pop("profile"), flush=True)
-        command = "workbench " + " ".join(sys.argv[1:]) if sys.argv[1:] else "workbench bench"
-        json_path, md_path = write_results(records, args.out, command)
-        print(markdown_table(records))
-        print(f"wrote {json_path} and {md_path}")
+        except torch.cuda.OutOfMemoryError:
+            print(f"{case.protein} × {case.replicas} {case.label}: out of memory", flush=True)
+            torch.cuda.empty_cache()
+            continue
+        except Exception as exc:  # noqa: BLE001 - one failing case must not end the table
+            print(f"{case.protein} × {case.replicas} {case.label}: failed: {exc!r}", flush=True)
+            failures += 1
+            continue
+        records.append(record)
+        print(
+            f"{record['protein']} × {record['replicas']} {record['label']}: "
+            f"{record['timestep_mol_per_s']:,.0f} timestep·mol/s"
+            + (f", breakdown {record['breakdown']}" if "breakdown" in record else ""),
+            flush=True,
+        )
+        if "profile" in record:
+            print(record.pop("profile"), flush=True)
+    command = "workbench " + " ".join(sys.argv[1:]) if sys.argv[1:] else "workbench bench"
+    json_path, md_path = write_results(records, args.out, command)
+    print(markdown_table(records))
+    print(f"wrote {json_path} and {md_path}")
     return 1 if failures else 0
