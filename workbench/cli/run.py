@@ -292,7 +292,7 @@ def run_here(args, settings: RunSettings, out: Path | None, began: float) -> int
     finally:
         bar.close()
         for record in records:
-            with contextlib.suppress(OSError):  # synced up to the checkpoint already
+            with contextlib.suppress(OSError):  # flushed up to the checkpoint already
                 record.close()
     if failure is not None:
         kept = (f"the checkpoint of step {saved_step} and the records up to it are intact; "
@@ -332,7 +332,8 @@ def run_here(args, settings: RunSettings, out: Path | None, began: float) -> int
         "tempering": None if tempering is None else tempering.summary(),
         "notices": prepared.notices,
         "interrupted": stop is not None,
-        "checkpoint_step": saved_step if out is not None else None,
+        "checkpoint_step": (saved_step if out is not None and (out / "checkpoint.pt").exists()
+                            else None),
     }
     files = []
     if out is not None:
