@@ -67,3 +67,11 @@ def test_a_copy_of_a_bundled_structure_under_any_name_gets_its_shipped_model(tmp
     assert bundled_match(system) == "cln025"
     _, notice = choose_potential(system, None)
     assert notice.startswith("Trained model shipped for cln025")
+
+
+def test_a_file_named_like_a_bundled_protein_gets_the_default_teacher_and_thresholds(tmp_path):
+    from workbench.teacher import DEFAULT_EPSILON, TEACHER_EPSILON, teacher_potential
+
+    imposter = build_system(e5a_mutant(tmp_path / "cln025.pdb"))
+    assert teacher_potential(imposter).metadata["epsilon"] == DEFAULT_EPSILON
+    assert teacher_potential(tiny_system()).metadata["epsilon"] == TEACHER_EPSILON["cln025"]

@@ -29,6 +29,7 @@ from workbench.md import NeighborSettings
 from workbench.md.reporters import MetricsReporter, TrajectoryReporter
 from workbench.md.simulation import CheckpointError
 from workbench.model.options import PRECISIONS, PRESETS, KernelOptions
+from workbench.model_fit import bundled_match
 from workbench.resume_check import model_fingerprint, record_changes, settings_changes
 from workbench.run_folder import MANIFEST, read_manifest, write_manifest
 from workbench.run_recovery import recover_run_folder
@@ -309,7 +310,7 @@ def run_here(args, settings: RunSettings, out: Path | None, began: float) -> int
     q, r = metrics["q"], metrics["rmsd"]
     frozen = sim.frozen_report()
     peak = meter.peak_memory_gb()
-    folded_q = state_thresholds(prepared.system.name)[0]
+    folded_q = state_thresholds(bundled_match(prepared.system))[0]
     summary = {
         "protein": prepared.system.name,
         "beads": prepared.system.n_beads,
