@@ -141,3 +141,15 @@ def test_a_log_appended_to_by_an_older_resume_is_refused(finished):
     path.write_bytes(b"".join(lines + lines[1:3]))
     code, _, err = resume(finished)
     assert code == 2 and "steps out of order (4 then 2)" in err
+
+
+def test_huge_weights_freeze_every_replica_and_the_run_says_so(model_file):
+    def inflate(state):
+        for name in state:
+            if name.startswith("schnet.") and name.endswith("weight"):
+                state[name] = state[name] * 1e30
+
+    rewrite(model_file, inflate)
+    code, out, err = run_cli(*TINY[:-2], "--steps", 2, "--model", model_file)
+    assert code == 1 and "error: every replica was frozen by the safety checks" in err
+    assert "n/a (every replica frozen)" in out

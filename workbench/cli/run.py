@@ -1,7 +1,8 @@
 """``workbench run``: Langevin MD of many replicas, on one device or spread out.
 
-Exit codes: 0 done, 1 a write failed (disk full; the message says how to resume), 2 bad
-input, 130 stopped by Ctrl-C (SIGINT), 143 stopped by SIGTERM.
+Exit codes: 0 done, 1 a write failed (disk full; the message says how to resume) or every
+replica was frozen by the safety checks, 2 bad input, 130 stopped by Ctrl-C (SIGINT), 143
+stopped by SIGTERM.
 """
 
 from __future__ import annotations
@@ -378,5 +379,10 @@ def run_here(args, settings: RunSettings, out: Path | None, began: float) -> int
             resume = "; no checkpoint was saved yet"
         print(f"interrupted at step {sim.step_count}{resume}", file=sys.stderr)
         return exit_code(stop)
+    if frozen and not live.any():
+        print(f"error: every replica was frozen by the safety checks (the first at step "
+              f"{min(step for _, step in frozen)}): non-finite or huge forces; check the model",
+              file=sys.stderr)
+        return 1
     return 0
 
