@@ -49,6 +49,7 @@ TARGETS = [
     Target("2A3D × 64, fastest path", "2a3d", 64, {"H200": 9000}),
     Target("1ENH × 16,384 replicas on one GPU", "1enh", 16384, {"H200": 0, "H100": 0},
            check="runs"),
+    Target("CLN025 × 8 on two CPU cores", "cln025", 8, {"CPU": 500}),
 ]
 
 #: Goals measured by other tools than ``workbench bench`` (figure, how, GPU).

@@ -1,6 +1,7 @@
 """Atomic writes: the new content or the old, never half of either, no temporary file left."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -39,3 +40,13 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
 def test_a_missing_folder_is_refused(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         atomic_write_text(tmp_path / "nowhere" / "a.txt", "x")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_files_take_the_users_umask(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        path = atomic_write_text(tmp_path / "shared.json", "{}")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask

@@ -4,6 +4,8 @@ Every writer of the project goes through :func:`atomic_write`: the content goes 
 temporary file in the destination's folder, is flushed to disk (``fsync``) and then
 renamed over the destination (``os.replace``, atomic on POSIX and Windows). On any
 failure the temporary file is removed and an existing destination is left untouched.
+The file gets the mode a plain ``open`` would give it (0666 less the process's umask),
+not the 0600 of a temporary file, so that shared folders stay readable.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
         raise FileNotFoundError(f"folder {folder} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
+        os.chmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -53,6 +56,21 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], object]) -
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def current_umask() -> int:
+    """The process's umask: read from ``/proc/self/status`` where there is one (Linux),
+    else by setting it and setting it back (racy with threads creating files)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:

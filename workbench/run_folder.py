@@ -4,14 +4,19 @@ Layout of a run folder:
 
 * ``run.json``: the manifest, written when the run starts (:func:`write_manifest`):
   the settings, the system (name, mapping, beads), the SchNet cutoff and the steps
-  between trajectory frames.
+  between trajectory frames; ``workbench run`` adds the trajectory format, its model's
+  SHA-256 and, after a resume with new settings, what changed at which step.
 * ``metrics.csv`` (or ``metrics.csv.gz``): one row per replica at every save
   (:data:`workbench.md.reporters.METRIC_COLUMNS`).
 * ``trajectory/``: ``topology.pdb`` and one ``replica_NNN.{dcd,xtc,h5}`` per replica,
   a frame at every save.
-* ``exchanges.csv`` and ``tempering.pt`` for a run with a temperature ladder.
+* ``exchanges.csv`` for a run with a temperature ladder (whose exchange state is saved
+  inside ``checkpoint.pt``).
+* ``checkpoint.pt``: the state at the last save; the records above are cut back to it
+  when the run is resumed (`workbench.run_recovery`).
 * ``summary.json``, written when the run ends; its absence means the run is still going
   (or was killed).
+* ``workbench.lock`` while a process writes the folder (`workbench.folder_lock`).
 
 :func:`read_run` reads a finished or running folder; :func:`thin_run` writes a smaller
 copy (some replicas, every k-th frame) that keeps the same layout.
@@ -123,6 +128,13 @@ def metrics_table(path: str | Path) -> dict[str, np.ndarray]:
     return table
 
 
+def settings_record(settings) -> dict:
+    """``settings`` (a RunSettings) as a manifest records them, in JSON types."""
+    record = asdict(settings)
+    record["options"] = settings.options.to_dict()
+    return json.loads(json.dumps(record))
+
+
 def write_manifest(
     folder: str | Path,
     settings,
@@ -146,8 +158,6 @@ def write_manifest(
     extra : dict, optional
         More keys (a thinned copy says what it was made from).
     """
-    settings_dict = asdict(settings)
-    settings_dict["options"] = settings.options.to_dict()
     manifest = {
         "format": MANIFEST_FORMAT,
         "system": {
@@ -159,7 +169,7 @@ def write_manifest(
         },
         "cutoff": float(cutoff),
         "frame_interval": int(frame_interval or settings.save_interval),
-        "settings": settings_dict,
+        "settings": settings_record(settings),
         **(extra or {}),
     }
     return atomic_write_json(Path(folder) / MANIFEST, manifest)

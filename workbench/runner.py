@@ -14,20 +14,23 @@ from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
 from workbench.md.cpu_setup import configure_cpu_process
 from workbench.md.tempering import ReplicaExchange, geometric_ladder
 from workbench.model.force_paths import settle_options
-from workbench.model.io import ModelFormatError, load_potential
+from workbench.model.io import ForeignModelError, load_potential
 from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
+from workbench.model_fit import bundled_match, check_model_fits
 from workbench.models import shipped_model_file, shipped_model_path
+from workbench.run_folder import MANIFEST
 from workbench.settings_error import SettingsError
 from workbench.system import build_system
 from workbench.system.cg_system import CGSystem
 from workbench.teacher import mixed_starts, teacher_potential
 from workbench.units import FS_PER_PS, ns_per_day
 
-#: Files of a run with a temperature ladder: exchange state and exchange log.
-TEMPERING_FILES = ("tempering.pt", "exchanges.csv")
-RUN_FILES = ("metrics.csv", "checkpoint.pt", "summary.json", *TEMPERING_FILES)
+#: What a run writes in its folder (files and the ``trajectory`` folder); ``exchanges.csv``
+#: only with a temperature ladder, whose exchange state is saved in the checkpoint.
+RUN_FILES = (MANIFEST, "metrics.csv", "checkpoint.pt", "summary.json", "exchanges.csv",
+             "trajectory")
 
 
 @dataclass
@@ -106,12 +109,15 @@ class RunSettings:
             raise SettingsError("replicas", f"must be at least 1, got {self.replicas}")
         if self.steps < 0:
             raise SettingsError("steps", f"must be non-negative, got {self.steps}")
-        if not self.temperature > 0:
+        if not 0 < self.temperature < math.inf:
             raise SettingsError("temperature", f"must be positive (kelvin), got {self.temperature}")
-        if not self.timestep_fs > 0:
+        if not 0 < self.timestep_fs < math.inf:
             raise SettingsError("timestep_fs", f"must be positive (fs), got {self.timestep_fs}")
-        if self.friction < 0:
+        if not 0 <= self.friction < math.inf:
             raise SettingsError("friction", f"must be non-negative (1/ps), got {self.friction}")
+        if not 0 <= self.neighbors.skin < math.inf:
+            raise SettingsError("skin", f"must be a non-negative distance (Å), got "
+                                f"{self.neighbors.skin}")
         if self.save_interval < 1:
             raise SettingsError("save_interval", f"must be at least 1, got {self.save_interval}")
         if self.first_replica < 0:
@@ -216,8 +222,9 @@ def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, st
 
     ``model``: a file, :data:`DEMO_MODEL` for the untrained demo model,
     :data:`TEACHER_MODEL` for the protein's teacher (a variant: `teacher_variant`), or None
-    for the shipped model of the protein (the demo model where none has passed its
-    validation).
+    for the shipped model of the bundled protein with the system's sequence (the demo model
+    where there is none or it has not passed its validation). A model file made for
+    another system is refused (`check_model_fits`).
     """
     variant = teacher_variant(model)
     if model == TEACHER_MODEL or variant is not None:
@@ -228,11 +235,15 @@ def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, st
             "are validated against."
         )
     if model is not None and model != DEMO_MODEL:
-        return load_potential(model), None
-    shipped = shipped_model_path(system.name, system.mapping) if model is None else None
+        potential = load_potential(model)
+        check_model_fits(potential, system, model)
+        return potential, None
+    # the shipped model of the bundled protein with this sequence, whatever the file's name
+    protein = bundled_match(system) if model is None else None
+    shipped = None if protein is None else shipped_model_path(protein, system.mapping)
     if shipped is not None:
         return load_potential(shipped), (
-            f"Trained model shipped for {system.name}, validated against its teacher "
+            f"Trained model shipped for {protein}, validated against its teacher "
             f"(model card: {shipped.with_suffix('.json')})."
         )
     potential = demo_potential(system)
@@ -241,7 +252,7 @@ def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, st
         f"fitted to the native structure of {system.name}. Its SchNet term is not trained; "
         "use --model for a trained potential."
     )
-    unvalidated = shipped_model_file(system.name, system.mapping) if model is None else None
+    unvalidated = None if protein is None else shipped_model_file(protein, system.mapping)
     if unvalidated is not None:
         notice += (
             f" A trained model ships ({unvalidated}) but has not passed its validation "
@@ -279,7 +290,7 @@ def _imported_model(settings: RunSettings):
         try:
             load_potential(settings.model)
             return None
-        except ModelFormatError:
+        except ForeignModelError:  # perhaps an mlcg checkpoint; a damaged model is reported
             pass
     from workbench.model.mlcg_import import load_for_run
 
@@ -287,6 +298,28 @@ def _imported_model(settings: RunSettings):
     first = settings.first_replica
     positions = starts[torch.arange(first, first + settings.replicas) % starts.shape[0]]
     return system, potential, positions
+
+
+def _listed(items: list[str], most: int = 6) -> str:
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return "; ".join(items[:most]) + more
+
+
+def structure_notices(system: CGSystem) -> list[str]:
+    """What reading the structure file changed or could not find: residues read as
+    standard ones (by MODRES or a built-in mapping) and missing side-chain atoms."""
+    notices = []
+    modified = system.metadata.get("modified_residues") or {}
+    if modified:
+        notices.append("Residues read as standard ones: " + _listed(
+            [f"{label} as {how}" for label, how in modified.items()]) + ".")
+    missing = system.metadata.get("missing_heavy_atoms") or {}
+    if missing:
+        notices.append("Side-chain atoms missing from the structure (its native contacts "
+                       "leave them out): " + _listed(
+                           [f"{label}: {', '.join(atoms)}" for label, atoms in missing.items()])
+                       + ".")
+    return notices
 
 
 def prepare_run(settings: RunSettings) -> PreparedRun:
@@ -332,7 +365,9 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
         options=settings.options,
         neighbors=neighbors,
     )
-    notices = [n for n in (device_notice, model_notice) if n] + path_notices
+    notices = [
+        n for n in (device_notice, model_notice, *structure_notices(system)) if n
+    ] + path_notices
     tempering = None
     if settings.ladder is not None:
         tempering = ReplicaExchange(
@@ -347,7 +382,7 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
 
 
 def existing_run_files(folder: Path) -> list[Path]:
-    """Files of an earlier run in ``folder`` that a new run would overwrite."""
+    """Files and folders of an earlier run in ``folder`` that a new run would replace."""
     return [folder / name for name in RUN_FILES if (folder / name).exists()]
 
 

@@ -25,6 +25,7 @@ from workbench.md import LangevinIntegrator, Simulation
 from workbench.model.native_priors import native_priors
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
+from workbench.model_fit import bundled_match
 from workbench.system.cg_system import CGSystem
 from workbench.units import FS_PER_PS
 
@@ -81,9 +82,10 @@ UNFOLDED_Q = 0.4
 NATIVE_BASIN_Q: dict[str, tuple[float, float]] = {"2jof": (0.5, 0.3), "1enh": (0.6, 0.4)}
 
 
-def state_thresholds(protein: str) -> tuple[float, float]:
+def state_thresholds(protein: str | None) -> tuple[float, float]:
     """Q thresholds ``(folded, unfolded)`` that a protein's states and events are counted
-    with: ``NATIVE_BASIN_Q[protein]``, else ``(FOLDED_Q, UNFOLDED_Q)``."""
+    with: ``NATIVE_BASIN_Q[protein]``, else (another protein, or None for a system that is
+    no bundled protein) ``(FOLDED_Q, UNFOLDED_Q)``."""
     return NATIVE_BASIN_Q.get(protein, (FOLDED_Q, UNFOLDED_Q))
 
 
@@ -100,7 +102,8 @@ def teacher_potential(
     ----------
     system : CGSystem
     epsilon : float, optional
-        Contact-well depth ε, kcal/mol; default ``TEACHER_EPSILON[system.name]``
+        Contact-well depth ε, kcal/mol; default ``TEACHER_EPSILON`` of the bundled protein with
+        the system's sequence
         (``DEFAULT_EPSILON`` for other proteins). ``0`` gives the chain without contacts
         (all non-bonded pairs repel).
     dihedral_ratio : float, optional
@@ -111,7 +114,7 @@ def teacher_potential(
         :func:`native_priors` (3).
     contact_barrier : float, optional
         Height of each contact's desolvation barrier as a multiple of ε (see
-        :func:`native_priors`); default ``TEACHER_BARRIER[system.name]``, none for other
+        :func:`native_priors`); default ``TEACHER_BARRIER`` of that protein, none for other
         proteins (``0``: none).
 
     Returns
@@ -121,8 +124,9 @@ def teacher_potential(
         ``metadata`` records ``teacher``, ``epsilon``, ``dihedral_ratio``,
         ``contact_separation`` and ``contact_barrier``.
     """
+    protein = bundled_match(system)  # by sequence: a file's name does not make the protein
     if epsilon is None:
-        epsilon = TEACHER_EPSILON.get(system.name, DEFAULT_EPSILON)
+        epsilon = TEACHER_EPSILON.get(protein, DEFAULT_EPSILON)
     if not (epsilon >= 0 and math.isfinite(epsilon)):
         raise ValueError(f"teacher epsilon must be non-negative and finite, got {epsilon}")
     options = {"contact_epsilon": float(epsilon)}
@@ -134,7 +138,7 @@ def teacher_potential(
                              f"{contact_separation}")
         options["contact_separation"] = int(contact_separation)
     if contact_barrier is None:
-        contact_barrier = TEACHER_BARRIER.get(system.name)
+        contact_barrier = TEACHER_BARRIER.get(protein)
     if contact_barrier is not None:
         if not (contact_barrier >= 0 and math.isfinite(contact_barrier)):
             raise ValueError(f"contact barrier must be non-negative and finite, got "

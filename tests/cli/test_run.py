@@ -157,6 +157,9 @@ def test_resume_continues_bitwise_like_one_long_run(run_copy, tmp_path, capsys):
         (["--ladder", "400:300:2"], "--ladder: the highest temperature must exceed the lowest"),
         (["--ladder", "300:400:2", "--exchange-every", "0"], "--exchange-every must be at least"),
         (["--denatured-fraction", "1.5"], "--denatured-fraction must be in [0, 1], got 1.5"),
+        (["--skin", "nan"], "--skin must be a non-negative distance (Å), got nan"),
+        (["--temperature", "inf"], "--temperature must be positive"),
+        (["--friction", "nan"], "--friction must be non-negative"),
         (["--denatured-fraction", "0.5", "--denature-steps", "0"],
          "--denature-steps must be at least 1"),
     ],
@@ -197,19 +200,27 @@ def test_ladder_run_logs_exchanges_and_resumes_bitwise(tmp_path, capsys):
     assert a["step"] == 8
     assert torch.equal(a["positions"], b["positions"])
     assert torch.equal(a["velocities"], b["velocities"])
-    a = torch.load(out / "tempering.pt", weights_only=True)
-    b = torch.load(long / "tempering.pt", weights_only=True)
+    a, b = a["extra"]["tempering"], b["extra"]["tempering"]  # one unit with the checkpoint
     assert a["rounds"] == 4 and torch.equal(a["level_of_replica"], b["level_of_replica"])
     assert torch.equal(a["rng_state"], b["rng_state"])
     assert len(read_rows(out / "exchanges.csv")) == 4
 
     # resuming needs the same kind of run
     assert main([*RUN, "--no-trajectory", "--out", str(out), "--resume"]) == 2
-    assert "holds a run with a temperature ladder" in capsys.readouterr().err
+    assert "cannot change: --ladder [300.0, 400.0, 2] → None" in capsys.readouterr().err
     assert main([*RUN, "--no-trajectory", "--out", str(long), "--overwrite"]) == 0
-    assert not any((long / name).exists() for name in ("tempering.pt", "exchanges.csv"))
+    assert not (long / "exchanges.csv").exists()
     assert main([*RUN, *LADDER, "--out", str(long), "--resume"]) == 2
-    assert "no tempering.pt" in capsys.readouterr().err
+    assert "cannot change: --ladder None → [300.0, 400.0, 2]" in capsys.readouterr().err
+
+
+def test_the_summary_lists_the_kernels_that_ran_not_those_asked_for(tmp_path, capsys):
+    out = tmp_path / "teacher"
+    assert main([*RUN, "--model", "teacher", "--kernels", "all", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["kernels_requested"]["fused_message_passing"] is True
+    assert summary["kernels"]["fused_message_passing"] is False  # a prior-only model
+    assert "fused_message_passing" not in capsys.readouterr().out.split("kernels:")[1]
 
 
 def test_resume_without_a_checkpoint(tmp_path, capsys):
@@ -220,7 +231,7 @@ def test_resume_without_a_checkpoint(tmp_path, capsys):
 def test_resume_with_other_replica_count(run_copy, capsys):
     before = snapshot(run_copy)
     assert main([*RUN, "--replicas", "3", "--out", str(run_copy), "--resume"]) == 2
-    assert "replicas=2, this simulation has 3" in capsys.readouterr().err
+    assert "cannot change: --replicas 2 → 3" in capsys.readouterr().err
     assert snapshot(run_copy) == before
 
 

@@ -7,6 +7,7 @@ import json
 import math
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -324,7 +325,8 @@ def test_pipeline_saves_a_loadable_model_and_card(data, tmp_path, monkeypatch):
     (tmp_path / "data").mkdir()
     for suffix in (".pt", ".json"):
         (tmp_path / f"cln025{suffix}").rename(tmp_path / "data" / f"cln025-v1{suffix}")
-    monkeypatch.setattr(models.resources, "files", lambda _: tmp_path)
+    # the package's data folder, for the model lookup alone (bundled structures stay found)
+    monkeypatch.setattr(models, "resources", SimpleNamespace(files=lambda _: tmp_path))
     card_file["validation"]["results"][0]["passes"] = {"q_intersection": False}
     (tmp_path / "data" / "cln025-v1.json").write_text(json.dumps(card_file))
     demo, notice = choose_potential(sys, None)

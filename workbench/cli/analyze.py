@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from workbench.cli.errors import UsageError
+from workbench.cli.output import refuse_existing
 from workbench.cli.parser import command_parser
 from workbench.files import atomic_write_text
 
@@ -28,6 +29,7 @@ def add_parser(subparsers) -> None:
                         help="also the fraction above HIGH and the events with the "
                         "thresholds HIGH / LOW (a native basin below Q 0.8, e.g. 0.5,0.3)")
     states.add_argument("--out", default=None, help="JSON file for the table")
+    states.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     states.set_defaults(execute=states_command)
 
     contacts = command_parser(analyses, "contacts", "which native contacts two runs hold "
@@ -36,6 +38,7 @@ def add_parser(subparsers) -> None:
     contacts.add_argument("--protein", required=True)
     contacts.add_argument("--top", type=int, default=12, help="contacts listed each way")
     contacts.add_argument("--out", default=None, help="JSON file for every contact's shares")
+    contacts.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     contacts.set_defaults(execute=contacts_command)
 
     gaps = command_parser(analyses, "energy-gaps", "model − teacher energies and force errors "
@@ -49,6 +52,7 @@ def add_parser(subparsers) -> None:
     gaps.add_argument("--epsilon", type=float, default=None,
                       help="the teacher's contact depth, kcal/mol (default: the calibrated one)")
     gaps.add_argument("--out", default=None, help="JSON file for the table")
+    gaps.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     gaps.set_defaults(execute=energy_gaps_command)
 
 
@@ -59,6 +63,7 @@ def _write_json(out: str | None, document) -> None:
 
 def states_command(args) -> int:
     """Body of ``workbench analyze states``."""
+    refuse_existing([Path(args.out)] if args.out else [], args.overwrite)
     from workbench.training.validate import run_states
 
     basin = None
@@ -87,6 +92,7 @@ def states_command(args) -> int:
 
 def contacts_command(args) -> int:
     """Body of ``workbench analyze contacts``."""
+    refuse_existing([Path(args.out)] if args.out else [], args.overwrite)
     from workbench.analysis.contact_shares import contact_shares, most_different
     from workbench.md.simulation import checkpoint_positions
     from workbench.system import build_system
@@ -126,9 +132,11 @@ def named_paths(text: str, flag: str) -> dict[str, str]:
 
 def energy_gaps_command(args) -> int:
     """Body of ``workbench analyze energy-gaps``."""
+    refuse_existing([Path(args.out)] if args.out else [], args.overwrite)
     from workbench.analysis.energy_gaps import energy_gaps
     from workbench.md.simulation import checkpoint_positions
     from workbench.model.io import load_potential
+    from workbench.model_fit import check_model_fits
     from workbench.system import build_system
     from workbench.teacher import teacher_potential
 
@@ -141,6 +149,9 @@ def energy_gaps_command(args) -> int:
     }
     models = {name: load_potential(path)
               for name, path in named_paths(args.models, "--models").items()}
+    for (name, model), path in zip(models.items(), named_paths(args.models, "--models").values(),
+                                   strict=True):
+        check_model_fits(model, system, f"--models {name}={path}")
     table = energy_gaps(models, teacher, checkpoint_positions(args.teacher_run, system),
                         structures)
     print("model − teacher energy (kcal/mol) relative to the teacher run's structures; "

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import torch
 
 from workbench.cli.errors import UsageError
+from workbench.cli.output import folder_lock, refuse_existing
 from workbench.cli.parser import command_parser
 from workbench.model.options import PRESETS
 from workbench.settings_error import SettingsError
@@ -41,18 +43,14 @@ def add_parser(subparsers) -> None:
     )
     bench.add_argument("--device", default="auto")
     bench.add_argument("--out", default="artifacts/bench")
+    bench.add_argument("--overwrite", action="store_true",
+                       help="replace bench.json and bench.md of an earlier benchmark in --out")
     bench.set_defaults(execute=execute)
 
 
 def execute(args) -> int:
     """Body of ``workbench bench``."""
-    from workbench.benchmark import (
-        BenchProtocol,
-        bench_cases,
-        markdown_table,
-        run_case,
-        write_results,
-    )
+    from workbench.benchmark import BenchProtocol, bench_cases
 
     proteins = [p.strip() for p in args.proteins.split(",") if p.strip()]
     try:
@@ -69,6 +67,16 @@ def execute(args) -> int:
         raise
     except ValueError as error:  # a configuration name
         raise UsageError(f"--configs: {error}") from None
+    with folder_lock(args.out, "benchmark folder"):
+        refuse_existing([Path(args.out) / name for name in ("bench.json", "bench.md")],
+                        args.overwrite)
+        return run_cases(args, cases, protocol)
+
+
+def run_cases(args, cases, protocol) -> int:
+    """Run the benchmark cases, print each result and write the tables to ``args.out``."""
+    from workbench.benchmark import markdown_table, run_case, write_results
+
     records = []
     failures = 0
     for case in cases:

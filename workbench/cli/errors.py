@@ -9,8 +9,13 @@ missing or not a model, an unknown protein, a checkpoint of another run) are
 
 from __future__ import annotations
 
+from workbench.folder_lock import LockedError
 from workbench.md.simulation import CheckpointError
+from workbench.md.trajectory_files import TrajectoryFileError
 from workbench.model.io import ModelFormatError
+from workbench.model_fit import ModelMismatchError
+from workbench.run_folder import RunFolderError
+from workbench.run_recovery import RecoveryError
 from workbench.settings_error import SettingsError
 from workbench.system.errors import PDBError, UnknownProteinError
 
@@ -21,13 +26,15 @@ class UsageError(Exception):
 
 #: The library's errors about the files and names a user gave.
 INPUT_ERRORS = (FileNotFoundError, PermissionError, ModelFormatError, CheckpointError, PDBError,
-                UnknownProteinError)
+                UnknownProteinError, LockedError, RunFolderError, RecoveryError,
+                TrajectoryFileError, ModelMismatchError)
 
 #: Reported in one line (exit code 2) unless ``--debug`` is given.
 REPORTED_ERRORS = (UsageError, SettingsError, *INPUT_ERRORS)
 
 #: Settings fields whose flag is not ``--`` and the field's name with dashes.
-FIELD_FLAGS = {"timestep_fs": "--dt", "learning_rate": "--lr", "options": "--kernels"}
+FIELD_FLAGS = {"timestep_fs": "--dt", "learning_rate": "--lr", "options": "--kernels",
+               "neighbors": "--skin/--exclude-bonded"}
 
 
 def flag(field: str) -> str:

@@ -1,8 +1,9 @@
 """``workbench COMMAND``: the parser of every command, and what the command line reports.
 
 Usage errors, settings errors and the library's errors about the user's files and names
-(`workbench.cli.errors`) end the command with one line on stderr and exit code 2
-(``--debug``: with their traceback); any other exception is a bug and propagates.
+(`workbench.cli.errors`) end the command with one line on stderr and exit code 2; other
+errors of the operating system (a full disk) with one line and exit code 1 (``--debug``:
+with their traceback); any other exception is a bug and propagates.
 """
 
 from __future__ import annotations
@@ -56,3 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {error_message(error)}", file=sys.stderr)
         return 2
+    except OSError as error:  # the system's, not the input's: a full disk, a lost mount
+        if debug:
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        return 1

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 from pathlib import Path
 
 from workbench.cli.errors import UsageError
 from workbench.files import atomic_write_json
+from workbench.folder_lock import output_lock
 from workbench.md.reporters import ensure_writable_folder
 from workbench.runner import existing_run_files
+
+#: The lock file of an output folder (`workbench.folder_lock`).
+FOLDER_LOCK = "workbench.lock"
 
 
 def summary_table(rows: list[tuple[str, str]]) -> str:
@@ -32,10 +38,26 @@ def print_json(result: dict, out: str | None = None) -> None:
         atomic_write_json(out, result)
 
 
+def folder_lock(folder: str | None, what: str = "run folder") -> contextlib.AbstractContextManager:
+    """The lock of an output folder (created first), held while a command writes there;
+    nothing is locked without a folder."""
+    if folder is None:
+        return contextlib.nullcontext()
+    return output_lock(ensure_writable_folder(folder) / FOLDER_LOCK, f"{what} {folder}")
+
+
+def refuse_existing(paths: list[Path], overwrite: bool) -> None:
+    """Refuse to replace any of ``paths`` that exists unless ``overwrite``."""
+    existing = [str(p) for p in paths if p.exists()]
+    if existing and not overwrite:
+        raise UsageError(f"{', '.join(existing)} already exist(s); pass --overwrite to replace")
+
+
 def prepare_output(args, resume_from: str = "checkpoint.pt") -> Path | None:
     """The run's output folder ``args.out`` (or None), refusing to overwrite an earlier run
     unless ``args.overwrite`` or ``args.resume``; ``resume_from`` must exist in it for
-    ``args.resume``."""
+    ``args.resume``. With ``args.overwrite`` (and no resume) the earlier run's files and
+    trajectories are removed, so none of them is left behind."""
     if args.out is None:
         if args.resume:
             raise UsageError("--resume needs --out, the folder of the run to continue")
@@ -50,4 +72,10 @@ def prepare_output(args, resume_from: str = "checkpoint.pt") -> Path | None:
         )
     if args.resume and not (out / resume_from).exists():
         raise UsageError(f"--resume: no {resume_from} in {out}")
+    if not args.resume:
+        for path in earlier:
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
     return out

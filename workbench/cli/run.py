@@ -1,7 +1,13 @@
-"""``workbench run``: Langevin MD of many replicas, on one device or spread out."""
+"""``workbench run``: Langevin MD of many replicas, on one device or spread out.
+
+Exit codes: 0 done, 1 a write failed (disk full; the message says how to resume) or every
+replica was frozen by the safety checks, 2 bad input, 130 stopped by Ctrl-C (SIGINT), 143
+stopped by SIGTERM.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -10,21 +16,25 @@ from pathlib import Path
 
 import torch
 
-from workbench.cli.errors import UsageError
-from workbench.cli.output import acceptance_text, prepare_output, summary_table
+from workbench.cli.errors import UsageError, flag
+from workbench.cli.output import acceptance_text, folder_lock, prepare_output, summary_table
 from workbench.cli.parser import command_parser
 from workbench.cli.run_distributed import (
     add_distributed_arguments,
     run_distributed,
     wants_distributed,
 )
+from workbench.cli.stop_signals import exit_code, terminate_as_interrupt
 from workbench.files import atomic_write_text
 from workbench.md import NeighborSettings
 from workbench.md.reporters import MetricsReporter, TrajectoryReporter
+from workbench.md.simulation import CheckpointError
 from workbench.model.options import PRECISIONS, PRESETS, KernelOptions
-from workbench.run_folder import MANIFEST, write_manifest
+from workbench.model_fit import bundled_match
+from workbench.resume_check import model_fingerprint, record_changes, settings_changes
+from workbench.run_folder import MANIFEST, read_manifest, write_manifest
+from workbench.run_recovery import recover_run_folder
 from workbench.runner import (
-    TEMPERING_FILES,
     RunSettings,
     ThroughputMeter,
     prepare_run,
@@ -93,6 +103,11 @@ def add_parser(subparsers) -> None:
     run.add_argument("--out", default=None, help="output folder (default: none written)")
     run.add_argument("--overwrite", action="store_true", help="replace an earlier run's files")
     run.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    run.add_argument(
+        "--continue-with-new-settings", action="store_true",
+        help="with --resume: go on with changed --dt, --temperature, --friction, --model, "
+        "--kernels, ... (recorded in OUT/run.json); without it such a resume is refused",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     add_distributed_arguments(run)
     run.set_defaults(execute=execute)
@@ -148,25 +163,46 @@ def run_settings(args) -> RunSettings:
 
 
 
-def check_ladder_files(args, out: Path) -> None:
-    """--resume needs --ladder exactly when the run in ``out`` had one."""
-    had_ladder = (out / "tempering.pt").is_file()
-    if args.ladder and not had_ladder:
-        raise UsageError(f"--resume --ladder: no tempering.pt in {out} (a run without a ladder)")
-    if not args.ladder and had_ladder:
-        raise UsageError(f"{out} holds a run with a temperature ladder: pass its --ladder")
+def trajectory_format(args) -> str | None:
+    """The trajectory format the run writes (None with ``--no-trajectory``)."""
+    return None if args.no_trajectory else args.format
 
+
+def resume_changes(args, out: Path, manifest: dict, settings: RunSettings,
+                   fingerprint: str) -> dict:
+    """The physics settings a resume changes (refused unless
+    ``--continue-with-new-settings``); a changed fixed setting or trajectory format is
+    always refused."""
+    fixed, physics = settings_changes(manifest, settings, fingerprint)
+    if "trajectory" in manifest and manifest["trajectory"] != trajectory_format(args):
+        fixed["trajectory"] = (manifest["trajectory"], trajectory_format(args))
+
+    def listed(changes):
+        return ", ".join(f"{flag(k)} {a!r} → {b!r}" for k, (a, b) in changes.items())
+
+    if fixed:
+        raise UsageError(f"--resume: {out} holds a run with other settings that a resume "
+                         f"cannot change: {listed(fixed)}")
+    if physics and not args.continue_with_new_settings:
+        raise UsageError(f"--resume would change the physics of the run in {out}: "
+                         f"{listed(physics)}; pass --continue-with-new-settings to go on with "
+                         f"them (the change is recorded in {MANIFEST})")
+    return physics
 
 
 def execute(args) -> int:
-    """Body of ``workbench run``."""
+    """Body of ``workbench run``: the output folder locked while the run writes it."""
     began = time.perf_counter()
     settings = run_settings(args)
-    if wants_distributed(args):
-        return run_distributed(args, settings)
-    out = prepare_output(args)
-    if out is not None and args.resume:
-        check_ladder_files(args, out)
+    with folder_lock(args.out):
+        if wants_distributed(args):
+            return run_distributed(args, settings)
+        return run_here(args, settings, prepare_output(args), began)
+
+
+def run_here(args, settings: RunSettings, out: Path | None, began: float) -> int:
+    """A run on this machine, written to ``out`` (locked, checked by `prepare_output`)."""
+    manifest = read_manifest(out) if args.resume else None
     # a resumed run takes its positions from the checkpoint: make no denatured starts
     prepared = prepare_run(replace(settings, denatured_fraction=0.0) if args.resume
                            else settings)
@@ -178,35 +214,47 @@ def execute(args) -> int:
     else:
         low, high = tempering.temperatures[[0, -1]].tolist()
         temperature = f"{low:g}–{high:g} K in {tempering.levels} levels"
+    applied = sim.applied_options()
     print(
         f"{prepared.system.name}: {prepared.system.n_beads} beads, {settings.replicas} replicas, "
         f"{temperature}, dt {settings.timestep_fs:g} fs on {sim.device}; "
-        f"kernels: {', '.join(settings.options.enabled()) or 'baseline (PyTorch)'}"
+        f"kernels: {', '.join(applied.enabled()) or 'baseline (PyTorch)'}"
     )
+    fmt = trajectory_format(args)
     metrics_reporter = traj_reporter = None
     if out is not None:
+        fingerprint = model_fingerprint(sim.potential)
         if args.resume:
-            sim.load_checkpoint(out / "checkpoint.pt")
+            changes = resume_changes(args, out, manifest, settings, fingerprint)
+            extra = sim.load_checkpoint(out / "checkpoint.pt")
             if tempering is not None:
-                tempering.load(out / "tempering.pt")
+                if "tempering" not in extra:
+                    raise CheckpointError(f"{out / 'checkpoint.pt'} holds no exchange state "
+                                          "(written by an older version, or without --ladder)")
+                tempering.load_state_dict(extra["tempering"])
+            rounds = None if tempering is None else tempering.rounds
+            for note in recover_run_folder(out, sim.step_count, settings.save_interval,
+                                           settings.replicas, rounds, fmt):
+                print(f"NOTE: cut back to the checkpoint: {note}")
+            if changes:
+                record_changes(out, manifest, settings, fingerprint, sim.step_count, changes)
             print(f"resumed from step {sim.step_count}")
+        else:
+            write_manifest(out, settings, prepared.system, sim.potential.cutoff,
+                           extra={"trajectory": fmt, "model_sha256": fingerprint})
         if tempering is not None:
             tempering.open_log(out / "exchanges.csv", append=args.resume)
-        elif not args.resume:  # an overwritten ladder run must not leave its files behind
-            for name in TEMPERING_FILES:
-                (out / name).unlink(missing_ok=True)
-        if not (args.resume and (out / MANIFEST).is_file()):
-            write_manifest(out, settings, prepared.system, sim.potential.cutoff)
         metrics_reporter = MetricsReporter(
             out / "metrics.csv", settings.save_interval, append=args.resume
         )
         sim.reporters.append(metrics_reporter)
-        if not args.no_trajectory:
+        if fmt is not None:
             traj_reporter = TrajectoryReporter(
                 out / "trajectory", prepared.system, settings.replicas,
-                settings.save_interval, args.format, append=args.resume,
+                settings.save_interval, fmt, append=args.resume,
             )
             sim.reporters.append(traj_reporter)
+    records = [r for r in (metrics_reporter, traj_reporter, tempering) if r is not None]
 
     from tqdm import tqdm
 
@@ -215,36 +263,47 @@ def execute(args) -> int:
     chunk = settings.save_interval
     bar = tqdm(total=settings.steps, unit="step", disable=args.quiet, dynamic_ncols=True)
     done = 0
-    interrupted = False
+    stop = failure = None
     saved_step = sim.step_count  # the step the checkpoint on disk holds
     try:
-        while done < settings.steps:
-            n = min(chunk, settings.steps - done)
-            timed_steps(sim, meter, n, prepared.advance)
-            done += n
-            q = float(sim.metrics()["q"].mean())
-            rate = meter.timestep_mol_per_s()
-            bar.set_postfix_str(
-                f"{rate / settings.replicas:.1f} steps/s | {rate:,.0f} timestep·mol/s | "
-                f"{meter.ns_per_day():,.1f} ns/day | Q {q:.3f}"
-            )
-            bar.update(n)
-            if out is not None:
-                sim.save_checkpoint(out / "checkpoint.pt")
-                if tempering is not None:
-                    tempering.save(out / "tempering.pt")
-                saved_step = sim.step_count
-    except KeyboardInterrupt:
-        # Ctrl-C (or SIGINT from a time limit): stop cleanly. The checkpoint and the
-        # metrics of the last completed save are on disk; --resume continues from there.
-        interrupted = True
+        with terminate_as_interrupt():
+            while done < settings.steps:
+                n = min(chunk, settings.steps - done)
+                timed_steps(sim, meter, n, prepared.advance)
+                done += n
+                q = float(sim.metrics()["q"].mean())
+                rate = meter.timestep_mol_per_s()
+                bar.set_postfix_str(
+                    f"{rate / settings.replicas:.1f} steps/s | {rate:,.0f} timestep·mol/s | "
+                    f"{meter.ns_per_day():,.1f} ns/day | Q {q:.3f}"
+                )
+                bar.update(n)
+                if out is not None:
+                    # the records first, then the checkpoint that covers them
+                    for record in records:
+                        record.flush()
+                    state = {} if tempering is None else {"tempering": tempering.state_dict()}
+                    sim.save_checkpoint(out / "checkpoint.pt", extra=state)
+                    saved_step = sim.step_count
+    except KeyboardInterrupt as caught:
+        # Ctrl-C or SIGTERM (a scheduler's time limit): stop cleanly. The checkpoint and
+        # the records it covers are on disk; --resume cuts off any later ones and goes on.
+        stop = caught
+    except OSError as error:  # a full disk, a lost mount: what was kept, how to go on
+        failure = error
     finally:
         bar.close()
-        if tempering is not None:
-            tempering.close()
-        for reporter in (metrics_reporter, traj_reporter):
-            if reporter is not None:
-                reporter.close()
+        for record in records:
+            with contextlib.suppress(OSError):  # flushed up to the checkpoint already
+                record.close()
+    if failure is not None:
+        kept = (f"the checkpoint of step {saved_step} and the records up to it are intact; "
+                f"free the space and continue with --resume --out {out}"
+                if out is not None and (out / "checkpoint.pt").exists()
+                else "no checkpoint was saved yet: run again with --overwrite")
+        print(f"error: writing the run failed at step {sim.step_count} ({failure}); {kept}",
+              file=sys.stderr)
+        return 1
 
     metrics = {k: v.detach().float().cpu() for k, v in sim.metrics().items()}
     live = ~metrics["frozen"].bool()
@@ -252,7 +311,7 @@ def execute(args) -> int:
     q, r = metrics["q"], metrics["rmsd"]
     frozen = sim.frozen_report()
     peak = meter.peak_memory_gb()
-    folded_q = state_thresholds(prepared.system.name)[0]
+    folded_q = state_thresholds(bundled_match(prepared.system))[0]
     summary = {
         "protein": prepared.system.name,
         "beads": prepared.system.n_beads,
@@ -260,7 +319,8 @@ def execute(args) -> int:
         "steps": sim.step_count,
         "device": str(sim.device),
         "gpu": torch.cuda.get_device_name(sim.device) if sim.device.type == "cuda" else None,
-        "kernels": settings.options.to_dict(),
+        "kernels": applied.to_dict(),
+        "kernels_requested": settings.options.to_dict(),
         "timestep_mol_per_s": meter.timestep_mol_per_s(),
         "ns_per_day": meter.ns_per_day(),
         "setup_s": setup_s,
@@ -273,17 +333,24 @@ def execute(args) -> int:
         "frozen_replicas": frozen,
         "tempering": None if tempering is None else tempering.summary(),
         "notices": prepared.notices,
-        "interrupted": interrupted,
+        "interrupted": stop is not None,
+        "checkpoint_step": (saved_step if out is not None and (out / "checkpoint.pt").exists()
+                            else None),
     }
     files = []
     if out is not None:
-        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+        try:
+            atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+        except OSError as error:
+            print(f"error: the run ended but its summary could not be written ({error}); "
+                  f"the checkpoint of step {saved_step} is intact", file=sys.stderr)
+            return 1
         files = [MANIFEST, "metrics.csv", "checkpoint.pt", "summary.json"]
         if tempering is not None:
-            files += list(TEMPERING_FILES)
+            files.append("exchanges.csv")
         if traj_reporter is not None:
             count = len(traj_reporter.paths)
-            files.append(f"trajectory/ ({count} × .{args.format} + topology.pdb)")
+            files.append(f"trajectory/ ({count} × .{fmt} + topology.pdb)")
     rows = [
         ("throughput", f"{summary['timestep_mol_per_s']:,.1f} timestep·mol/s"),
         ("", f"{summary['ns_per_day']:,.2f} ns/day (all replicas)"),
@@ -293,7 +360,8 @@ def execute(args) -> int:
             "than at the later rate (compilation, graph capture)")),
         ("peak memory", "n/a (CPU)" if peak is None else f"{peak:.2f} GB"),
         ("RMSD (CA)", f"{summary['rmsd_mean']:.2f} Å mean" if live.any() else "n/a"),
-        ("Q", f"{summary['q_mean']:.3f} mean" if has_q else "n/a (no native contacts)"),
+        ("Q", f"{summary['q_mean']:.3f} mean" if has_q
+               else "n/a (no native contacts)" if live.any() else "n/a (every replica frozen)"),
         (f"folded (Q > {folded_q:g})", f"{summary['folded_fraction']:.0%}" if has_q else "n/a"),
         ("frozen replicas", ", ".join(f"{i}@step {s}" for i, s in frozen) or "none"),
         ("files", (f"{out}: " + ", ".join(files)) if out else "none (no --out)"),
@@ -302,7 +370,7 @@ def execute(args) -> int:
         acceptance = acceptance_text(summary["tempering"]["acceptance"])
         rows.insert(-2, ("exchange acceptance", acceptance))
     print(summary_table(rows))
-    if interrupted:
+    if stop is not None:
         if out is None:
             resume = ""
         elif (out / "checkpoint.pt").exists():
@@ -310,6 +378,11 @@ def execute(args) -> int:
         else:
             resume = "; no checkpoint was saved yet"
         print(f"interrupted at step {sim.step_count}{resume}", file=sys.stderr)
-        return 130
+        return exit_code(stop)
+    if frozen and not live.any():
+        print(f"error: every replica was frozen by the safety checks (the first at step "
+              f"{min(step for _, step in frozen)}): non-finite or huge forces; check the model",
+              file=sys.stderr)
+        return 1
     return 0
 

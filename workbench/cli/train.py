@@ -8,13 +8,14 @@ Options come from the command line or from a recipe file (``--config``, see
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from dataclasses import fields
 
 import torch
 
 from workbench.cli.errors import UsageError
-from workbench.cli.output import summary_table
+from workbench.cli.output import folder_lock, refuse_existing, summary_table
 from workbench.cli.parser import command_parser, floats
 from workbench.md.reporters import ensure_writable_folder
 from workbench.settings_error import SettingsError
@@ -319,6 +320,8 @@ def add_parser(subparsers) -> None:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--device", default="auto", help="auto, cpu or cuda")
     train.add_argument("--out", required=True, help="output folder")
+    train.add_argument("--overwrite", action="store_true",
+                       help="replace the model, card and log of an earlier training in --out")
     train.add_argument("--quiet", action="store_true", help="no progress bars")
     train.set_defaults(execute=execute)
 
@@ -349,7 +352,13 @@ def _appended(data: dict, extra: dict, sampler) -> dict:
 
 
 def execute(args) -> int:
-    """Body of ``workbench train``."""
+    """Body of ``workbench train``: its output folder locked once made."""
+    with contextlib.ExitStack() as locks:
+        return train(args, locks)
+
+
+def train(args, locks: contextlib.ExitStack) -> int:
+    """``workbench train``; ``locks`` keeps the output folder's lock to the end."""
     from workbench.md.simulation import checkpoint_positions, pooled_checkpoint_positions
     from workbench.model.io import load_potential
     from workbench.model.schnet import SchNetConfig
@@ -418,6 +427,9 @@ def execute(args) -> int:
                 raise UsageError(f"{args.data} already holds the frames of {option} (added "
                                  f"when it was saved): leave out {option}, or they count twice")
     out = ensure_writable_folder(args.out)
+    locks.enter_context(folder_lock(out, "training output"))
+    refuse_existing([out / f"{system.name}{suffix}" for suffix in (".pt", ".json", ".log.csv")],
+                    args.overwrite)
     origin: dict = {}
     sampler = None
     if saved is not None:

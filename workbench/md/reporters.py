@@ -2,8 +2,8 @@
 
 * :class:`MetricsReporter`: a CSV row per replica (RMSD, Q, energies,
   temperature, frozen flag) at every interval.
-* :class:`TrajectoryReporter`: one trajectory file per replica through mdtraj
-  (DCD, XTC or HDF5) plus a coarse-grained topology PDB.
+* :class:`TrajectoryReporter`: one trajectory file per replica (DCD, XTC or HDF5)
+  plus a coarse-grained topology PDB.
 
 mdtraj is imported only when a trajectory is written, so the engine runs
 where mdtraj is not installed.
@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from workbench.md.trajectory_files import CUTTABLE, AppendedTrajectory, TrajectoryFileError
 from workbench.system.cg_system import CGSystem
 
 METRIC_COLUMNS = (
@@ -162,13 +163,22 @@ class MetricsReporter:
             )
         self._handle.flush()
 
+    def flush(self) -> None:
+        """Hand the rows written so far to the operating system (before a checkpoint
+        covers them: a killed process then loses none of them)."""
+        self._handle.flush()
+
     def close(self) -> None:
         """Close the file."""
         self._handle.close()
 
 
 class TrajectoryReporter:
-    """One trajectory file per replica, written through mdtraj.
+    """One trajectory file per replica.
+
+    DCD and XTC files are only ever appended to (`workbench.md.trajectory_files`), so a
+    resumed run cuts them back to its checkpoint and goes on; HDF5 files are written
+    through mdtraj and cannot be continued.
 
     Parameters
     ----------
@@ -181,8 +191,8 @@ class TrajectoryReporter:
     fmt : str
         ``"dcd"``, ``"xtc"`` or ``"h5"``.
     append : bool
-        Keep the frames of existing files (a resumed run): they are read back and
-        written first, since mdtraj cannot append to every format.
+        Keep the frames of existing files (a resumed run, whose files were cut back to
+        its checkpoint by `workbench.run_recovery`) and add to them; not for ``"h5"``.
     """
 
     FORMATS = ("dcd", "xtc", "h5")
@@ -200,6 +210,10 @@ class TrajectoryReporter:
             raise ValueError(f"trajectory format must be one of {self.FORMATS}, got {fmt!r}")
         if interval < 1:
             raise ValueError(f"report interval must be positive, got {interval}")
+        if append and fmt not in CUTTABLE:
+            raise TrajectoryFileError(
+                f".{fmt} trajectories cannot be continued; use {' or '.join(CUTTABLE)}"
+            )
         md = _mdtraj()
         self.folder = ensure_writable_folder(folder)
         self.interval = int(interval)
@@ -208,49 +222,33 @@ class TrajectoryReporter:
             system, system.native_positions, self.folder / "topology.pdb"
         )
         self.paths = [self.folder / f"replica_{r:03d}.{fmt}" for r in range(replicas)]
-        opener = {
-            "dcd": md.formats.DCDTrajectoryFile,
-            "xtc": md.formats.XTCTrajectoryFile,
-            "h5": md.formats.HDF5TrajectoryFile,
-        }[fmt]
-        earlier = [self._read(p) if append and p.is_file() else None for p in self.paths]
-        self._files = [opener(str(p), "w") for p in self.paths]
-        if fmt == "h5":
+        if fmt in CUTTABLE:
+            if not append:
+                for path in self.paths:
+                    path.unlink(missing_ok=True)
+            self._files = [AppendedTrajectory(p, system.n_beads) for p in self.paths]
+        else:
+            self._files = [md.formats.HDF5TrajectoryFile(str(p), "w") for p in self.paths]
             top = cg_topology(system)
             for handle in self._files:
                 handle.topology = top
-        for handle, frames in zip(self._files, earlier, strict=True):
-            if frames is None or not len(frames[0]):
-                continue
-            if fmt == "dcd":
-                handle.write(frames[0])
-            else:
-                handle.write(frames[0], time=frames[1])
         self.frames = 0
-
-    def _read(self, path: Path) -> tuple[np.ndarray, np.ndarray | None]:
-        """Frames already in ``path``, in the file's own units, and their times."""
-        md = _mdtraj()
-        if self.fmt == "dcd":
-            with md.formats.DCDTrajectoryFile(str(path)) as handle:
-                return handle.read()[0], None
-        if self.fmt == "xtc":
-            with md.formats.XTCTrajectoryFile(str(path)) as handle:
-                xyz, time, _, _ = handle.read()
-            return xyz, time
-        with md.formats.HDF5TrajectoryFile(str(path)) as handle:
-            frames = handle.read()
-        return frames.coordinates, frames.time
 
     def report(self, sim) -> None:
         """Append the current positions of every replica."""
         xyz = sim.positions.detach().cpu().numpy().astype(np.float32)
         for handle, frame in zip(self._files, xyz, strict=True):
-            if self.fmt == "dcd":
-                handle.write(frame[None])
+            if self.fmt in CUTTABLE:
+                handle.append(frame, sim.time_ps)
             else:
                 handle.write(frame[None] / 10.0, time=np.array([sim.time_ps], np.float32))
         self.frames += 1
+
+    def flush(self) -> None:
+        """Hand the frames written so far to the operating system (before a checkpoint
+        covers them: a killed process then loses none of them)."""
+        for handle in self._files:
+            handle.flush()
 
     def close(self) -> None:
         """Close every file."""

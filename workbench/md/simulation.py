@@ -17,7 +17,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -320,6 +320,21 @@ class Simulation:
             state, pos, vel, forces, energy, self.inv_mass, it.timestep, limits.max_force,
             limits.max_extent, next_step, in_place))
 
+    def applied_options(self) -> KernelOptions:
+        """The kernel options as they run here: a technique this device or model cannot
+        run (no Triton, an unsupported model, no CUDA for graphs) is off."""
+        from workbench.model.fused_schnet import fused_path_problem
+
+        schnet = self.potential.schnet
+        techniques = {name: False for name in KernelOptions.techniques()}
+        if schnet is not None and fused_path_problem(schnet, self.device, self.options) is None:
+            techniques.update({name: getattr(self.options, name) for name in techniques})
+        techniques["fused_integrator"] = self.fuses_steps()
+        techniques["fused_pair_search"] = self.searches_pairs()
+        techniques["cuda_graph"] = (self.options.cuda_graph and self.device.type == "cuda"
+                                    and captured_steps_problem(self) is None)
+        return replace(self.options, **techniques)
+
     def _uses_cuda_graph(self) -> bool:
         if not self.options.cuda_graph:
             return False
@@ -420,9 +435,15 @@ class Simulation:
             "neighbors": asdict(self.neighbor_settings),
         }
 
-    def save_checkpoint(self, path: str | os.PathLike) -> Path:
-        """Write the whole dynamic state atomically; an old file survives a failed write."""
+    def save_checkpoint(self, path: str | os.PathLike, extra: dict | None = None) -> Path:
+        """Write the whole dynamic state atomically; an old file survives a failed write.
+
+        ``extra`` (tensors, numbers, strings) is saved in the same file, so that state
+        kept beside the simulation's (a replica exchange's) is one unit with it;
+        :meth:`load_checkpoint` returns it.
+        """
         payload = {
+            "extra": extra or {},
             "format": CHECKPOINT_FORMAT,
             "identity": json.dumps(self._identity()),
             "step": self.step_count,
@@ -440,8 +461,9 @@ class Simulation:
         }
         return atomic_save(payload, path)
 
-    def load_checkpoint(self, path: str | os.PathLike) -> None:
-        """Continue from a checkpoint written by :meth:`save_checkpoint` (bitwise)."""
+    def load_checkpoint(self, path: str | os.PathLike) -> dict:
+        """Continue from a checkpoint written by :meth:`save_checkpoint` (bitwise); returns
+        the ``extra`` saved with it."""
         payload, identity = read_checkpoint(path)
         mine = self._identity()
         for key in ("system", "n_beads", "replicas"):
@@ -467,6 +489,7 @@ class Simulation:
                 for k, v in payload["neighbor_list"].items()
             }
             self.neighbor_list.load_state_dict(state)
+        return payload.get("extra", {})
 
 
 def read_checkpoint(path: str | os.PathLike) -> tuple[dict, dict]:

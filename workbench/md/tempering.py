@@ -390,6 +390,12 @@ class ReplicaExchange:
             self._log_handle.flush()
         return path
 
+    def flush(self) -> None:
+        """Hand the log's rows written so far to the operating system (before a checkpoint
+        covers them)."""
+        if self._log_handle is not None:
+            self._log_handle.flush()
+
     def close(self) -> None:
         """Close the CSV log, if one is open."""
         if self._log_handle is not None:
@@ -464,7 +470,8 @@ class ReplicaExchange:
         self._remember()
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write :meth:`state_dict` atomically; an old file survives a failed write."""
+        """Write :meth:`state_dict` atomically; an old file survives a failed write (a run
+        saves the state inside the simulation's checkpoint instead, as one unit)."""
         return atomic_save(self.state_dict(), path)
 
     def load(self, path: str | os.PathLike) -> None:

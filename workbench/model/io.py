@@ -27,6 +27,10 @@ class ModelFormatError(ValueError):
     """A file is not a potential saved by this project, or is inconsistent."""
 
 
+class ForeignModelError(ModelFormatError):
+    """A file that is not a potential of this project at all (maybe another program's)."""
+
+
 def potential_config(potential: Potential) -> dict:
     """JSON-able description of a potential's structure (not its numbers)."""
     schnet = potential.schnet
@@ -56,8 +60,11 @@ def load_potential(path: str | os.PathLike, map_location: str = "cpu") -> Potent
     ------
     FileNotFoundError
         No such file.
+    ForeignModelError
+        Not a file of this format.
     ModelFormatError
-        Not a file of this format, or tensors that do not match the config.
+        A damaged file of this format: a tensor of the wrong shape or with NaN or
+        infinite values (the message names it).
     """
     path = Path(path)
     if not path.is_file():
@@ -65,9 +72,9 @@ def load_potential(path: str | os.PathLike, map_location: str = "cpu") -> Potent
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a format error
-        raise ModelFormatError(f"{path} is not a readable model file: {exc}") from exc
+        raise ForeignModelError(f"{path} is not a readable model file: {exc}") from exc
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise ModelFormatError(
+        raise ForeignModelError(
             f"{path} is not a {FORMAT} file (published CGSchNet checkpoints are read by "
             "workbench.model.mlcg_import)"
         )
@@ -91,7 +98,14 @@ def load_potential(path: str | os.PathLike, map_location: str = "cpu") -> Potent
         raise
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         # a missing key, bad JSON, a prior tensor of the wrong size, or a state dict that
-        # does not fit the config: all mean the file is inconsistent, not a caller error
-        raise ModelFormatError(f"{path}: tensors do not match the config: {exc}") from exc
+        # does not fit the config: all mean the file is damaged, not a caller error
+        detail = " ".join(str(exc).split())
+        raise ModelFormatError(f"{path} is a damaged {FORMAT} file, its tensors do not match "
+                               f"its config: {detail}") from exc
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ModelFormatError(f"{path} is a damaged {FORMAT} file: tensor {name} holds "
+                                   f"{bad} NaN or infinite values")
     potential.metadata = config.get("metadata", {})
     return potential

@@ -93,14 +93,17 @@ def system_from_structure(structure: PDBStructure, name: str, mapping: str) -> C
     """Map a parsed structure and derive its topology and native contacts.
 
     ``metadata`` holds ``source`` (where the structure came from), ``chain_ids``
-    (identifier of each chain) and ``missing_heavy_atoms`` (residue label -> names of
-    side-chain atoms absent from the file, which the native contacts therefore miss).
+    (identifier of each chain), ``missing_heavy_atoms`` (residue label -> names of
+    side-chain atoms absent from the file, which the native contacts therefore miss) and
+    ``modified_residues`` (residue label -> the standard residue it is read as, and why).
     """
     beads = map_structure(structure, mapping)
     chain_index = torch.from_numpy(structure.chain_index)
     bonds = build_bonds(beads, chain_index)
     contacts, contact_distances = native_contacts(structure)
     missing = {r.label: r.missing_heavy_atoms for r in structure.residues if r.missing_heavy_atoms}
+    modified = {r.label: f"{r.name} ({'its MODRES record' if r.by_modres else 'built-in mapping'})"
+                for r in structure.residues if r.name != r.file_name}
     return CGSystem(
         name=name,
         mapping=mapping,
@@ -122,5 +125,6 @@ def system_from_structure(structure: PDBStructure, name: str, mapping: str) -> C
             "source": structure.source,
             "chain_ids": structure.chain_ids,
             "missing_heavy_atoms": missing,
+            "modified_residues": modified,
         },
     )

@@ -35,5 +35,9 @@ class UnknownResidueError(PDBError):
     """A residue name is neither one of the 20 standard residues nor a mapped variant."""
 
 
+class UnsupportedFormatError(PDBError):
+    """A structure file of another format (mmCIF), which is not read."""
+
+
 class UnknownProteinError(ValueError):
     """A name is neither a bundled protein nor an existing file."""

@@ -4,7 +4,9 @@ What it keeps: heavy atoms of amino-acid residues from ATOM records, and HETATM
 records whose residue name is a standard residue or a mapped variant (MSE, NLE, ...).
 What it drops: hydrogens and deuterium, waters, ions, ligands, alternate locations
 other than the first seen for each atom, every model after the first, and all
-other record types (ANISOU, CONECT, HELIX, ...).
+other record types (ANISOU, CONECT, HELIX, ...). A residue named by a MODRES record is
+read as the standard residue the record gives (its HETATM records kept), before any
+built-in mapping of its name. mmCIF files are not read (they are refused as such).
 
 Chains are split where the chain identifier changes and after each TER record.
 Problems raise a subclass of :class:`~workbench.system.errors.PDBError`.
@@ -28,6 +30,7 @@ from workbench.system.errors import (
     NonFiniteCoordinateError,
     NoProteinError,
     UnknownResidueError,
+    UnsupportedFormatError,
 )
 from workbench.system.residues import (
     BACKBONE,
@@ -38,6 +41,9 @@ from workbench.system.residues import (
     standard_atom_name,
     standard_name,
 )
+
+#: File suffixes of mmCIF structures (refused: not read).
+MMCIF_SUFFIXES = (".cif", ".mmcif", ".bcif")
 
 #: Largest C(i)–N(i+1) distance, Å, still read as a peptide bond.
 PEPTIDE_BOND_MAX = 2.0
@@ -78,6 +84,8 @@ class PDBResidue:
         Formal charges from columns 79-80 (0 where blank).
     coordinates : numpy.ndarray, shape (a, 3), float64
         Atom coordinates, Å.
+    by_modres : bool
+        ``name`` comes from the file's MODRES record of this residue.
     """
 
     name: str
@@ -90,6 +98,7 @@ class PDBResidue:
     elements: tuple[str, ...]
     charges: tuple[int, ...]
     coordinates: np.ndarray
+    by_modres: bool = False
 
     @property
     def residue_id(self) -> str:
@@ -175,12 +184,15 @@ class PDBStructure:
 class _ResidueBuilder:
     """Collects the atoms of one residue while the file is read."""
 
-    def __init__(self, key: tuple[int, str, int, str], file_name: str, where: str):
+    def __init__(self, key: tuple[int, str, int, str], file_name: str, where: str,
+                 modres: str | None = None):
         self.key = key
         self.chain_index, self.chain_id, self.number, self.icode = key
         self.file_name = file_name
+        self.by_modres = modres is not None
         try:
-            self.name = standard_name(file_name, f"{self.number}{self.icode.strip()}", key[1])
+            self.name = modres or standard_name(file_name, f"{self.number}{self.icode.strip()}",
+                                                key[1])
         except UnknownResidueError as err:
             raise UnknownResidueError(f"{where}: {err}") from None
         self.where = where
@@ -199,7 +211,9 @@ class _ResidueBuilder:
         # altloc (microheterogeneity) belongs to a later conformer and is skipped too.
         if altloc != " " and file_name != self.file_name:
             return
-        self.atoms.setdefault(standard_atom_name(self.file_name, atom_name), (element, charge, xyz))
+        if not self.by_modres:
+            atom_name = standard_atom_name(self.file_name, atom_name)
+        self.atoms.setdefault(atom_name, (element, charge, xyz))
 
     def build(self) -> PDBResidue:
         residue = PDBResidue(
@@ -213,6 +227,7 @@ class _ResidueBuilder:
             elements=tuple(v[0] for v in self.atoms.values()),
             charges=tuple(v[1] for v in self.atoms.values()),
             coordinates=np.array([v[2] for v in self.atoms.values()], dtype=np.float64),
+            by_modres=self.by_modres,
         )
         missing = [a for a in BACKBONE if a not in residue.atom_names]
         if missing:
@@ -224,9 +239,34 @@ class _ResidueBuilder:
 
 
 def read_pdb(path: str | os.PathLike) -> PDBStructure:
-    """Read a PDB file; see :func:`parse_pdb`."""
+    """Read a PDB file; see :func:`parse_pdb`.
+
+    Raises
+    ------
+    UnsupportedFormatError
+        An mmCIF file (by its ``data_`` block or its suffix).
+    """
     text = Path(path).read_text(encoding="utf-8", errors="replace")
+    if text.lstrip().startswith("data_") or Path(path).suffix.lower() in MMCIF_SUFFIXES:
+        raise UnsupportedFormatError(
+            f"{path} is an mmCIF file, which is not read: give the structure as a PDB file "
+            "(convert it with, e.g., gemmi convert, PyMOL or ChimeraX)"
+        )
     return parse_pdb(text, source=str(path))
+
+
+def modified_residues(text: str) -> dict[tuple[str, int, str], str]:
+    """The MODRES records of a PDB file: ``(chain id, number, insertion code)`` -> the
+    standard residue the modified one stands for (records naming no standard residue are
+    left out)."""
+    found = {}
+    for raw in text.splitlines():
+        if raw.startswith("MODRES"):
+            line = raw.ljust(80)
+            standard = line[24:27].strip()
+            if standard in ONE_LETTER and line[18:22].strip().lstrip("-").isdigit():
+                found[line[16], int(line[18:22]), line[22]] = standard
+    return found
 
 
 def parse_pdb(text: str, source: str = "<string>") -> PDBStructure:
@@ -258,6 +298,7 @@ def parse_pdb(text: str, source: str = "<string>") -> PDBStructure:
     NoProteinError
         No protein residue was found.
     """
+    modres = modified_residues(text)
     residues: list[_ResidueBuilder] = []
     seen_keys: set[tuple] = set()
     chain_index = -1
@@ -279,11 +320,15 @@ def parse_pdb(text: str, source: str = "<string>") -> PDBStructure:
             continue
         line = raw.ljust(80)
         file_name = line[17:21].strip()
-        if file_name in SOLVENT_NAMES or (record == "HETATM" and not is_amino_acid(file_name)):
+        ligand = record == "HETATM" and not is_amino_acid(file_name)
+        if file_name in SOLVENT_NAMES or (ligand and not modres):
             continue
         where = f"{source}, line {line_no}"
         number = _parse_int(line[22:26], "residue number", where)
         icode, chain_id = line[26], line[21]
+        standard = modres.get((chain_id, number, icode))
+        if ligand and standard is None:
+            continue
         xyz = _parse_coordinates(line, where)
         atom_name = line[12:16].strip()
         element = _element(line[76:78], atom_name)
@@ -304,7 +349,7 @@ def parse_pdb(text: str, source: str = "<string>") -> PDBStructure:
                     "appears again after other residues"
                 )
             seen_keys.add(key)
-            current = _ResidueBuilder(key, file_name, where)
+            current = _ResidueBuilder(key, file_name, where, standard)
             residues.append(current)
         current.add(file_name, atom_name, line[16], element, charge, xyz)
 

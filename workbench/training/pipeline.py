@@ -24,6 +24,7 @@ from workbench.model.io import load_potential, save_potential
 from workbench.model.potential import Potential
 from workbench.model.priors import FourierDihedrals
 from workbench.model.schnet import CGSchNet, SchNetConfig
+from workbench.model_fit import check_model_fits
 from workbench.system.cg_system import CGSystem
 from workbench.system.topology import MIN_SEPARATION
 from workbench.training.boltzmann_inversion import fit_priors, non_native_minima
@@ -311,6 +312,7 @@ def train_potential(
         f"teacher of {system.name} (epsilon {teacher.metadata.get('epsilon')} kcal/mol)",
         "protein": system.name,
         "mapping": system.mapping,
+        "sequence": list(system.residue_names),
         "teacher": teacher.metadata,
     }
 
@@ -444,6 +446,7 @@ def _starting_model(
             f"{path} cannot be continued for {system.name}: it is "
             + ("a prior-only potential" if start.schnet is None else f"a model of {protein}")
         )
+    check_model_fits(start, system, str(path))
     refits = [name for name, value in (("repulsion separation", repulsion_separation),
                                        ("repulsion grouping", repulsion_grouping),
                                        ("dihedral degree", dihedral_degree),

@@ -6,6 +6,7 @@ import os
 
 from workbench.model.io import ModelFormatError, load_potential
 from workbench.model.potential import Potential
+from workbench.model_fit import check_model_fits
 from workbench.system import build_system
 from workbench.system.cg_system import CGSystem
 from workbench.teacher import teacher_potential
@@ -25,6 +26,7 @@ def model_and_teacher(path: str | os.PathLike) -> tuple[Potential, CGSystem, Pot
     if not isinstance(teacher_meta, dict) or "epsilon" not in teacher_meta:
         raise ModelFormatError(f"{path} has no teacher in its metadata (not made by train)")
     system = build_system(potential.metadata["protein"])
+    check_model_fits(potential, system, str(path))
     teacher = teacher_potential(system, teacher_meta["epsilon"], teacher_meta.get("dihedral_ratio"),
                                 teacher_meta.get("contact_separation"),
                                 teacher_meta.get("contact_barrier"))
