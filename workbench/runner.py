@@ -409,9 +409,14 @@ class ThroughputMeter:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def record(self, steps: int, seconds: float) -> None:
-        """Add a timed chunk."""
-        self.chunks.append((steps, seconds))
+    def record(self, steps: int, seconds: float, new_chunk: bool = True) -> None:
+        """Add a timed chunk, or add to the last one (``new_chunk`` False: a chunk timed in
+        parts, e.g. shown step by step while it runs)."""
+        if new_chunk or not self.chunks:
+            self.chunks.append((steps, seconds))
+        else:
+            last_steps, last_seconds = self.chunks[-1]
+            self.chunks[-1] = (last_steps + steps, last_seconds + seconds)
 
     def timestep_mol_per_s(self, skip_warmup: bool = True) -> float:
         """Aggregate throughput, excluding the first chunk when there are several."""
@@ -446,14 +451,16 @@ def timed_steps(
     meter: ThroughputMeter,
     steps: int,
     advance: Callable[[int], None] | None = None,
+    new_chunk: bool = True,
 ) -> None:
     """Run ``steps`` steps and record their wall time in ``meter``.
 
     ``advance(steps)`` steps the run instead of ``sim.step`` when given (e.g.
-    :meth:`PreparedRun.advance`, which also exchanges temperatures on a ladder).
+    :meth:`PreparedRun.advance`, which also exchanges temperatures on a ladder);
+    ``new_chunk`` False adds them to the meter's last chunk.
     """
     meter.synchronize()
     start = time.perf_counter()
     (advance or sim.step)(steps)
     meter.synchronize()
-    meter.record(steps, time.perf_counter() - start)
+    meter.record(steps, time.perf_counter() - start, new_chunk)

@@ -314,15 +314,14 @@ def test_ctrl_c_stops_cleanly_and_the_run_resumes_from_its_last_save(
 ):
     import workbench.cli.run as cli
 
-    real, calls = cli.timed_steps, []
+    real = cli.timed_steps
 
-    def interrupted_on_the_second_chunk(*args):
-        calls.append(args)
-        if len(calls) == 2:
+    def interrupted_after_the_first_save(sim, *args, **kwargs):
+        if sim.step_count == 2:
             raise KeyboardInterrupt
-        real(*args)
+        real(sim, *args, **kwargs)
 
-    monkeypatch.setattr(cli, "timed_steps", interrupted_on_the_second_chunk)
+    monkeypatch.setattr(cli, "timed_steps", interrupted_after_the_first_save)
     out = tmp_path / "run"
     code = main([*RUN, "--out", str(out)])
     captured = capsys.readouterr()
@@ -342,3 +341,25 @@ def test_ctrl_c_stops_cleanly_and_the_run_resumes_from_its_last_save(
     straight = torch.load(finished_run[0] / "checkpoint.pt", weights_only=True)
     assert torch.equal(resumed["positions"], straight["positions"])
     assert not json.loads((out / "summary.json").read_text())["interrupted"]
+
+
+def test_progress_shows_from_the_first_step_and_saves_stay_on_their_interval(
+    tmp_path, monkeypatch
+):
+    import workbench.cli.run as cli
+
+    real, sizes, meters = cli.timed_steps, [], []
+
+    def recorded(sim, meter, steps, *args, **kwargs):
+        sizes.append(steps)
+        meters.append(meter)
+        real(sim, meter, steps, *args, **kwargs)
+
+    monkeypatch.setattr(cli, "timed_steps", recorded)
+    out = tmp_path / "run"
+    args = ["run", "--protein", "cln025", "--model", "demo", "--replicas", "2", "--steps",
+            "20", "--save-interval", "8", "--device", "cpu", "--quiet", "--out", str(out)]
+    assert main(args) == 0
+    assert sizes == [1, 2, 4, 1, 8, 4]  # doubling, never across the saves at 8 and 16
+    assert [steps for steps, _ in meters[0].chunks] == [8, 8, 4]  # one chunk per save
+    assert [int(r["step"]) for r in read_rows(out / "metrics.csv")][::2] == [8, 16]

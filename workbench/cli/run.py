@@ -267,9 +267,14 @@ def run_here(args, settings: RunSettings, out: Path | None, began: float) -> int
     saved_step = sim.step_count  # the step the checkpoint on disk holds
     try:
         with terminate_as_interrupt():
+            # progress from the first step: chunks grow 1, 2, 4, ... up to the save
+            # interval, and never cross a save (the checkpoint stays at every save)
+            grow = 1
             while done < settings.steps:
-                n = min(chunk, settings.steps - done)
-                timed_steps(sim, meter, n, prepared.advance)
+                n = min(grow, chunk - done % chunk, settings.steps - done)
+                grow = min(2 * grow, chunk)
+                # the meter keeps one chunk per save interval: the first is the warm-up
+                timed_steps(sim, meter, n, prepared.advance, new_chunk=done % chunk == 0)
                 done += n
                 q = float(sim.metrics()["q"].mean())
                 rate = meter.timestep_mol_per_s()
@@ -278,7 +283,7 @@ def run_here(args, settings: RunSettings, out: Path | None, began: float) -> int
                     f"{meter.ns_per_day():,.1f} ns/day | Q {q:.3f}"
                 )
                 bar.update(n)
-                if out is not None:
+                if out is not None and (done % chunk == 0 or done == settings.steps):
                     # the records first, then the checkpoint that covers them
                     for record in records:
                         record.flush()
