@@ -218,8 +218,11 @@ def run_ncu(ncu: str, metrics: list[str], driver: list[str], report: Path,
                "--cache-control", "none", "--metrics", ",".join(metrics),
                "--export", str(report), "--force-overwrite", *driver]
     _checked(command, timeout_s)
-    return _checked([ncu, "--import", str(report), "--csv", "--page", "raw",
-                     "--print-units", "base", "--metrics", ",".join(metrics)], timeout_s)
+    table = [ncu, "--import", str(report), "--csv", "--page", "raw"]
+    try:
+        return _checked([*table, "--print-units", "base"], timeout_s)
+    except NcuError:  # an ncu without --print-units: its scaled units are read instead
+        return _checked(table, timeout_s)
 
 
 def query_metrics(ncu: str, timeout_s: float = 60) -> set[str]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 import traceback
@@ -166,8 +167,47 @@ def _row(name: str, calls: float, time_us: float, source: str, phases: dict[str,
            "flops_by_type": flops, "dram_bytes": dram,
            "l2_bytes": kernel.l2_bytes / ncu_steps if kernel and kernel.l2_bytes else None,
            "registers": kernel.registers if kernel else None}
+    row["flop_type"] = dominant_type(flops, peaks)
     row.update(roofline_point(time_us * 1e-6, flops, dram, peaks))
     return row
+
+
+def dominant_type(flops: dict[str, float] | None, peaks: dict[str, float]) -> str | None:
+    """The FLOP type that would take longest at its peak (the roof that matters most);
+    None without FLOPs."""
+    timed = {kind: v / peaks.get(kind, float("inf")) if peaks.get(kind) else v
+             for kind, v in (flops or {}).items() if v > 0}
+    return max(timed, key=timed.get) if timed else None
+
+
+def short_name(name: str, width: int = 72) -> str:
+    """A kernel name for a table: no ``void``, parameter list or ATen namespaces, cut in
+    the middle to ``width`` characters."""
+    name = name.removeprefix("void ")
+    name = re.sub(r"\(anonymous namespace\)::|\b(at|native|detail|c10|cuda)::", "",
+                  name[:_parameter_list(name)])
+    if len(name) > width:
+        half = (width - 3) // 2
+        name = f"{name[:half]}...{name[-(width - 3 - half):]}"
+    return name.replace("|", "/")
+
+
+def _parameter_list(name: str) -> int:
+    """Index of the ``(`` that opens a name's trailing parameter list, else its length."""
+    depth = 0
+    for i in range(len(name) - 1, -1, -1) if name.endswith(")") else ():
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0:
+            return i
+    return len(name)
+
+
+def phase_totals(rows: list[dict]) -> dict[str, float]:
+    """Microseconds per step of each phase."""
+    totals: dict[str, float] = {}
+    for row in rows:
+        totals[row["phase"]] = totals.get(row["phase"], 0.0) + row["time_us"]
+    return totals
 
 
 # ---------------------------------------------------------------- markdown and docs
@@ -180,7 +220,7 @@ def _fmt(value, scale: float = 1.0, digits: int = 1, percent: bool = False) -> s
 
 def markdown(result: dict, top: int = 12) -> str:
     """Markdown of a result: GPU, command, peaks, then per configuration its ``top``
-    slowest kernels (names cut at 60 characters) and its totals."""
+    slowest kernels (`short_name`) and its totals."""
     peaks, env = result["peaks"], result["environment"]
     lines = [f"GPU: {env.get('gpu')} · torch {env.get('torch')} · triton {env.get('triton')} · "
              f"{env.get('date')}",
@@ -200,15 +240,19 @@ def markdown(result: dict, top: int = 12) -> str:
                   "| kernel | phase | calls | µs/step | GFLOP | DRAM MB | TFLOP/s | GB/s | "
                   "FLOP/B | % FLOP peak | % DRAM peak | bound |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        phases = ", ".join(f"{phase} {us:,.0f} µs"
+                           for phase, us in sorted(phase_totals(config["rows"]).items()))
+        lines.insert(-3, f"By phase: {phases}.\n")
         for row in config["rows"][:top]:
-            name = row["name"] if len(row["name"]) <= 60 else row["name"][:57] + "..."
+            bound = f"{row['bound']} ({row['flop_type']})" if row.get("flop_type") else \
+                row["bound"]
             lines.append(
-                f"| `{name.replace('|', '/')}` | {row['phase']} | {row['calls_per_step']:.1f} | "
+                f"| `{short_name(row['name'])}` | {row['phase']} | {row['calls_per_step']:.1f} | "
                 f"{row['time_us']:,.1f} | {_fmt(row['flops'], 1e9, 2)} | "
                 f"{_fmt(row['dram_bytes'], 1e6)} | {_fmt(row['flop_per_s'], 1e12, 2)} | "
                 f"{_fmt(row['bytes_per_s'], 1e9, 0)} | {_fmt(row['intensity'], 1, 1)} | "
                 f"{_fmt(row['frac_compute'], percent=True)} | "
-                f"{_fmt(row['frac_dram'], percent=True)} | {row['bound'] or '–'} |")
+                f"{_fmt(row['frac_dram'], percent=True)} | {bound or '–'} |")
     return "\n".join(lines)
 
 

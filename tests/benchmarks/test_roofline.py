@@ -208,3 +208,48 @@ def test_render_command_writes_the_doc(tmp_path):
     doc.write_text(f"x\n{roofline.START}\n{roofline.END}\n")
     roofline.main(["--render", str(result), "--doc", str(doc)])
     assert "_cfconv_bwd_kernel" in doc.read_text()
+
+
+@pytest.mark.parametrize("with_ncu", [True, False])
+def test_measure_joins_everything_into_json_and_table(tmp_path, monkeypatch, capsys, with_ncu):
+    """The orchestration with the GPU parts replaced: ncu's CSV from the fixture, or no
+    ncu at all (then the table has times only and the output says so)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(roofline, "environment", lambda: _result()["environment"])
+    monkeypatch.setattr(roofline, "measure_ceilings", lambda: {"dram": 3e12, "fp32": 50e12})
+    monkeypatch.setattr(roofline, "profile_config", lambda *a: (
+        [("_cfconv_fwd_kernel", 2.0, 30.0)], {}))
+    monkeypatch.setattr(ncu, "find_ncu", lambda given: "/bin/ncu" if with_ncu else None)
+    monkeypatch.setattr(ncu, "query_metrics", lambda path: {"dram__bytes_read"})
+    monkeypatch.setattr(ncu, "run_ncu", lambda *a: FIXTURE.read_text())
+    out = tmp_path / "r.json"
+    roofline.main(["--configs", "all,baseline", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert [c["config"] for c in result["configs"]] == ["all", "baseline"]
+    row = result["configs"][0]["rows"][0]
+    assert row["name"] == "_cfconv_fwd_kernel" and row["time_us"] == 30.0
+    printed = capsys.readouterr().out
+    assert printed.rstrip().endswith("|")
+    if with_ncu:
+        assert row["dram_bytes"] == pytest.approx(2.048e6 + 512 + 1.024e6)
+        assert result["peaks"]["used"]["dram"] == 3e12
+    else:
+        assert row["flops"] is None and "ncu not found" in printed
+
+
+def test_short_names_and_dominant_flop_type():
+    assert roofline.short_name(FILL) == \
+        "vectorized_elementwise_kernel<4, FillFunctor<float>, Array<char *, 1>>"
+    assert roofline.short_name("void f<(int)3>(float)") == "f<(int)3>"
+    assert len(roofline.short_name("k" * 200)) == 72
+    # 1e9 FP32 FLOPs take 20 us, 4e9 TF32 FLOPs 10 us: FP32 is the roof that matters
+    assert roofline.dominant_type({"tensor_tf32": 4e9, "fp32": 1e9}, PEAKS) == "fp32"
+    assert roofline.dominant_type({"fp32": 0.0}, PEAKS) is None
+
+
+def test_phase_totals():
+    rows = [{"phase": "forward", "time_us": 2.0}, {"phase": "backward", "time_us": 3.0},
+            {"phase": "forward", "time_us": 4.0}]
+    assert roofline.phase_totals(rows) == {"forward": 6.0, "backward": 3.0}
