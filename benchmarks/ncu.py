@@ -10,9 +10,12 @@ from __future__ import annotations
 import csv
 import glob
 import io
+import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,8 +24,9 @@ BASE_METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_w
 #: Counters read when the machine lists them (L2 traffic, registers).
 EXTRA_METRICS = ("lts__t_bytes.sum", "launch__registers_per_thread")
 #: CUDA-core floating-point instruction counters: ``smsp__sass_thread_inst_executed_op_``
-#: + precision letter + operation + ``_pred_on``; an FMA counts two FLOPs.
-SASS_OPS = re.compile(r"^smsp__sass_thread_inst_executed_op_([fhd])(add|mul|fma)_pred_on$")
+#: (or ``sm__``, where ncu lists no ``smsp__`` one) + precision letter + operation +
+#: ``_pred_on``; an FMA counts two FLOPs.
+SASS_OPS = re.compile(r"^(?:smsp|sm)__sass_thread_inst_executed_op_([fhd])(add|mul|fma)_pred_on$")
 #: Tensor-core counters by source type (sparsity variants and integer types left out).
 TENSOR_OPS = re.compile(r"^sm__ops_path_tensor_src_(fp16|bf16|tf32|fp64)(_dst_fp16|_dst_fp32)?$")
 #: FLOP type of each CUDA-core precision letter.
@@ -96,7 +100,8 @@ def choose_metrics(available: set[str]) -> list[str]:
     listed FLOP counter (`SASS_OPS`, `TENSOR_OPS`), each as its ``.sum``."""
     chosen = list(BASE_METRICS)
     chosen += [m for m in EXTRA_METRICS if m.split(".")[0] in available]
-    flops = sorted(m for m in available if SASS_OPS.match(m) or TENSOR_OPS.match(m))
+    flops = sorted(m for m in available if TENSOR_OPS.match(m) or (
+        SASS_OPS.match(m) and not (m.startswith("sm__") and "smsp" + m[2:] in available)))
     return chosen + [m + ".sum" for m in flops]
 
 
@@ -202,22 +207,29 @@ def calibration_factors(launches: list[dict], flops_per_matmul: float) -> dict[s
 
 
 def run_ncu(ncu: str, metrics: list[str], driver: list[str], report: Path,
-            timeout_s: float) -> str:
-    """Profile ``driver`` (argv) between its cudaProfilerStart/Stop with ``metrics``, keep
-    the report at ``report`` (``.ncu-rep``) and return its raw CSV page.
+            timeout_s: float, cwd: Path | None = None) -> str:
+    """Profile ``driver`` (argv, run in ``cwd``) between its cudaProfilerStart/Stop with
+    ``metrics``, keep the report at ``report`` (``.ncu-rep``) and return its raw CSV page.
 
     Clocks and caches are left as the program has them (``--clock-control none``,
-    ``--cache-control none``), as in a run.
+    ``--cache-control none``), as in a run. A failing profile that still wrote its report
+    (some kernel could not be profiled) is read, with a warning on stderr.
 
     Raises
     ------
     NcuError
-        ncu failed (its message included), timed out, or profiled nothing.
+        ncu failed without a report (its message included), timed out, or profiled nothing.
     """
     command = [ncu, "--profile-from-start", "off", "--clock-control", "none",
                "--cache-control", "none", "--metrics", ",".join(metrics),
                "--export", str(report), "--force-overwrite", *driver]
-    _checked(command, timeout_s)
+    report.unlink(missing_ok=True)
+    try:
+        _checked(command, timeout_s, cwd)
+    except NcuError as err:
+        if not report.exists() or "timed out" in str(err):
+            raise
+        print(f"warning: {err}; reading the report it wrote", file=sys.stderr)
     table = [ncu, "--import", str(report), "--csv", "--page", "raw"]
     try:
         return _checked([*table, "--print-units", "base"], timeout_s)
@@ -230,18 +242,38 @@ def query_metrics(ncu: str, timeout_s: float = 60) -> set[str]:
     return listed_metrics(_checked([ncu, "--query-metrics"], timeout_s))
 
 
-def _checked(command: list[str], timeout_s: float) -> str:
-    """stdout of ``command``; NcuError with the tail of its output if it fails."""
+def _checked(command: list[str], timeout_s: float, cwd: Path | None = None) -> str:
+    """stdout of ``command``; NcuError with the tail of its output if it fails. On a
+    timeout the whole process group (ncu and the program it profiles) is killed."""
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as err:
-        raise NcuError(f"ncu timed out after {timeout_s:.0f} s: {' '.join(command[:6])} ...") \
-            from err
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, cwd=cwd, start_new_session=True)
     except OSError as err:
         raise NcuError(f"cannot run {command[0]}: {err}") from err
-    refused = "ERR_NVGPUCTRPERM" in done.stdout + done.stderr
-    if done.returncode != 0 or refused:
-        tail = (done.stdout + done.stderr).strip()[-1500:]
+    try:
+        out, err_text = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as err:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise NcuError(f"ncu timed out after {timeout_s:.0f} s: {' '.join(command[:6])} ...") \
+            from err
+    refused = "ERR_NVGPUCTRPERM" in out + err_text
+    if proc.returncode != 0 or refused:
+        tail = (out + err_text).strip()[-1500:]
         hint = " (no permission for GPU performance counters)" if refused else ""
-        raise NcuError(f"ncu exited {done.returncode}{hint}: {tail}")
-    return done.stdout
+        raise NcuError(f"ncu exited {proc.returncode}{hint}: {tail}")
+    return out
+
+
+def coverage_notes(metrics: list[str], factors: dict[str, float]) -> list[str]:
+    """What the FLOP counts miss: no tensor-core or CUDA-core counter among ``metrics``,
+    or a tensor-core type whose FLOPs per op the calibration could not fix (taken as 1)."""
+    notes = []
+    if not any(TENSOR_OPS.match(m.removesuffix(".sum")) for m in metrics):
+        notes.append("ncu lists no tensor-core op counter: tensor-core FLOPs are missing")
+    if not any(SASS_OPS.match(m.removesuffix(".sum")) for m in metrics):
+        notes.append("ncu lists no FP instruction counter: CUDA-core FLOPs are missing")
+    for kind in ("tensor_fp16", "tensor_tf32"):
+        if kind not in factors:
+            notes.append(f"{kind}: not calibrated, one FLOP per counted op assumed")
+    return notes

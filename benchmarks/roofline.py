@@ -31,7 +31,8 @@ from benchmarks import ncu as ncu_tools
 
 DEFAULT_CONFIGS = "all,all-fp16,baseline,tables+graph"
 START, END = "<!-- roofline:start -->", "<!-- roofline:end -->"
-DOC = Path(__file__).resolve().parents[1] / "docs" / "kernels.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "kernels.md"
 #: Range around the force evaluation, so the profile can tell forward kernels from others.
 FORCES_RANGE = "roofline::energy_and_forces"
 #: Matmul size of the ceilings and of the tensor-core calibration.
@@ -422,7 +423,7 @@ def ncu_counts(args, ncu: str, metrics: list[str], target: str, folder: Path) ->
     """ncu's launches of a driver run (``target``: a configuration or ``calibrate``)."""
     report = folder / f"ncu-{target.replace('+', '_')}.ncu-rep"
     text = ncu_tools.run_ncu(ncu, metrics, _driver_argv(args, target), report,
-                             args.ncu_timeout)
+                             args.ncu_timeout, cwd=ROOT)
     return ncu_tools.parse_raw_csv(text)
 
 
@@ -448,6 +449,7 @@ def measure(args, command: str) -> dict:
             metrics = ncu_tools.choose_metrics(ncu_tools.query_metrics(ncu))
             factors = ncu_tools.calibration_factors(
                 ncu_counts(args, ncu, metrics, "calibrate", out_dir), 2.0 * CALIBRATION_N**3)
+            notes += ncu_tools.coverage_notes(metrics, factors)
         except ncu_tools.NcuError as err:
             notes.append(f"ncu unusable ({err}): times only, no FLOP or byte counts")
             ncu = None

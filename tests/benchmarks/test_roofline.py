@@ -223,7 +223,7 @@ def test_measure_joins_everything_into_json_and_table(tmp_path, monkeypatch, cap
         [("_cfconv_fwd_kernel", 2.0, 30.0)], {}))
     monkeypatch.setattr(ncu, "find_ncu", lambda given: "/bin/ncu" if with_ncu else None)
     monkeypatch.setattr(ncu, "query_metrics", lambda path: {"dram__bytes_read"})
-    monkeypatch.setattr(ncu, "run_ncu", lambda *a: FIXTURE.read_text())
+    monkeypatch.setattr(ncu, "run_ncu", lambda *a, **k: FIXTURE.read_text())
     out = tmp_path / "r.json"
     roofline.main(["--configs", "all,baseline", "--out", str(out)])
     result = json.loads(out.read_text())
@@ -253,3 +253,31 @@ def test_phase_totals():
     rows = [{"phase": "forward", "time_us": 2.0}, {"phase": "backward", "time_us": 3.0},
             {"phase": "forward", "time_us": 4.0}]
     assert roofline.phase_totals(rows) == {"forward": 6.0, "backward": 3.0}
+
+
+def test_sm_counters_only_where_no_smsp_one_is_listed():
+    available = {"sm__sass_thread_inst_executed_op_ffma_pred_on",
+                 "smsp__sass_thread_inst_executed_op_ffma_pred_on",
+                 "sm__sass_thread_inst_executed_op_fadd_pred_on"}
+    assert ncu.choose_metrics(available)[len(ncu.BASE_METRICS):] == [
+        "sm__sass_thread_inst_executed_op_fadd_pred_on.sum",
+        "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"]
+
+
+def test_coverage_notes_say_what_the_counts_miss():
+    notes = ncu.coverage_notes(list(ncu.BASE_METRICS), {"tensor_fp16": 2.0})
+    assert len(notes) == 3 and "tensor-core FLOPs are missing" in notes[0]
+    full = [*ncu.BASE_METRICS, "sm__ops_path_tensor_src_tf32_dst_fp32.sum",
+            "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"]
+    assert ncu.coverage_notes(full, {"tensor_fp16": 2.0, "tensor_tf32": 2.0}) == []
+
+
+def test_failing_or_slow_commands_raise_with_their_output():
+    import sys
+    with pytest.raises(ncu.NcuError, match="exited 3.*ERR_X"):
+        ncu._checked([sys.executable, "-c", "print('ERR_X'); raise SystemExit(3)"], 30)
+    with pytest.raises(ncu.NcuError, match="timed out"):
+        ncu._checked([sys.executable, "-c", "import time; time.sleep(30)"], 0.5)
+    with pytest.raises(ncu.NcuError, match="cannot run"):
+        ncu._checked(["/nonexistent/ncu"], 5)
+    assert ncu._checked([sys.executable, "-c", "print('ok')"], 30) == "ok\n"
