@@ -239,6 +239,19 @@ def test_measure_joins_everything_into_json_and_table(tmp_path, monkeypatch, cap
         assert row["flops"] is None and "ncu not found" in printed
 
 
+def test_configurations_past_the_budget_are_skipped(tmp_path, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(roofline, "environment", lambda: _result()["environment"])
+    monkeypatch.setattr(roofline, "measure_ceilings", lambda: {})
+    monkeypatch.setattr(ncu, "find_ncu", lambda given: None)
+    out = tmp_path / "r.json"
+    roofline.main(["--configs", "all", "--out", str(out), "--budget-s", "-1"])
+    assert json.loads(out.read_text())["configs"] == []
+    assert "all: skipped, past the --budget-s" in capsys.readouterr().out
+
+
 def test_short_names_and_dominant_flop_type():
     assert roofline.short_name(FILL) == \
         "vectorized_elementwise_kernel<4, FillFunctor<float>, Array<char *, 1>>"
