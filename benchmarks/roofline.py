@@ -20,6 +20,7 @@ section of the kernels documentation. Needs a CUDA GPU (not ``--render``).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import re
 import shlex
@@ -142,19 +143,26 @@ def merge_rows(profiled: list[tuple[str, float, float]], phases: dict[str, str],
                counts: dict[str, ncu_tools.KernelCounts] | None,
                ncu_steps: int, peaks: dict[str, float]) -> list[dict]:
     """One row per kernel: torch.profiler's calls and time per step with ncu's counters
-    per step (``ncu_steps`` profiled) matched by name; a kernel ncu saw but the profiler
-    did not keeps ncu's time (``time_source`` says which)."""
-    counts = counts or {}
+    per step (``ncu_steps`` profiled), matched by name, else by `short_name` where that
+    names one kernel on each side; a kernel only ncu saw keeps ncu's time
+    (``time_source`` says which)."""
+    counts = dict(counts or {})
+    by_short: dict[str, list[str]] = {}
+    for name in counts:
+        by_short.setdefault(short_name(name), []).append(name)
+    profiled_short = [short_name(name) for name, _, _ in profiled]
     rows = []
-    seen = set()
-    for name, calls, time_us in profiled:
-        rows.append(_row(name, calls, time_us, "torch.profiler", phases, counts.get(name),
-                         ncu_steps, peaks))
-        seen.add(name)
+    for (name, calls, time_us), short in zip(profiled, profiled_short, strict=True):
+        match = name if name in counts else None
+        if match is None and len(by_short.get(short, ())) == 1 \
+                and profiled_short.count(short) == 1:
+            match = by_short[short][0]
+        kernel = counts.pop(match) if match in counts else None
+        rows.append(_row(name, calls, time_us, "torch.profiler", phases, kernel, ncu_steps,
+                         peaks))
     for name, kernel in counts.items():
-        if name not in seen:
-            rows.append(_row(name, kernel.launches / ncu_steps, kernel.time_ns / 1e3 / ncu_steps,
-                             "ncu", phases, kernel, ncu_steps, peaks))
+        rows.append(_row(name, kernel.launches / ncu_steps, kernel.time_ns / 1e3 / ncu_steps,
+                         "ncu", phases, kernel, ncu_steps, peaks))
     rows.sort(key=lambda row: -row["time_us"])
     return rows
 
@@ -240,7 +248,9 @@ def markdown(result: dict, top: int = 12) -> str:
         lines += ["", f"**{config['config']}** ({result['protein']} × {result['replicas']}): "
                   f"{config['total_us']:,.0f} µs of kernels per step, "
                   f"{config['kernels_per_step']:.0f} kernels; FLOPs and bytes: "
-                  f"{config['counters']}", "",
+                  f"{config['counters']}"
+                  + (f"; {config['ncu_only_kernels']} kernel(s) seen by ncu only"
+                     if config.get("ncu_only_kernels") else ""), "",
                   "| kernel | phase | calls | µs/step | GFLOP | DRAM MB | TFLOP/s | GB/s | "
                   "FLOP/B | % FLOP peak | % DRAM peak | bound |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -387,6 +397,7 @@ def profile_config(protein: str, replicas: int, config: str, steps: int) -> tupl
         torch.cuda.synchronize()
     rows, phases = device_rows(prof, steps), kernel_phases(prof)
     del sim, prof
+    gc.collect()  # captured graphs and their memory pools go with the simulation
     torch.cuda.empty_cache()
     return rows, phases
 
@@ -497,9 +508,11 @@ def measure_config(args, config: str, ncu: str | None, metrics: list[str],
             source = "none (ncu failed, see notes)"
             notes.append(f"{config}: {err}")
     merged = merge_rows(rows, phases, counts, args.ncu_steps, peaks)
+    timed = [r for r in merged if r["time_source"] == "torch.profiler"]
     return {"config": config, "counters": source, "rows": merged,
-            "total_us": sum(r["time_us"] for r in merged),
-            "kernels_per_step": sum(r["calls_per_step"] for r in merged)}
+            "total_us": sum(r["time_us"] for r in timed),
+            "kernels_per_step": sum(r["calls_per_step"] for r in timed),
+            "ncu_only_kernels": len(merged) - len(timed)}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -172,6 +172,15 @@ def test_rows_join_profiler_times_with_ncu_counts_per_step(launches):
     assert [row["time_us"] for row in rows] == sorted((r["time_us"] for r in rows), reverse=True)
 
 
+def test_rows_match_by_short_name_when_only_one_kernel_has_it(launches):
+    counts = ncu.per_kernel(launches, {})
+    profiled = [("void scan<\"odd\", 2>(float*, int)", 1.0, 5.0)]  # spelled differently
+    rows = roofline.merge_rows(profiled, {}, counts, 1, PEAKS)
+    assert [row["time_source"] for row in rows].count("ncu") == 2  # cfconv, fill
+    scan = next(row for row in rows if row["name"].startswith("void scan"))
+    assert scan["time_source"] == "torch.profiler" and scan["ncu_time_us"] == 1.0
+
+
 def _result():
     row = {"name": "_cfconv_bwd_kernel", "phase": "backward", "calls_per_step": 3.0,
            "time_us": 900.0, "flops": 2e9, "dram_bytes": 5e7, "flop_per_s": 2.2e12,
