@@ -444,8 +444,12 @@ def measure(args, command: str) -> dict:
     """Everything the JSON holds (see module docstring)."""
     import torch
 
+    from workbench.model.options import KernelOptions
+
     if not torch.cuda.is_available():
         raise SystemExit("roofline: needs a CUDA GPU (use --render to write a saved result)")
+    for config in args.configs:
+        KernelOptions.parse(config)  # a misspelt configuration fails before any GPU work
     out_dir = Path(args.out).resolve().parent
     out_dir.mkdir(parents=True, exist_ok=True)
     env = environment()
@@ -476,7 +480,7 @@ def measure(args, command: str) -> dict:
               "ncu": ncu, "metrics": metrics, "tensor_flops_per_op": factors, "notes": notes,
               "peaks": {"measured": measured, "datasheet": datasheet, "used": peaks},
               "configs": []}
-    for config in args.configs.split(","):
+    for config in args.configs:
         print(f"roofline: {config}", file=sys.stderr, flush=True)
         if time.monotonic() - args.started > args.budget_s:
             notes.append(f"{config}: skipped, past the --budget-s of {args.budget_s:.0f} s")
@@ -538,6 +542,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--driver", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.started = time.monotonic()
+    args.configs = [config.strip() for config in args.configs.split(",") if config.strip()]
     if args.driver:
         drive(args)
         return

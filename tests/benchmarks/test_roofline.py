@@ -303,3 +303,12 @@ def test_failing_or_slow_commands_raise_with_their_output():
     with pytest.raises(ncu.NcuError, match="cannot run"):
         ncu._checked(["/nonexistent/ncu"], 5)
     assert ncu._checked([sys.executable, "-c", "print('ok')"], 30) == "ok\n"
+
+
+def test_a_misspelt_configuration_fails_before_any_gpu_work(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(roofline, "environment", lambda: pytest.fail("GPU work started"))
+    with pytest.raises(SystemExit, match="failed"):
+        roofline.main(["--configs", "all, al-fp16", "--out", "unused.json"])
