@@ -1,5 +1,6 @@
-"""Roofline table of every device kernel of an MD step: achieved FLOP/s and bytes/s
-against the GPU's peaks, forward and backward.
+"""Roofline table of every device kernel of an MD step, forward and backward.
+
+Achieved FLOP/s and bytes/s of each kernel against the GPU's peaks:
 
     python -m benchmarks.roofline [--protein 1enh] [--replicas 64]
         [--configs all,all-fp16,baseline,tables+graph] [--out roofline.json]
@@ -13,8 +14,8 @@ arithmetic intensity, the fraction of the relevant peak and whether the roofline
 kernel under the memory or the compute roof. Peaks are measured on the machine (a large
 device copy, large FP16 / TF32 / FP32 matmuls) next to the datasheet's. Without ncu the
 table has times only and says so; configurations left when ``--budget-s`` has passed
-are skipped (the JSON is rewritten after each one). ``--render`` writes the table into the roofline
-section of the kernels documentation. Needs a CUDA GPU (not ``--render``).
+are skipped (the JSON is rewritten after each one). ``--render`` writes the table into
+the roofline section of the kernels documentation. Needs a CUDA GPU (not ``--render``).
 """
 
 from __future__ import annotations
@@ -433,10 +434,12 @@ def _driver_argv(args, target: str) -> list[str]:
 
 
 def ncu_counts(args, ncu: str, metrics: list[str], target: str, folder: Path) -> list[dict]:
-    """ncu's launches of a driver run (``target``: a configuration or ``calibrate``)."""
+    """ncu's launches of a driver run (``target``: a configuration or ``calibrate``),
+    given at most ``--ncu-timeout`` seconds and not much more than the budget left."""
     report = folder / f"ncu-{target.replace('+', '_')}.ncu-rep"
+    left = args.budget_s + 30 - (time.monotonic() - args.started)
     text = ncu_tools.run_ncu(ncu, metrics, _driver_argv(args, target), report,
-                             args.ncu_timeout, cwd=ROOT)
+                             max(20.0, min(args.ncu_timeout, left)), cwd=ROOT)
     return ncu_tools.parse_raw_csv(text)
 
 
