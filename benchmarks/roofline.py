@@ -246,18 +246,19 @@ def markdown(result: dict, top: int = 12) -> str:
                      f"{_fmt(peaks['datasheet'].get(kind), unit)} | "
                      f"{_fmt(peaks['used'].get(kind), unit)} |")
     for config in result["configs"]:
+        timed = [row for row in config["rows"] if row["time_source"] == "torch.profiler"]
+        phases = ", ".join(f"{phase} {us:,.0f} µs"
+                           for phase, us in sorted(phase_totals(timed).items()))
+        only_ncu = config.get("ncu_only_kernels")
         lines += ["", f"**{config['config']}** ({result['protein']} × {result['replicas']}): "
                   f"{config['total_us']:,.0f} µs of kernels per step, "
                   f"{config['kernels_per_step']:.0f} kernels; FLOPs and bytes: "
                   f"{config['counters']}"
-                  + (f"; {config['ncu_only_kernels']} kernel(s) seen by ncu only"
-                     if config.get("ncu_only_kernels") else ""), "",
+                  + (f"; {only_ncu} kernel(s) seen by ncu only" if only_ncu else ""),
+                  f"By phase: {phases}.", "",
                   "| kernel | phase | calls | µs/step | GFLOP | DRAM MB | TFLOP/s | GB/s | "
                   "FLOP/B | % FLOP peak | % DRAM peak | bound |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        phases = ", ".join(f"{phase} {us:,.0f} µs"
-                           for phase, us in sorted(phase_totals(config["rows"]).items()))
-        lines.insert(-3, f"By phase: {phases}.\n")
         for row in config["rows"][:top]:
             bound = f"{row['bound']} ({row['flop_type']})" if row.get("flop_type") else \
                 row["bound"]

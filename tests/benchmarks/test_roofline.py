@@ -185,7 +185,7 @@ def _result():
     row = {"name": "_cfconv_bwd_kernel", "phase": "backward", "calls_per_step": 3.0,
            "time_us": 900.0, "flops": 2e9, "dram_bytes": 5e7, "flop_per_s": 2.2e12,
            "bytes_per_s": 5.5e10, "intensity": 40.0, "frac_compute": 0.05, "frac_dram": 0.02,
-           "bound": "compute"}
+           "bound": "compute", "time_source": "torch.profiler"}
     return {"environment": {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.13", "triton": "3.6",
                             "date": "2026-11-27"},
             "command": "python -m benchmarks.roofline --out r.json", "protein": "1enh",
@@ -201,6 +201,7 @@ def test_render_replaces_the_section_and_is_idempotent():
     assert "old table" not in once and once.endswith(f"{roofline.END}\n\nAfter.\n")
     assert "NVIDIA H100 80GB HBM3" in once and "python -m benchmarks.roofline --out" in once
     assert "| `_cfconv_bwd_kernel` | backward | 3.0 | 900.0 | 2.00 |" in once
+    assert "By phase: backward 900 µs." in once
     assert roofline.render(_result(), once) == once
 
 
