@@ -562,11 +562,14 @@ def main(argv: list[str] | None = None) -> None:
     except Exception:
         traceback.print_exc()
         raise SystemExit("roofline: failed (traceback above)") from None
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    out = Path(args.out)
+    out.write_text(json.dumps(result, indent=1))
+    table = markdown(result)
+    out.with_suffix(".md").write_text(table + "\n")
     for note in result["notes"]:
         print(f"note: {note}")
-    print(f"full result: {args.out}\n")
-    print(markdown(result))
+    print(f"full result: {out} (table: {out.with_suffix('.md')})\n")
+    print(table)
 
 
 if __name__ == "__main__":

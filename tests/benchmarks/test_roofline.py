@@ -242,6 +242,7 @@ def test_measure_joins_everything_into_json_and_table(tmp_path, monkeypatch, cap
     assert row["name"] == "_cfconv_fwd_kernel" and row["time_us"] == 30.0
     printed = capsys.readouterr().out
     assert printed.rstrip().endswith("|")
+    assert out.with_suffix(".md").read_text().strip() in printed
     if with_ncu:
         assert row["dram_bytes"] == pytest.approx(2.048e6 + 512 + 1.024e6)
         assert result["peaks"]["used"]["dram"] == 3e12
