@@ -52,3 +52,10 @@ notebooks:
 .PHONY: benchmarks-md
 benchmarks-md:
 	$(PYTHON) benchmarks/report.py
+
+# Per-kernel roofline of an MD step (a CUDA GPU and Nsight Compute's ncu), written into
+# docs/kernels.md; the JSON and the ncu reports stay in artifacts/roofline
+.PHONY: roofline
+roofline:
+	$(PYTHON) -m benchmarks.roofline --out artifacts/roofline/roofline.json
+	$(PYTHON) -m benchmarks.roofline --render artifacts/roofline/roofline.json

@@ -27,22 +27,35 @@ from workbench.model.options import KernelOptions
 from workbench.runner import RunSettings, prepare_run
 
 
-def kernel_table(protein: str, replicas: int, steps: int, kernels: str) -> dict:
-    """``{"total_us_per_step", "kernels_per_step", "rows": [(name, count, us) per step]}``."""
-    settings = RunSettings(protein=protein, model="demo", replicas=replicas, steps=steps,
+def warmed_simulation(protein: str, replicas: int, kernels: str, warmup: int = 30):
+    """The benchmark's simulation of ``protein`` × ``replicas`` (demo model) with the
+    configuration ``kernels``, after ``warmup`` steps (compilation, autotuning, capture)."""
+    settings = RunSettings(protein=protein, model="demo", replicas=replicas, steps=warmup,
                            device="cuda", options=KernelOptions.parse(kernels))
     sim = prepare_run(settings).simulation
-    sim.step(30)
+    sim.step(warmup)
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        sim.step(steps)
-        torch.cuda.synchronize()
+    return sim
+
+
+def device_rows(prof, steps: int) -> list[tuple[str, float, float]]:
+    """``(name, count, us)`` per step of every device kernel of a profile, slowest first."""
     rows = []
     for event in prof.key_averages():
         time = getattr(event, "device_time_total", 0) or 0
         if time and event.device_type == torch.autograd.DeviceType.CUDA:
             rows.append((event.key, event.count / steps, time / steps))
     rows.sort(key=lambda row: -row[2])
+    return rows
+
+
+def kernel_table(protein: str, replicas: int, steps: int, kernels: str) -> dict:
+    """``{"total_us_per_step", "kernels_per_step", "rows": [(name, count, us) per step]}``."""
+    sim = warmed_simulation(protein, replicas, kernels)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        sim.step(steps)
+        torch.cuda.synchronize()
+    rows = device_rows(prof, steps)
     return {"protein": protein, "replicas": replicas, "kernels": kernels,
             "total_us_per_step": sum(r[2] for r in rows),
             "kernels_per_step": sum(r[1] for r in rows), "rows": rows}
