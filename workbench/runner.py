@@ -348,8 +348,9 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
         if denatured:
             positions = mixed_starts(system, settings.temperature, settings.replicas, denatured,
                                      settings.denature_steps, device, settings.seed)
-    if device.type == "cpu":
-        configure_cpu_process()
+    if device.type == "cpu":  # threads first: the path's notice names them
+        tables = settings.options.tabulated_filter and potential.schnet is not None
+        configure_cpu_process(beads=settings.replicas * system.n_beads if tables else None)
     path_notices = settle_options(settings.options, device, potential.schnet)
     integrator = LangevinIntegrator(
         settings.timestep_fs / FS_PER_PS, settings.friction, settings.temperature

@@ -16,18 +16,34 @@ import os
 
 import torch
 
+#: Beads of all replicas together below which a run on the PyTorch tables path keeps one
+#: intra-op thread: each operation of its step then takes tens of µs, as long as starting
+#: and joining the threads, and a second core that anything else uses stalls every one of
+#: them. CLN025 × 8 (392 beads) on two cores: one thread 535-594 timestep·mol/s; two
+#: threads 388-776, as the other core was busy or free. The reference path, whose
+#: operations are larger, gains from both cores (96 against 186)
+#: (`docs/decisions/0014-one-thread-for-small-table-runs.md`).
+ONE_THREAD_BELOW = 2048
+
+#: PyTorch's intra-op threads when this module was imported (before any run set them).
+DEFAULT_THREADS = torch.get_num_threads()
+
 #: ``mallopt`` parameters (glibc's malloc.h) and the values a CPU run sets: freed memory
 #: stays in the process up to 256 MiB, and blocks below 64 MiB come from the heap.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 TRIM_THRESHOLD, MMAP_THRESHOLD = 256 << 20, 64 << 20
 
 
-def cpu_threads() -> int:
-    """Intra-op threads for a CPU run: PyTorch's default (one per physical core), but no
-    more than the cores this process may run on (``os.sched_getaffinity``, e.g. under
-    ``taskset`` or a container's CPU set)."""
+def cpu_threads(beads: int | None = None) -> int:
+    """Intra-op threads for a CPU run: PyTorch's default (one per physical core, or
+    ``OMP_NUM_THREADS``), but no more than the cores this process may run on
+    (``os.sched_getaffinity``, e.g. under ``taskset`` or a container's CPU set), and one
+    for a tables run of fewer than `ONE_THREAD_BELOW` ``beads`` (None: not such a run)
+    unless ``OMP_NUM_THREADS`` says otherwise."""
     allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return min(torch.get_num_threads(), allowed or torch.get_num_threads())
+    threads = min(DEFAULT_THREADS, allowed or DEFAULT_THREADS)
+    small = beads is not None and beads < ONE_THREAD_BELOW
+    return 1 if small and "OMP_NUM_THREADS" not in os.environ else threads
 
 
 def keep_freed_memory() -> bool:
@@ -43,7 +59,8 @@ def keep_freed_memory() -> bool:
         mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
-def configure_cpu_process() -> None:
-    """`cpu_threads` intra-op threads and `keep_freed_memory`: what a CPU run sets once."""
-    torch.set_num_threads(cpu_threads())
+def configure_cpu_process(beads: int | None = None) -> None:
+    """`cpu_threads` intra-op threads and `keep_freed_memory`: what a CPU run sets once.
+    ``beads``: all replicas' beads of a run on the PyTorch tables path (None otherwise)."""
+    torch.set_num_threads(cpu_threads(beads))
     keep_freed_memory()
