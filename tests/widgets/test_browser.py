@@ -4,8 +4,9 @@ Start JupyterLab on a free port with a scratch HOME and a token, open a copy of
 01-quickstart, run all cells, press Start, then check what a user would see: plotly
 figures with data, a non-blank NGL canvas, the Start button changed, and no widget
 error. Then two longer runs, each recording more frames than the panels keep (so the
-adjacency slider shrinks while it is drawn), must reach their last step: a workbench that
-hangs fails here. Screenshots go to ``artifacts/browser/``. See docs/browser-test.md.
+adjacency slider shrinks while it is drawn), the second with fewer replicas than the one
+the menus show (so they reset while their panels draw), must reach their last step: a
+workbench that hangs fails here. Screenshots go to ``artifacts/browser/``. See docs/browser-test.md.
 """
 
 from __future__ import annotations
@@ -253,6 +254,14 @@ def test_quickstart_runs_in_jupyterlab(lab):
             _set_number(page, "steps", LONG_RUN_STEPS)
             _set_number(page, "save interval", 1)
             _run_to_the_end(page, start, LONG_RUN_STEPS)
+            # the user looks at the last replica, which the next run (one replica) lacks:
+            # every replica menu resets while its panel draws
+            menus = page.locator(
+                ".jp-OutputArea-output .widget-dropdown:has(label:text-is('replica')) select"
+            )
+            for index in range(menus.count()):
+                menus.nth(index).select_option(label="replica 1")
+            _set_number(page, "replicas", 1)
             _run_to_the_end(page, start, LONG_RUN_STEPS)
             page.screenshot(path=str(ARTIFACTS / "05-after-long-runs.png"), full_page=True)
         finally:

@@ -14,8 +14,6 @@ Plots need matplotlib, which is optional.
 
 from __future__ import annotations
 
-import csv
-import gzip
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +25,7 @@ from workbench.model.geometry import torsions
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
 from workbench.neighbors import NeighborList
+from workbench.run_folder import metrics_file, metrics_table
 from workbench.system.cg_system import CGSystem
 from workbench.teacher import FOLDED_Q, UNFOLDED_Q, langevin_simulation, state_thresholds
 from workbench.training.force_matching import potential_labels
@@ -219,18 +218,6 @@ def compare_q(
     }
 
 
-def metrics_file(folder: str | Path) -> Path:
-    """The metrics CSV of the ``workbench run`` output folder ``folder``.
-
-    ``metrics.csv`` where it is there, else ``metrics.csv.gz`` (runs kept in the
-    repository are gzipped); FileNotFoundError naming the folder where neither is.
-    """
-    for name in ("metrics.csv", "metrics.csv.gz"):
-        if (Path(folder) / name).is_file():
-            return Path(folder) / name
-    raise FileNotFoundError(f"no metrics.csv or metrics.csv.gz in {folder}")
-
-
 def series_from_metrics(path: str | Path) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Q and CA RMSD of every replica at every save of a run's metrics CSV.
 
@@ -246,19 +233,10 @@ def series_from_metrics(path: str | Path) -> tuple[torch.Tensor, torch.Tensor, f
     time_ps : float
         Simulated time of the last save.
     """
-    opener = gzip.open if Path(path).suffix == ".gz" else open
-    with opener(path, "rt", newline="") as handle:
-        rows = {(int(r["step"]), int(r["replica"])): r for r in csv.DictReader(handle)}
-    if not rows:
-        raise ValueError(f"{path} holds no metrics rows")
-    steps = sorted({step for step, _ in rows})
-    replicas = sorted({replica for _, replica in rows})
-    missing = len(steps) * len(replicas) - len(rows)
-    if missing:
-        raise ValueError(f"{path}: {missing} (step, replica) rows are missing")
-    q = torch.tensor([[float(rows[s, r]["q"]) for s in steps] for r in replicas])
-    rmsd = torch.tensor([[float(rows[s, r]["rmsd"]) for s in steps] for r in replicas])
-    return q, rmsd, float(rows[steps[-1], replicas[0]]["time_ps"])
+    table = metrics_table(path)
+    q = torch.tensor(table["q"].T, dtype=torch.float32)
+    rmsd = torch.tensor(table["rmsd"].T, dtype=torch.float32)
+    return q, rmsd, float(table["time_ps"][-1, 0])
 
 
 def _both_states(q: torch.Tensor, states: tuple[float, float]) -> bool:
