@@ -18,7 +18,31 @@ from widgets.snapshot import RunState
 DISPLAY_ERRORS_KEPT = 5
 
 
-class BackgroundWork:
+class Listened:
+    """Something the panels follow: listeners called as ``listener(source, forced)``
+    (``forced`` True: a throttled display must not skip the call), under one lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._listeners: list[Callable] = []
+
+    def add_listener(self, listener: Callable) -> None:
+        """Call ``listener(source, forced)`` whenever what the panels show changes."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable) -> None:
+        """Stop calling ``listener`` (no error when it is not registered)."""
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def _current_listeners(self) -> list[Callable]:
+        with self._lock:
+            return list(self._listeners)
+
+
+class BackgroundWork(Listened):
     """State, listeners and worker thread of a background runner.
 
     Listeners are called as ``listener(runner, forced)`` after each unit of work and on
@@ -31,8 +55,7 @@ class BackgroundWork:
     thread_name = "workbench-worker"
 
     def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._listeners: list[Callable[[BackgroundWork, bool], None]] = []
+        super().__init__()
         self._thread: threading.Thread | None = None
         self._state = RunState.IDLE
         self._message = "ready"
@@ -56,17 +79,6 @@ class BackgroundWork:
             "display_errors": tuple(self._display_errors),
         }
 
-    def add_listener(self, listener: Callable) -> None:
-        """Call ``listener(runner, forced)`` after every unit of work and state change."""
-        with self._lock:
-            self._listeners.append(listener)
-
-    def remove_listener(self, listener: Callable) -> None:
-        """Stop calling ``listener`` (no error when it is not registered)."""
-        with self._lock:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
     def wait(self, timeout: float | None = None) -> RunState:
         """Block until the worker thread has ended (or ``timeout`` seconds); return the state."""
         thread = self._thread
@@ -80,9 +92,7 @@ class BackgroundWork:
         self._thread.start()
 
     def _notify(self, forced: bool = False) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
+        for listener in self._current_listeners():
             try:
                 listener(self, forced)
             except Exception as exc:  # noqa: BLE001 - a broken display must not stop the work

@@ -9,13 +9,13 @@ every attached panel; :meth:`RunReplay.reload` reads what a running run wrote si
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 
+from widgets.background import Listened
 from widgets.snapshot import (
     METRIC_KEYS,
     THROUGHPUT_KEYS,
@@ -35,7 +35,7 @@ def _options(recorded: dict) -> KernelOptions:
     return KernelOptions(**{k: v for k, v in recorded.items() if k in names})
 
 
-class RunReplay:
+class RunReplay(Listened):
     """A run folder, seen at one of its frames.
 
     Parameters
@@ -54,25 +54,13 @@ class RunReplay:
     pausable = False
 
     def __init__(self, folder: str | Path, max_frames: int = 400):
+        super().__init__()
         self.folder = Path(folder)
         self.max_frames = int(max_frames)
-        self._lock = threading.RLock()
-        self._listeners: list[Callable] = []
         self.run: RecordedRun = read_run(self.folder, self.max_frames)
         self.index = len(self.run.frame_steps) - 1
 
     # -- the source interface of the panels ---------------------------------------------
-    def add_listener(self, listener: Callable) -> None:
-        """Call ``listener(replay, forced)`` whenever the shown moment changes."""
-        with self._lock:
-            self._listeners.append(listener)
-
-    def remove_listener(self, listener: Callable) -> None:
-        """Stop calling ``listener`` (no error when it is not registered)."""
-        with self._lock:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
     @property
     def state(self) -> RunState:
         """STOPPED for a finished run, RUNNING while its folder has no summary yet."""
@@ -145,9 +133,7 @@ class RunReplay:
 
     # -- helpers --------------------------------------------------------------------------
     def _notify(self) -> None:
-        with self._lock:
-            listeners = list(self._listeners)
-        for listener in listeners:
+        for listener in self._current_listeners():
             listener(self, True)
 
     @staticmethod
