@@ -32,8 +32,10 @@ from kernels import (
 )
 
 # (BLOCK_N, BLOCK_E, FC, num_warps, num_stages) tried by --sweep
-SWEEP = [(16, 64, 128, 8, 3), (16, 64, 128, 8, 1), (16, 64, 64, 4, 1), (16, 32, 128, 4, 1),
-         (16, 32, 64, 4, 1), (16, 128, 64, 8, 1), (16, 16, 128, 4, 1), (16, 64, 32, 4, 1)]
+#: (BLOCK_E, num_warps, PERSISTENT for the convolution / FC for the length gradient)
+#: candidates of ``--sweep``
+SWEEP = [(16, 4, False, 32), (16, 4, True, 64), (32, 8, False, 128), (32, 8, True, 64),
+         (32, 4, False, 128), (64, 8, False, 128)]
 
 __all__ = ["make_benchmark_graph", "make_schnet_weights", "pack_schnet", "schnet_energy",
            "energy_and_forces", "sweep_cfconv", "main"]
@@ -68,7 +70,7 @@ def make_benchmark_graph(beads=269, replicas=64, cutoff=10.0, degree=68.0, devic
     u = torch.randn(replicas, beads, 3, generator=g)
     u = u / u.norm(dim=-1, keepdim=True) * torch.rand(replicas, beads, 1, generator=g) ** (1 / 3)
     pos = (u * radius).to(device)
-    dist = torch.cdist(pos, pos)
+    dist = (pos[:, :, None] - pos[:, None]).pow(2).sum(-1).sqrt()  # exactly symmetric
     eye = torch.eye(beads, dtype=torch.bool, device=device)
     r, i, j = torch.nonzero((dist < cutoff) & ~eye, as_tuple=True)
     types = torch.randint(1, 25, (beads,), generator=g).repeat(replicas).to(device)
@@ -118,7 +120,8 @@ def schnet_energy(pos, graph, csr, packed, use_triton=True, precision="tf32x3"):
     h = packed["emb"][graph["types"]].to(pos.dtype)
     for b in packed["blocks"]:
         xs = h @ b["L1"].to(pos.dtype).t()
-        u = conv(pos, xs, graph["src"], graph["dst"], csr, b["filt"], packed["spec"], precision)
+        u = conv(pos, xs, graph["src"], graph["dst"], csr, b["filt"], packed["spec"], precision,
+                 True)  # the benchmark graph is symmetric
         v = lin(u, b["lin2"], False, precision)
         h = h + lin(v, b["lin3"], True, precision)
     o0, o1 = packed["out"]
@@ -158,7 +161,9 @@ def _row(table, name, ms=None, ref_ms=None, err=None, note=""):
 
 
 def sweep_cfconv(graph, csr, weights, modes, configs):
-    """Time the raw cfconv kernels over explicit configs; print registers, spills, smem."""
+    """Time the raw cfconv kernels (convolution, transposed convolution with the per-edge
+    envelope term, per-pair length gradient) over explicit configs; print registers,
+    spills and shared memory of each."""
     cf = importlib.import_module("kernels.cfconv")
     pos, src, dst, n = graph["pos"], graph["src"], graph["dst"], graph["num_nodes"]
     b0, spec = weights["blocks"][0], weights["spec"]
@@ -166,37 +171,45 @@ def sweep_cfconv(graph, csr, weights, modes, configs):
     xs = torch.randn(n, F, device=pos.device)
     gu = torch.randn(n, F, device=pos.device)
     out = torch.empty(n, F, device=pos.device)
-    g = torch.empty(src.numel(), device=pos.device)
-    print(f"{'kernel':5s} {'mode':7s} {'BN':>3s} {'BE':>4s} {'FC':>4s} {'w':>2s} {'st':>2s} "
+    g = torch.zeros(src.numel(), device=pos.device)
+    order, count = cf.upper_edges(src, dst, csr)
+    programs = cf._persistent_programs(pos.device.index or 0)
+    print(f"{'kernel':6s} {'mode':5s} {'BE':>3s} {'w':>2s} {'var':>5s} "
           f"{'ms':>8s} {'regs':>5s} {'spill':>6s} {'smem':>7s}")
     for mode in modes:
-        dtype, prec = ("fp32", mode) if mode in ("ieee", "tf32x3") else (mode, "tf32x3")
-        args = cf._kernel_args(pack_filter(b0["A1"], b0["a1"], b0["A2"], None, dtype, spec),
-                               spec, prec, F)
-        calls = {
-            "fwd": (cf._cfconv_fwd_kernel.fn, (pos, xs, src, csr.dst_ptr, csr.dst_perm),
-                    dict(out_ptr=out)),
-            "bwd": (cf._cfconv_bwd_kernel.fn, (pos, xs, gu, dst, csr.src_ptr, csr.src_perm),
-                    dict(gxs_ptr=out, g_ptr=g)),
-        }
-        for name, (fn, pargs, kw) in calls.items():
-            for bn, be, fc, w, st in configs:
-                grid = (triton.cdiv(n, bn),)
+        dtype, prec = ("fp32", mode) if mode in cf.PRECISIONS else (mode, "tf32")
+        filt = pack_filter(b0["A1"], b0["a1"], b0["A2"], None, dtype, spec)
+        args = cf._kernel_args(filt, spec, prec, F)
+        grad_args = {k: v for k, v in args.items() if k not in ("b2_ptr", "w2_ptr")}
+        for be, w, persistent, fc in configs:
+            calls = {
+                "conv": (cf._conv_kernel.fn, (min(n, programs) if persistent else n,),
+                         (pos, xs, src, csr.dst_ptr, csr.dst_perm, xs, out),
+                         dict(out_ptr=out, num_nodes=n, EDGE_DOT=False, PERSISTENT=persistent,
+                              **args), "P" if persistent else "-"),
+                "convT": (cf._conv_kernel.fn, (min(n, programs) if persistent else n,),
+                          (pos, gu, src, csr.dst_ptr, csr.dst_perm, xs, g),
+                          dict(out_ptr=out, num_nodes=n, EDGE_DOT=True, PERSISTENT=persistent,
+                               **args), "P" if persistent else "-"),
+                "dW/dd": (cf._length_grad_kernel.fn, (triton.cdiv(src.numel(), be),),
+                          (pos, xs, gu, src, dst, order, count),
+                          dict(w2t_ptr=filt.lin2_rows, g_ptr=g, E=src.numel(),
+                               SIZE_CLASS=src.numel(), PAIRS=True, FC=min(fc, F),
+                               **grad_args), f"FC{min(fc, F)}"),
+            }
+            for name, (fn, grid, pargs, kw, variant) in calls.items():
 
-                def launch(fn=fn, pargs=pargs, kw=kw, bn=bn, be=be, fc=fc, w=w, st=st, args=args,
-                           grid=grid):
-                    return fn[grid](*pargs, num_nodes=n, BLOCK_N=bn, BLOCK_E=be, FC=fc,
-                                    num_warps=w, num_stages=st, **kw, **args)
+                def launch(fn=fn, grid=grid, pargs=pargs, kw=kw, be=be, w=w):
+                    return fn[grid](*pargs, BLOCK_E=be, num_warps=w, num_stages=1, **kw)
 
                 try:
                     k = launch()
                     ms = _bench(launch, rep=50)
-                    print(f"{name:5s} {mode:7s} {bn:3d} {be:4d} {fc:4d} {w:2d} {st:2d} "
-                          f"{ms:8.3f} {k.n_regs:5d} {k.n_spills:6d} {k.metadata.shared:7d}",
-                          flush=True)
+                    print(f"{name:6s} {mode:5s} {be:3d} {w:2d} {variant:>5s} {ms:8.3f} "
+                          f"{k.n_regs:5d} {k.n_spills:6d} {k.metadata.shared:7d}", flush=True)
                 except Exception as exc:
-                    print(f"{name:5s} {mode:7s} {bn:3d} {be:4d} {fc:4d} {w:2d} {st:2d} "
-                          f"failed: {type(exc).__name__} {str(exc)[:80]}", flush=True)
+                    print(f"{name:6s} {mode:5s} {be:3d} {w:2d} {variant:>5s} failed: "
+                          f"{type(exc).__name__} {str(exc)[:80]}", flush=True)
 
 
 def verlet_list_graph(beads, replicas, cutoff=10.0, skin=2.0, spare=0.1, device="cuda"):
@@ -273,7 +286,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--beads", type=int, default=269)
     ap.add_argument("--replicas", type=int, default=64)
-    ap.add_argument("--modes", default="ieee,tf32x3,fp16,bf16")
+    ap.add_argument("--modes", default="ieee,tf32,tf32x3,fp16,bf16")
     ap.add_argument("--basis", type=int, default=50, help="K")
     ap.add_argument("--features", type=int, default=128, help="F = H")
     ap.add_argument("--sweep", action="store_true", help="only sweep cfconv kernel configs")
@@ -287,8 +300,7 @@ def main(argv=None):
     weights = make_schnet_weights(K, F, F, device=dev)
     spec = weights["spec"]
     if args.sweep:
-        configs = [(bn, be, fc, w, st) for bn, be, fc, w, st in SWEEP if F % fc == 0]
-        sweep_cfconv(graph, build_csr(src, dst, n), weights, args.modes.split(","), configs)
+        sweep_cfconv(graph, build_csr(src, dst, n), weights, args.modes.split(","), SWEEP)
         return []
     table = []
     print(f"{'op':38s} {'ms':>9s} {'ref ms':>9s} {'speedup':>8s} {'rel err':>9s}")
@@ -370,21 +382,22 @@ def main(argv=None):
     ref_fwd_ms = _bench(lambda: OPS["cfconv"].reference(pos, xs, src, dst, csr, filt32, spec))
     ref_fb_ms = _bench(ref_fb)
     for mode in args.modes.split(","):
-        dtype, prec = ("fp32", mode) if mode in ("ieee", "tf32x3", "tf32") else (mode, "tf32x3")
+        dtype, prec = ("fp32", mode) if mode in ("ieee", "tf32x3", "tf32") else (mode, "tf32")
         try:
             filt = pack_filter(b0["A1"], b0["a1"], b0["A2"], None, dtype, spec)
             t0 = time.time()
             p = pos.clone().requires_grad_()
             x = xs.clone().requires_grad_()
-            u = cfconv(p, x, src, dst, csr, filt, spec, prec)
+            u = cfconv(p, x, src, dst, csr, filt, spec, prec, True)
             gp, gx = torch.autograd.grad((u * gu).sum(), (p, x))
             if dev == "cuda":
                 torch.cuda.synchronize()
             tune_s = time.time() - t0
-            fwd = _bench(lambda f=filt, pr=prec: cfconv(pos, xs, src, dst, csr, f, spec, pr))
+            fwd = _bench(lambda f=filt, pr=prec: cfconv(pos, xs, src, dst, csr, f, spec, pr,
+                                                         True))
 
             def fb(f=filt, pr=prec, p=p, x=x):
-                u = cfconv(p, x, src, dst, csr, f, spec, pr)
+                u = cfconv(p, x, src, dst, csr, f, spec, pr, True)
                 torch.autograd.grad((u * gu).sum(), (p, x))
 
             fbms = _bench(fb)
@@ -397,7 +410,7 @@ def main(argv=None):
         except Exception as exc:  # keep going: one failing mode must not hide the others
             print(f"cfconv {mode} FAILED: {type(exc).__name__}: {exc}"[:2000], flush=True)
     cf_mod = importlib.import_module("kernels.cfconv")
-    for kern in ("_cfconv_fwd_kernel", "_cfconv_bwd_kernel"):
+    for kern in ("_conv_kernel", "_length_grad_kernel"):
         cache = getattr(cf_mod, kern).cache
         print(kern, "best configs:", {k[-2:]: str(v) for k, v in cache.items()})
 
@@ -427,7 +440,7 @@ def main(argv=None):
     t_ref = _bench(lambda: energy_and_forces(pos, graph, build_csr(src, dst, n), packed_ref,
                                           False), rep=100)
     for mode in args.modes.split(","):
-        dtype, prec = ("fp32", mode) if mode in ("ieee", "tf32x3", "tf32") else (mode, "tf32x3")
+        dtype, prec = ("fp32", mode) if mode in ("ieee", "tf32x3", "tf32") else (mode, "tf32")
         if mode == "ieee":
             continue
         try:

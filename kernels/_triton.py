@@ -53,7 +53,8 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 __all__ = ["HAS_TRITON", "INTERPRET", "triton", "tl", "triton_available", "pick_configs",
            "autotune",
-           "torch_to_tl_dtype", "check_no_grad", "next_pow2", "sqrt_rounded", "tanh_f32", "mma"]
+           "torch_to_tl_dtype", "check_no_grad", "next_pow2", "sqrt_rounded", "tanh_f32",
+           "tf32_round", "mma"]
 
 
 def triton_available() -> bool:
@@ -157,16 +158,34 @@ def tanh_f32(x):
 
 
 @triton.jit
+def tf32_round(x):
+    """``x`` (FP32) rounded to the nearest TF32 value (10 mantissa bits; ties away from zero).
+
+    A tensor core given FP32 registers in TF32 mode ignores the 13 low mantissa bits
+    (truncation, a bias towards zero); rounding first halves the error and removes the bias,
+    and a rounded tile is used by the tensor core exactly, so the interpreter's FP32 product
+    of rounded tiles is what the GPU computes (up to the order of the FP32 accumulation).
+    """
+    return ((x.to(tl.int32, bitcast=True) + 4096) & -8192).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def mma(a, w, DT: tl.constexpr, PREC: tl.constexpr):
     """``a @ w`` on tensor cores with FP32 accumulation.
 
     ``a`` is an FP32 register tile, cast here to ``DT`` (float32, float16 or bfloat16); ``w``
     is already stored in ``DT``. ``PREC`` ("ieee", "tf32x3", "tf32") applies to FP32 inputs
-    only. Under the interpreter bf16 is emulated by rounding both operands to bf16 and
-    multiplying in FP32, which is exactly what the tensor core computes.
+    only; with ``"tf32"`` one TF32 product is made of ``a`` rounded by `tf32_round` (round
+    ``w`` the same way once, e.g. when it is loaded). Under the interpreter bf16 is emulated
+    by rounding both operands to bf16 and multiplying in FP32, which is exactly what the
+    tensor core computes.
     """
     if DT == tl.float32:  # noqa: SIM300
-        return tl.dot(a, w, input_precision=PREC)
+        if PREC == "tf32":
+            r = tl.dot(tf32_round(a), w, input_precision="tf32")
+        else:
+            r = tl.dot(a, w, input_precision=PREC)
+        return r
     if INTERPRET_BF16_EMULATION and DT == tl.bfloat16:  # noqa: SIM300
         return tl.dot(a.to(DT).to(tl.float32), w.to(tl.float32), input_precision="ieee")
     return tl.dot(a.to(DT), w)

@@ -1,4 +1,5 @@
-"""Compile the tabulated, edge-length, pair-search and packed-linear kernels for sm_90.
+"""Compile the fused-filter, tabulated, edge-length, pair-search and packed-linear kernels for
+sm_90.
 
 Run as a script in a process without ``TRITON_INTERPRET`` (under the interpreter the
 kernels are Python functions and cannot be compiled): ``python hopper_compile.py`` prints
@@ -22,6 +23,7 @@ from triton.compiler import ASTSource, compile
 from triton.runtime.autotuner import Autotuner
 
 from kernels import tabulated
+from kernels.cfconv import _conv_kernel, _length_grad_kernel
 from kernels.edge_distances import _distance_kernel
 from kernels.fused_update import _linear_kernel
 from kernels.pair_search import _count_kernel, _fill_kernel
@@ -30,7 +32,26 @@ TABLE = {"c01_ptr": "*fp32", "c23_ptr": "*fp16", "scale_ptr": "*fp32", "ptr_ptr"
          "perm_ptr": "*i32", "num_nodes": "i32", "num_intervals": "i32", "inv_h": "fp32",
          "cutoff": "fp32", "dist_ptr": "*fp32", "xs_ptr": "*fp32"}
 TILES = ({"BLOCK_E": 4}, {"BLOCK_E": 16})
+RADIAL = {"pos_ptr": "*fp32", "mu_ptr": "*fp32", "gamma_ptr": "*fp32", "K": "i32",
+          "alpha": "fp32", "basis_lower": "fp32", "env_a": "fp32", "env_b": "fp32",
+          "env_upper": "fp32", "env_lower": "fp32"}
+FILTER = {"w1_ptr": "*fp16", "s1_ptr": "*fp32", "b1_ptr": "*fp32", "s2_ptr": "*fp32",
+          "xs_ptr": "*fp32", "feat_ptr": "*fp32", "own_ptr": "*fp32"}
+ENVELOPE = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=False, ENV_ON_FILTER=True,
+                F=128, KP=64, DT=tl.float16, PREC="tf32")
 KERNELS = {  # name: (kernel, argument types, constexpr variants)
+    "fused filter convolution": (
+        _conv_kernel,
+        dict(RADIAL, **FILTER, other_ptr="*i64", ptr_ptr="*i32", perm_ptr="*i32",
+             edge_out_ptr="*fp32", w2_ptr="*fp16", b2_ptr="*fp32", out_ptr="*fp32",
+             num_nodes="i32"),
+        [dict(ENVELOPE, EDGE_DOT=dot, BLOCK_E=16, PERSISTENT=dot) for dot in (False, True)]),
+    "fused filter length gradient": (
+        _length_grad_kernel,
+        dict(RADIAL, **FILTER, gu_ptr="*fp32", src_ptr="*i64", dst_ptr="*i64",
+             order_ptr="*i32", count_ptr="*i32", w2t_ptr="*fp16", g_ptr="*fp32", E="i32",
+             SIZE_CLASS="i32"),
+        [dict(ENVELOPE, PAIRS=True, BLOCK_E=16, FC=32)]),
     "tabulated forward": (
         tabulated._tab_fwd_kernel, dict(TABLE, src_ptr="*i64", out_ptr="*fp32"),
         [dict(t, F=128, FS=tabulated.FORWARD_SLICE, SLOTS_ARE_EDGES=s) for t in TILES

@@ -1,4 +1,5 @@
-"""Fused cfconv: FP32 exactness, finite differences, padding, W16A16 force error."""
+"""Fused cfconv: FP32 exactness (general and symmetric graphs), finite differences, padding,
+the pair list, single-pass TF32 and W16A16 force errors."""
 
 import pytest
 import torch
@@ -12,19 +13,20 @@ from kernels_testlib import (
 )
 
 from kernels import cfconv, pack_filter
-from kernels.cfconv import _prune, cfconv_reference
+from kernels.cfconv import _one_for_ieee, cfconv_reference, upper_edges
 
 
-def _run(op, pos, xs, g, filt, spec, gu, precision="tf32x3"):
+def _run(op, pos, xs, g, filt, spec, gu, precision="tf32x3", symmetric=False):
     pos = pos.clone().requires_grad_()
     xs = xs.clone().requires_grad_()
-    u = op(pos, xs, g["src"], g["dst"], g["csr"], filt, spec, precision)
+    u = op(pos, xs, g["src"], g["dst"], g["csr"], filt, spec, precision, symmetric)
     gp, gx = torch.autograd.grad((u * gu.to(u.dtype)).sum(), (pos, xs))
     return u.detach(), gp, gx
 
 
-def _setup(device, spec_name, F=32, seed=0):
-    g = make_graph(device=device, seed=seed)
+def _setup(device, spec_name, F=32, seed=0, drop=3):
+    """``drop=0`` keeps the graph symmetric (dropping edges by count breaks pairs)."""
+    g = make_graph(device=device, seed=seed, drop=drop)
     spec = radial_specs(device=device)[spec_name]
     gen = torch.Generator().manual_seed(seed + 7)
     xs = torch.randn(g["num_nodes"] + 1, F, generator=gen).to(device)
@@ -32,12 +34,13 @@ def _setup(device, spec_name, F=32, seed=0):
     return g, spec, xs, gu
 
 
-@pytest.mark.parametrize("spec_name,precision", [("gauss_env", "tf32x3"), ("expnorm", "ieee"),
-                                                 ("expnorm_lower", "tf32x3")])
-def test_cfconv_fp32_matches_reference(device, spec_name, precision):
-    g, spec, xs, gu = _setup(device, spec_name)
+@pytest.mark.parametrize("spec_name,precision,symmetric", [
+    ("gauss_env", "tf32x3", False), ("expnorm", "ieee", False), ("expnorm_lower", "tf32x3", False),
+    ("gauss", "tf32x3", True), ("expnorm_lower", "ieee", True)])
+def test_cfconv_fp32_matches_reference(device, spec_name, precision, symmetric):
+    g, spec, xs, gu = _setup(device, spec_name, drop=0 if symmetric else 3)
     filt = pack_filter(*filter_weights(device=device), dtype="fp32")
-    u, gp, gx = _run(cfconv, g["pos"], xs, g, filt, spec, gu, precision)
+    u, gp, gx = _run(cfconv, g["pos"], xs, g, filt, spec, gu, precision, symmetric)
     ur, gpr, gxr = _run(cfconv_reference, g["pos"].double(), xs.double(), g, filt, spec, gu)
     assert rel_err(u, ur) < 1e-5
     assert rel_err(gp, gpr) < 1e-5
@@ -45,13 +48,13 @@ def test_cfconv_fp32_matches_reference(device, spec_name, precision):
     assert (gp[g["num_nodes"]:] == 0).all() and (gx[g["num_nodes"]:] == 0).all()
 
 
-@pytest.mark.parametrize("spec_name", ["gauss_env", "expnorm"])
-def test_cfconv_position_gradient_finite_differences(device, spec_name):
+@pytest.mark.parametrize("spec_name,symmetric", [("gauss_env", False), ("expnorm", True)])
+def test_cfconv_position_gradient_finite_differences(device, spec_name, symmetric):
     """Kernel FP32 gradient vs central differences of the float64 reference (envelope and
     basis derivatives included: many edges sit close to the cutoff)."""
-    g, spec, xs, gu = _setup(device, spec_name, seed=1)
+    g, spec, xs, gu = _setup(device, spec_name, seed=1, drop=0 if symmetric else 3)
     filt = pack_filter(*filter_weights(device=device, seed=2), dtype="fp32")
-    _, gp, _ = _run(cfconv, g["pos"], xs, g, filt, spec, gu)
+    _, gp, _ = _run(cfconv, g["pos"], xs, g, filt, spec, gu, symmetric=symmetric)
     pos64, xs64, gu64 = g["pos"].double(), xs.double(), gu.double()
 
     def energy(p):
@@ -79,13 +82,13 @@ def test_cfconv_padding_contributes_nothing(device):
     assert torch.equal(u, u2) and torch.equal(gx[: g["num_nodes"]], gx2[: g["num_nodes"]])
 
 
-@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-def test_cfconv_w16a16_force_error(device, dtype):
-    g, spec, xs, gu = _setup(device, "gauss_env")
+@pytest.mark.parametrize("dtype,symmetric", [("fp16", True), ("bf16", False)])
+def test_cfconv_w16a16_force_error(device, dtype, symmetric):
+    g, spec, xs, gu = _setup(device, "gauss_env", drop=0 if symmetric else 3)
     weights = filter_weights(device=device)
     filt16 = pack_filter(*weights, dtype=dtype, spec=spec)
     filt32 = pack_filter(*weights, dtype="fp32")
-    u, gp, gx = _run(cfconv, g["pos"], xs, g, filt16, spec, gu)
+    u, gp, gx = _run(cfconv, g["pos"], xs, g, filt16, spec, gu, symmetric=symmetric)
     ur, gpr, gxr = _run(cfconv_reference, g["pos"].double(), xs.double(), g, filt32, spec, gu)
     force_rms = gpr.pow(2).mean().sqrt()
     assert (gp.double() - gpr).pow(2).mean().sqrt() <= 0.01 * force_rms
@@ -100,10 +103,37 @@ def test_cfconv_refuses_weights_requiring_grad(device):
         pack_filter(A1, a1, A2, b2)  # fine: nothing is recorded
 
 
+def test_upper_edges_lists_each_pair_once(device):
+    g = make_graph(device=device, drop=0, shuffle=True)
+    order, count = upper_edges(g["src"], g["dst"], g["csr"])
+    listed = order[: int(count)].long()
+    src, dst = g["src"][listed], g["dst"][listed]
+    n = g["num_nodes"]
+    pairs = {(int(a), int(b)) for a, b in zip(dst, src, strict=True)}
+    real = {(min(int(a), int(b)), max(int(a), int(b)))
+            for a, b in zip(g["dst"], g["src"], strict=True) if a < n}
+    assert (src > dst).all() and len(pairs) == int(count) == len(real) and pairs == real
+    # destination-layout order: non-decreasing destinations
+    assert (dst[1:] >= dst[:-1]).all()
+
+
+def test_cfconv_tf32_force_error(device):
+    """One TF32 product per GEMM (operands rounded to TF32; what the GPU computes, emulated
+    exactly by the interpreter): the position gradient within 1e-3 of its RMS of float64."""
+    g, spec, xs, gu = _setup(device, "expnorm", drop=0, F=64)
+    filt = pack_filter(*filter_weights(device=device, F=64), dtype="fp32")
+    u, gp, gx = _run(cfconv, g["pos"], xs, g, filt, spec, gu, "tf32", symmetric=True)
+    ur, gpr, gxr = _run(cfconv_reference, g["pos"].double(), xs.double(), g, filt, spec, gu)
+    force_rms = gpr.pow(2).mean().sqrt()
+    err = (gp.double() - gpr).pow(2).mean().sqrt() / force_rms
+    assert 1e-7 < err <= 1e-3  # above zero: the TF32 rounding is really applied
+    assert rel_err(u, ur) < 1e-3 and rel_err(gx, gxr) < 1e-3
+
+
 def test_autotune_prune():
-    cfgs = [triton.Config({"BLOCK_N": 16, "BLOCK_E": 32, "FC": fc}, num_warps=4)
-            for fc in (128, 64)]
-    assert [c.kwargs["FC"] for c in _prune(cfgs, {}, F=128, PREC="tf32x3")] == [128, 64]
-    assert [c.kwargs["FC"] for c in _prune(cfgs, {}, F=64, PREC="tf32x3")] == [64]
-    assert len(_prune(cfgs, {}, F=128, PREC="ieee")) == 1
-    assert [c.kwargs["FC"] for c in _prune(cfgs, {}, F=32, PREC="tf32x3")] == [32]
+    """IEEE products get one config; hidden chunks must divide F."""
+    cfgs = [triton.Config({"BLOCK_E": 16, "FC": fc}, num_warps=4) for fc in (32, 64, 128)]
+    assert [c.kwargs["FC"] for c in _one_for_ieee(cfgs, {}, F=128, PREC="tf32")] == [32, 64, 128]
+    assert [c.kwargs["FC"] for c in _one_for_ieee(cfgs, {}, F=64, PREC="tf32")] == [32, 64]
+    assert len(_one_for_ieee(cfgs, {}, F=128, PREC="ieee")) == 1
+    assert [c.kwargs["FC"] for c in _one_for_ieee(cfgs, {}, F=16, PREC="tf32")] == [16]

@@ -34,17 +34,26 @@ def test_full_size_cfconv_fp32(full):
     b0, spec = weights["blocks"][0], weights["spec"]
     filt = pack_filter(b0["A1"], b0["a1"], b0["A2"], None, "fp32", spec)
     xs = torch.randn(graph["num_nodes"], 128, device="cuda")
-    u = cfconv(graph["pos"], xs, graph["src"], graph["dst"], csr, filt, spec)
+    u = cfconv(graph["pos"], xs, graph["src"], graph["dst"], csr, filt, spec, "tf32x3", True)
     ref = OPS["cfconv"].reference(graph["pos"].double(), xs.double(), graph["src"],
                                   graph["dst"], csr, filt, spec)
     assert rel_err(u, ref) < 1e-5
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
-def test_full_size_model_forces(full, dtype):
+# Random weights (``make_schnet_weights``) have a wider dynamic range than trained ones:
+# single-pass TF32 measured 1.5e-3 here on an H200, and 5.5e-4 on the 1ENH demo model, whose
+# 1e-3 bound tests/model/test_fused_schnet_gpu.py asserts.
+@pytest.mark.parametrize("dtype,precision,bound", [
+    ("fp32", "tf32x3", 1e-5), ("fp32", "tf32", 3e-3), ("fp16", "tf32", 0.01),
+    ("bf16", "tf32", 0.01)])
+def test_full_size_model_forces(full, dtype, precision, bound):
+    """Forces of the whole model against float64: 3xTF32 like FP32, single-pass TF32 and
+    16-bit within the bounds above."""
     graph, weights, csr = full
     e_ref, f_ref = energy_and_forces(graph["pos"].double(), graph, csr, pack_schnet(weights),
                                      False)
-    e, f = energy_and_forces(graph["pos"], graph, csr, pack_schnet(weights, dtype), True)
+    e, f = energy_and_forces(graph["pos"], graph, csr, pack_schnet(weights, dtype), True,
+                             precision)
     err = float((f.double() - f_ref).pow(2).mean().sqrt() / f_ref.pow(2).mean().sqrt())
-    assert err < (1e-5 if dtype == "fp32" else 0.01)
+    print(f"{dtype}/{precision}: force error {err:.2e} of the force RMS")
+    assert err < bound

@@ -1,5 +1,7 @@
 """The fused Triton path of CGSchNet against the reference path, technique by technique."""
 
+import copy
+
 import pytest
 import torch
 from helpers import interpreter_only, schnet_potential, tiny_system
@@ -47,9 +49,10 @@ CASES = [(name, "gaussian") for name in sorted(FP32_OPTIONS)] + [
 
 
 # Tables hold the filter on a 0.01 Å grid: the table error (~4e-7 here, float16 c2, c3
-# included) is far inside the 1e-4 relative bound asserted for tabulated forces; exact
-# techniques get 1e-5.
-BOUNDS = {"tabulated": 1e-4}
+# included) is far inside the 1e-4 relative bound asserted for tabulated forces. The fused
+# message-passing kernel's filter GEMMs are single TF32 products (~2.5e-4 here; the bound
+# of 1e-3 against float64 is asserted below); the other exact techniques get 1e-5.
+BOUNDS = {"tabulated": 1e-4, "message_passing": 1e-3, "all": 1e-3}
 
 
 @pytest.mark.parametrize("name, basis", CASES)
@@ -88,21 +91,34 @@ def test_16bit_force_error_is_bounded(precision, bound):
     assert not torch.equal(f, f_ref)  # the 16-bit path really ran
 
 
+def test_tf32_force_error_against_float64():
+    """All fused techniques in FP32 (single-pass TF32 filter GEMMs): force error against the
+    model evaluated in float64 at most 1e-3 of the force RMS, and really TF32 (not exact)."""
+    potential, pos, exact, candidates = _setup(seed=3)
+    _, f64 = copy.deepcopy(potential).double().energy_and_forces(pos.double(), exact)
+    _, f = potential.energy_and_forces(pos, candidates, KernelOptions.all_on())
+    err = float((f.double() - f64).pow(2).mean().sqrt() / f64.pow(2).mean().sqrt())
+    assert 1e-6 < err <= 1e-3
+
+
 def test_fused_forces_match_finite_differences():
+    """The fused forces are -dE/dr: central differences of the model's energy in float64
+    (smooth; the TF32 energies are not, at this step) agree with them."""
     potential, pos, _, candidates = _setup(seed=3)
     options = KernelOptions.all_on()
     _, forces = potential.energy_and_forces(pos, candidates, options)
-    h = 1e-2
+    model64, pos64 = copy.deepcopy(potential).double(), pos.double()
+    h = 1e-3
     for replica, bead, axis in [(0, 5, 0), (0, 20, 2)]:
-        plus, minus = pos.clone(), pos.clone()
+        plus, minus = pos64.clone(), pos64.clone()
         plus[replica, bead, axis] += h
         minus[replica, bead, axis] -= h
         with torch.no_grad():
-            e_plus = potential.energy(plus, candidates, options)[replica].double()
-            e_minus = potential.energy(minus, candidates, options)[replica].double()
+            e_plus = model64.energy(plus, candidates)[replica]
+            e_minus = model64.energy(minus, candidates)[replica]
         numeric = -(e_plus - e_minus) / (2 * h)
         expected = float(forces[replica, bead, axis])
-        assert float(numeric) == pytest.approx(expected, rel=2e-2, abs=2e-3)
+        assert float(numeric) == pytest.approx(expected, rel=2e-3, abs=2e-4)
 
 
 def test_unsupported_model_falls_back_with_one_message():

@@ -5,7 +5,9 @@ computes, with each technique of :class:`KernelOptions` switched on or off:
 
 * ``fused_radial_basis``: ``kernels.radial_basis`` (distance, basis, envelope in one pass);
 * ``fused_message_passing``: ``kernels.cfconv`` (the whole per-edge chain and the
-  reduction in one kernel; no E×F or E×K tensor in memory);
+  reduction in one kernel; no E×F or E×K tensor in memory; the filter GEMMs on tensor
+  cores, in FP32 as one TF32 product of rounded operands; on the engine's symmetric graphs
+  the backward pass evaluates the filter's derivative once per pair);
 * ``csr_aggregation``: ``kernels.segment_sum`` over destination segments instead of
   ``index_add_``;
 * ``fused_update``: every node-level linear layer through ``kernels.linear`` (the
@@ -279,7 +281,8 @@ def fused_node_energies(
                                  symmetric=graph.sorted_pairs, slots_are_edges=searched,
                                  length_grad=length_grad)
         elif options.fused_message_passing:
-            u = cfconv(pos, xs, src, dst, csr, packed.filters[b], packed.spec)
+            u = cfconv(pos, xs, src, dst, csr, packed.filters[b], packed.spec,
+                       symmetric=graph.sorted_pairs)
         else:
             if sixteen:
                 filt = packed.filters[b]
