@@ -32,10 +32,11 @@ from kernels import (
 )
 
 # (BLOCK_N, BLOCK_E, FC, num_warps, num_stages) tried by --sweep
-#: (BLOCK_E, num_warps, PERSISTENT for the convolution / FC for the length gradient)
+#: (BLOCK_E, num_warps, PERSISTENT (programs per SM, 0: one per node) for the convolution,
+#: FC for the length gradient)
 #: candidates of ``--sweep``
-SWEEP = [(16, 4, False, 32), (16, 4, True, 64), (32, 8, False, 128), (32, 8, True, 64),
-         (32, 4, False, 128), (64, 8, False, 128)]
+SWEEP = [(16, 4, 0, 32), (16, 4, 2, 64), (16, 4, 3, 128), (32, 8, 0, 128), (32, 8, 2, 64),
+         (64, 8, 0, 128)]
 
 __all__ = ["make_benchmark_graph", "make_schnet_weights", "pack_schnet", "schnet_energy",
            "energy_and_forces", "sweep_cfconv", "main"]
@@ -173,7 +174,7 @@ def sweep_cfconv(graph, csr, weights, modes, configs):
     out = torch.empty(n, F, device=pos.device)
     g = torch.zeros(src.numel(), device=pos.device)
     order, count = cf.upper_edges(src, dst, csr)
-    programs = cf._persistent_programs(pos.device.index or 0)
+    sms = cf._num_sms(pos.device.index or 0)
     print(f"{'kernel':6s} {'mode':5s} {'BE':>3s} {'w':>2s} {'var':>5s} "
           f"{'ms':>8s} {'regs':>5s} {'spill':>6s} {'smem':>7s}")
     for mode in modes:
@@ -183,14 +184,14 @@ def sweep_cfconv(graph, csr, weights, modes, configs):
         grad_args = {k: v for k, v in args.items() if k not in ("b2_ptr", "w2_ptr")}
         for be, w, persistent, fc in configs:
             calls = {
-                "conv": (cf._conv_kernel.fn, (min(n, programs) if persistent else n,),
+                "conv": (cf._conv_kernel.fn, (min(n, sms * persistent) if persistent else n,),
                          (pos, xs, src, csr.dst_ptr, csr.dst_perm, xs, out),
                          dict(out_ptr=out, num_nodes=n, EDGE_DOT=False, PERSISTENT=persistent,
-                              **args), "P" if persistent else "-"),
-                "convT": (cf._conv_kernel.fn, (min(n, programs) if persistent else n,),
+                              **args), f"P{persistent}"),
+                "convT": (cf._conv_kernel.fn, (min(n, sms * persistent) if persistent else n,),
                           (pos, gu, src, csr.dst_ptr, csr.dst_perm, xs, g),
                           dict(out_ptr=out, num_nodes=n, EDGE_DOT=True, PERSISTENT=persistent,
-                               **args), "P" if persistent else "-"),
+                               **args), f"P{persistent}"),
                 "dW/dd": (cf._length_grad_kernel.fn, (triton.cdiv(src.numel(), be),),
                           (pos, xs, gu, src, dst, order, count),
                           dict(w2t_ptr=filt.lin2_rows, g_ptr=g, E=src.numel(),

@@ -177,9 +177,9 @@ def _one_for_ieee(configs, named_args, **kwargs):
 # the filter weights loaded once); small edge tiles keep the filter GEMMs' accumulators in
 # registers (larger tiles spill; docs/kernels.md).
 _CONV_CONFIGS = pick_configs(
-    [_cfg(16, 4, PERSISTENT=False), _cfg(32, 8, PERSISTENT=False),
-     _cfg(16, 4, PERSISTENT=True), _cfg(32, 8, PERSISTENT=True), _cfg(32, 4, PERSISTENT=False)],
-    _cfg(16, 4, PERSISTENT=False),
+    [_cfg(16, 4, PERSISTENT=0), _cfg(32, 8, PERSISTENT=0), _cfg(16, 4, PERSISTENT=2),
+     _cfg(16, 4, PERSISTENT=3), _cfg(32, 8, PERSISTENT=2), _cfg(32, 4, PERSISTENT=0)],
+    _cfg(16, 4, PERSISTENT=0),
 )
 # Hidden units in chunks of FC (FC = F: no chunking)
 _GRAD_CONFIGS = pick_configs(
@@ -201,7 +201,8 @@ def _conv_kernel(pos_ptr, feat_ptr, other_ptr, ptr_ptr, perm_ptr, own_ptr, edge_
                  DT: tl.constexpr, PREC: tl.constexpr, BLOCK_E: tl.constexpr,
                  PERSISTENT: tl.constexpr):
     """``out[n] = sum_{p in segment n} feat[other[perm[p]]] * W(d)`` for the nodes ``n`` of
-    this program (its id, or every ``num_programs``-th node from it when ``PERSISTENT``).
+    this program: its id, or, with ``PERSISTENT`` programs per SM (the grid's size, see
+    `_conv`), every ``num_programs``-th node from it.
 
     With ``EDGE_DOT`` each edge also gets ``edge_out[e] = C'(d) <feat[other] * Wpre,
     own[n]>`` (``Wpre``: the filter before its envelope), the envelope-derivative part of
@@ -321,15 +322,11 @@ def _kernel_args(filt: FilterParams, spec: RadialSpec, precision: str, F: int) -
                 **spec.kernel_args())
 
 
-#: Programs per SM of a persistent grid
-PROGRAMS_PER_SM = 4
-
-
 @functools.cache
-def _persistent_programs(device_index: int) -> int:
+def _num_sms(device_index: int) -> int:
     if INTERPRET or not torch.cuda.is_available():
         return 1
-    return PROGRAMS_PER_SM * torch.cuda.get_device_properties(device_index).multi_processor_count
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 def _conv(pos, feat, other, ptr, perm, num_nodes, args, own=None, edge_out=None):
@@ -337,8 +334,8 @@ def _conv(pos, feat, other, ptr, perm, num_nodes, args, own=None, edge_out=None)
     out = torch.empty(num_nodes, args["F"], dtype=torch.float32, device=feat.device)
     if num_nodes:
         edge_dot = edge_out is not None
-        programs = _persistent_programs(feat.device.index or 0)
-        _conv_kernel[lambda meta: (min(num_nodes, programs) if meta["PERSISTENT"]
+        sms = _num_sms(feat.device.index or 0)
+        _conv_kernel[lambda meta: (min(num_nodes, sms * meta["PERSISTENT"]) if meta["PERSISTENT"]
                                    else num_nodes,)](
             pos, feat, other, ptr, perm, own if edge_dot else feat,
             edge_out if edge_dot else out, out_ptr=out, num_nodes=num_nodes,

@@ -45,7 +45,7 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
         dict(RADIAL, **FILTER, other_ptr="*i64", ptr_ptr="*i32", perm_ptr="*i32",
              edge_out_ptr="*fp32", w2_ptr="*fp16", b2_ptr="*fp32", out_ptr="*fp32",
              num_nodes="i32"),
-        [dict(ENVELOPE, EDGE_DOT=dot, BLOCK_E=16, PERSISTENT=dot) for dot in (False, True)]),
+        [dict(ENVELOPE, EDGE_DOT=dot, BLOCK_E=16, PERSISTENT=2 * dot) for dot in (False, True)]),
     "fused filter length gradient": (
         _length_grad_kernel,
         dict(RADIAL, **FILTER, gu_ptr="*fp32", src_ptr="*i64", dst_ptr="*i64",
