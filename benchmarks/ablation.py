@@ -310,16 +310,24 @@ def write_outputs(ablation: Ablation, out: str | Path, docs: bool = False,
 
 
 def load(paths: list[str | Path]) -> list[tuple[str, dict]]:
-    """``(file name, payload)`` of each record file, in the order given."""
-    return [(Path(p).name, json.loads(Path(p).read_text())) for p in paths]
+    """``(name, payload)`` of each record file, in the order given; the name is the file's
+    name, or the path as given where two files share a name (``1enh/bench.json``,
+    ``2a3d/bench.json``), since it tells the runs apart."""
+    names = [Path(p).name for p in paths]
+    return [(name if names.count(name) == 1 else str(path), json.loads(Path(path).read_text()))
+            for name, path in zip(names, paths, strict=True)]
 
 
 # ---------------------------------------------------------------- on the GPU
 
-def pending_cases(proteins: list[str], configs: list[str], done: list[dict]) -> list[tuple]:
-    """``(protein, config)`` of every case not in ``done`` (records of this run), protein by
-    protein, each protein's configurations in sequence order (its baseline first)."""
-    have = {(r["protein"], _key(o)) for r in done if (o := record_options(r)) is not None}
+def pending_cases(proteins: list[str], configs: list[str], done: list[dict],
+                  replicas: int = 64, model: str = "demo") -> list[tuple]:
+    """``(protein, config)`` of every case not in ``done`` (records of this run) with
+    ``replicas`` and ``model``, protein by protein, each protein's configurations in
+    sequence order (its baseline first)."""
+    have = {(r["protein"], _key(o)) for r in done
+            if r.get("replicas") == replicas and r.get("model", "demo") == model
+            and (o := record_options(r)) is not None}
     return [(p, c) for p in proteins for c in configs
             if (p, _key(KernelOptions.parse(c))) not in have]
 
@@ -343,7 +351,8 @@ def run_cases(args, command: str, run_case=None) -> tuple[list[dict], list[str]]
     records = json.loads(bench.read_text())["records"] if args.resume and bench.exists() else []
     problems = []
     started, attempted = time.monotonic(), 0
-    for protein, config in pending_cases(args.proteins, ablation_configs(), records):
+    for protein, config in pending_cases(args.proteins, ablation_configs(), records,
+                                         args.replicas, args.model):
         if (attempted and args.budget_s is not None
                 and time.monotonic() - started > args.budget_s):
             problems.append(f"{protein} {config}: not started, past --budget-s "
@@ -367,8 +376,6 @@ def run_cases(args, command: str, run_case=None) -> tuple[list[dict], list[str]]
         write_results(records, args.out, command)
     if not bench.exists():  # nothing ran: the record file still says what was asked
         write_results(records, args.out, command)
-    for line in problems:
-        print(line, flush=True)
     return records, problems
 
 
@@ -413,7 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     print("wrote " + ", ".join(map(str, written)))
     if args.docs:
         print("the speedup-demo notebook embeds this table: run `make notebooks`")
-    return 0 if args.render or not args.problems else 1
+    problems = [] if args.render else args.problems
+    if problems:
+        print(f"{len(problems)} case(s) failed or were not started:\n" + "\n".join(problems))
+    return 1 if problems else 0
 
 
 def measure(args, argv: list[str] | None) -> list[Path] | None:

@@ -154,6 +154,19 @@ def test_markdown_table_cells_and_dashes(files):
     assert "30,000 (–)" in both and "records `second.json`" in both
 
 
+def test_runs_in_files_of_one_name_keep_their_own_baselines(tmp_path):
+    paths = []
+    for protein, base in (("1enh", 1000.0), ("2a3d", 500.0)):
+        folder = tmp_path / protein
+        folder.mkdir()
+        (folder / "bench.json").write_text(json.dumps(payload(
+            [record(protein, "baseline", base), record(protein, "all", 2000.0)])))
+        paths.append(folder / "bench.json")
+    got = cells(ablation.collect(ablation.load(paths)))
+    assert got["all"]["1enh"].ratio == pytest.approx(2.0)
+    assert got["all"]["2a3d"].ratio == pytest.approx(4.0)
+
+
 def test_files_of_different_gpus_are_refused(files, tmp_path):
     other = tmp_path / "h200.json"
     other.write_text(json.dumps(payload([record("1enh", "baseline", 1.0)],
@@ -277,6 +290,8 @@ def test_resume_runs_only_the_missing_cases_and_the_budget_stops_new_ones(tmp_pa
     records, _ = ablation.run_cases(args, "cmd", fake_run_case({}, calls))
     assert ("cln025", "baseline") not in calls and len(calls) == 2 * len(ablation_configs()) - 1
     assert len(records) == 2 * (len(ablation_configs()) - 1)
+    other = ablation.pending_cases(["cln025"], ["baseline"], records, replicas=8)
+    assert other == [("cln025", "baseline")]  # a record of 4 replicas does not count for 8
 
 
 def test_the_gpu_run_is_refused_without_a_gpu_or_over_an_earlier_run(tmp_path, capsys,
@@ -290,3 +305,28 @@ def test_the_gpu_run_is_refused_without_a_gpu_or_over_an_earlier_run(tmp_path, c
     (tmp_path / "bench.json").write_text("{}")
     assert ablation.main(["--out", str(tmp_path)]) == 1
     assert "--resume" in capsys.readouterr().err
+
+
+def test_the_gpu_run_end_to_end_with_a_stand_in(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import torch
+
+    import workbench.benchmark
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(workbench.benchmark, "run_case", fake_run_case({"all": 300.0}, calls))
+    monkeypatch.setattr(workbench.benchmark, "environment", lambda: ENV)
+    out = tmp_path / "run"
+    argv = ["--proteins", "2jof", "--replicas", "4", "--out", str(out)]
+    assert ablation.main(argv) == 1  # fused_update failed
+    printed = capsys.readouterr().out
+    assert "1 case(s) failed or were not started" in printed
+    assert {p.name for p in out.iterdir()} >= {"bench.json", "bench.md", "ablation.md",
+                                               "ablation.png"}
+    saved = json.loads((out / "bench.json").read_text())
+    assert saved["command"] == "python -m benchmarks.ablation " + " ".join(argv)
+    assert "300 (3.00×)" in (out / "ablation.md").read_text()
+    calls.clear()
+    assert ablation.main([*argv, "--resume"]) == 1  # only the failed case again
+    assert calls == [("2jof", "fused_update")]
