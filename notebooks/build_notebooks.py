@@ -8,12 +8,16 @@ unfolding in ``laptop`` (the default without a GPU), full length on a GPU.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # the ablation's table and order, from the repository
+from benchmarks.ablation import DOC, doc_table  # noqa: E402
+from workbench.model.ablation import BEYOND_PAPER, CUMULATIVE, TURNS_ON, WALK  # noqa: E402
 
 SHORT_NOTE = (
     "Runs follow the mode: `laptop` without a GPU (CLN025 × 8 with its trained model at "
@@ -133,6 +137,43 @@ def explore_folding() -> list:
     ]
 
 
+def ablation_text() -> str:
+    """The ablation's chart (docs/images/ablation.png) and table (docs/kernels.md, written by
+    ``python -m benchmarks.ablation --docs``), as Markdown."""
+    table = doc_table(DOC.read_text()) or "(no ablation table in docs/kernels.md yet)"
+    return (
+        "## The ablation\n\n"
+        "The speedups behind the demo, as the paper shows them: the baseline, each "
+        "technique alone, then the techniques added one at a time (FP32, then FP16 MLPs), "
+        "captured steps and, beyond the paper, the tabulated filters, on five proteins "
+        "(`make ablation` on a GPU regenerates the chart and the table; "
+        "[docs/kernels.md](../docs/kernels.md#ablation) says what each technique is).\n\n"
+        "![Speedup of each ablation step against the baseline, per protein]"
+        "(../docs/images/ablation.png)\n\n" + table
+    )
+
+
+def walk_text() -> str:
+    """The live-switch section's introduction: the walk's steps, in the ablation's order,
+    each with what it turns on."""
+    lines = [
+        "## Switching kernels in a running simulation\n",
+        "Switch the kernels by hand while the run goes on, or press **Walk through the "
+        "techniques** (the cell after the panel starts the walk from code): one technique "
+        "at a time in the ablation's order, each held 15 s (1 s in `demo` mode); the "
+        "status line says what "
+        "each step turns on and the throughput plot marks it. Off a GPU the fused kernels "
+        "cannot run and the panel says so at each step.\n",
+        "1. `baseline`: the PyTorch reference path",
+    ]
+    for number, name in enumerate(WALK, start=2):
+        label = "fp32→fp16" if name == "mlp_fp16" else f"+{name}"
+        note = (" (with the steps before it: `all`)" if name == CUMULATIVE[-1] else
+                " (beyond the paper)" if name in BEYOND_PAPER else "")
+        lines.append(f"{number}. `{label}`: {TURNS_ON[name]}{note}")
+    return "\n".join(lines)
+
+
 def speedup_demo() -> list:
     """03: the A/B race and the live switches, in projector mode."""
     return [
@@ -188,7 +229,8 @@ def speedup_demo() -> list:
             '          f"peak memory {side.peak_memory_gb} GB")\n'
             'print("largest force deviation A-B:", race.deviation_end)'
         ),
-        new_markdown_cell("## Switching kernels in a running simulation"),
+        new_markdown_cell(ablation_text()),
+        new_markdown_cell(walk_text()),
         new_code_cell("live"),
         new_code_cell(
             "live.walk_through()\n"

@@ -8,10 +8,11 @@ advance (no GPU), or the engine raises or warns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
+from workbench.model.ablation import TURNS_ON, WALK, walk_stages
 from workbench.model.force_paths import PYTORCH_TECHNIQUES, triton_runs_on
 from workbench.model.options import KernelOptions
 
@@ -22,22 +23,13 @@ def options_label(options: KernelOptions) -> str:
     return "+".join(enabled) if enabled else "baseline"
 
 
-#: The order of the walk through the techniques, as in an ablation: the four techniques of
-#: the flash engine (distance + basis on chip, fused message passing, CSR reductions, fused
-#: node updates), then 16-bit MLPs, then the engine's own additions (tabulated filters,
-#: per-step pair search, fused Langevin steps, captured steps). ``mlp_fp16`` stands for
+#: The order of the walk through the techniques: the ablation's order
+#: (`workbench.model.ablation`): the four techniques of the flash engine (distance + basis
+#: on chip, fused message passing, CSR reductions, fused node updates), the engine's
+#: per-step pair search and fused Langevin steps (together: ``all``), then 16-bit MLPs,
+#: captured steps and, beyond the paper, the tabulated filters. ``mlp_fp16`` stands for
 #: ``mlp_precision="fp16"``.
-WALKTHROUGH = (
-    "fused_radial_basis",
-    "fused_message_passing",
-    "csr_aggregation",
-    "fused_update",
-    "mlp_fp16",
-    "tabulated_filter",
-    "fused_pair_search",
-    "fused_integrator",
-    "cuda_graph",
-)
+WALKTHROUGH = WALK
 
 
 def walkthrough() -> list[KernelOptions]:
@@ -48,13 +40,13 @@ def walkthrough() -> list[KernelOptions]:
     list of KernelOptions
         ``len(WALKTHROUGH) + 1`` entries; the first is the baseline.
     """
-    stages = [KernelOptions.baseline()]
-    for name in WALKTHROUGH:
-        if name == "mlp_fp16":
-            stages.append(replace(stages[-1], mlp_precision="fp16"))
-        else:
-            stages.append(replace(stages[-1], **{name: True}))
-    return stages
+    return [options for _, options in walk_stages()]
+
+
+def walk_note(stage: int) -> str:
+    """What stage ``stage`` of :func:`walkthrough` turns on, in a line (``""`` for the
+    baseline, stage 0)."""
+    return TURNS_ON[WALKTHROUGH[stage - 1]] if stage > 0 else ""
 
 
 def change_label(before: KernelOptions | None, after: KernelOptions) -> str:

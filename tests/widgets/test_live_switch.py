@@ -11,7 +11,12 @@ import pytest
 pytest.importorskip("ipywidgets")
 pytest.importorskip("plotly")
 
-from widgets.kernel_switches import WALKTHROUGH, change_label, walkthrough  # noqa: E402
+from widgets.kernel_switches import (  # noqa: E402
+    WALKTHROUGH,
+    change_label,
+    walk_note,
+    walkthrough,
+)
 from widgets.panels.live_switch import LiveSwitchPanel  # noqa: E402
 from widgets.smoothing import segment_mean  # noqa: E402
 from widgets.snapshot import RunState  # noqa: E402
@@ -30,12 +35,15 @@ def test_the_walk_adds_one_technique_per_stage():
     stages = walkthrough()
     assert stages[0].is_baseline and len(stages) == len(WALKTHROUGH) + 1
     labels = [change_label(a, b) for a, b in zip(stages, stages[1:], strict=False)]
-    assert labels[:4] == [
-        "+fused_radial_basis", "+fused_message_passing", "+csr_aggregation", "+fused_update"
+    assert labels == [
+        "+fused_radial_basis", "+fused_message_passing", "+csr_aggregation", "+fused_update",
+        "+fused_pair_search", "+fused_integrator", "fp32→fp16", "+cuda_graph",
+        "+tabulated_filter",
     ]
-    assert labels[4] == "fp32→fp16"
+    assert stages[6] == KernelOptions.parse("all")  # the ablation's cumulative order
     assert stages[-1].cuda_graph and stages[-1].tabulated_filter
     assert stages[-1].mlp_precision == "fp16"
+    assert walk_note(0) == "" and "CSR" in walk_note(3)
 
 
 def test_change_labels_name_what_changed():

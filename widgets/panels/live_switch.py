@@ -12,7 +12,7 @@ from dataclasses import replace
 import ipywidgets as ipw
 
 from widgets.controller import SimulationController
-from widgets.kernel_switches import change_label, walkthrough
+from widgets.kernel_switches import change_label, walk_note, walkthrough
 from widgets.panels.kernels import KernelsPanel
 from widgets.panels.live_plots import LivePlots
 from workbench.runner import RunSettings
@@ -23,8 +23,10 @@ class LiveSwitchPanel(ipw.VBox):
 
     Each Start begins a new run (from the baseline, or from the toggles as set); Stop
     ends it and the walk, if one is going. The walk turns the techniques of
-    :func:`~widgets.kernel_switches.walkthrough` on one after another, holding each for
-    ``hold_seconds``; the throughput plot marks each switch with what it changed.
+    :func:`~widgets.kernel_switches.walkthrough` on one after another in the ablation's order
+    (`workbench.model.ablation`), holding each for ``hold_seconds``; the status line says
+    what each stage turns on, and the throughput plot marks each switch with what it
+    changed.
 
     Parameters
     ----------
@@ -141,9 +143,10 @@ class LiveSwitchPanel(ipw.VBox):
             if self._stop_walk.is_set() or not self.running:
                 break
             self.kernels.set_options(options)
+            note = walk_note(index)
             self.status.value = (
                 f"walk {index + 1}/{len(stages)}: <b>{html.escape(change_label(previous, options))}"
-                f"</b>"
+                f"</b>" + (f": {html.escape(note)}" if note else "")
             )
             previous = options
             if self._stop_walk.wait(hold):
