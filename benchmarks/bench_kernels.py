@@ -194,8 +194,8 @@ def sweep_cfconv(graph, csr, weights, modes, configs):
                                **args), f"P{persistent}"),
                 "dW/dd": (cf._length_grad_kernel.fn, (triton.cdiv(src.numel(), be),),
                           (pos, xs, gu, src, dst, order, count),
-                          dict(w2t_ptr=filt.lin2_rows, g_ptr=g, E=src.numel(),
-                               SIZE_CLASS=src.numel(), PAIRS=True, FC=min(fc, F),
+                          dict(w2t_ptr=filt.lin2_rows, g_ptr=g, E=src.numel(), PAIRS=True,
+                               FC=min(fc, F),
                                **grad_args), f"FC{min(fc, F)}"),
             }
             for name, (fn, grid, pargs, kw, variant) in calls.items():

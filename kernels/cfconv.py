@@ -52,7 +52,6 @@ from kernels._triton import (
     autotune,
     check_no_grad,
     mma,
-    next_pow2,
     pick_configs,
     tanh_f32,
     tf32_round,
@@ -245,12 +244,11 @@ def _conv_kernel(pos_ptr, feat_ptr, other_ptr, ptr_ptr, perm_ptr, own_ptr, edge_
         tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
 
 
-@autotune(_GRAD_CONFIGS, ["SIZE_CLASS", "F", "KP", "PREC", "PAIRS"],
+@autotune(_GRAD_CONFIGS, ["F", "KP", "PREC", "PAIRS"],
           prune_configs_by={"early_config_prune": _one_for_ieee}, restore_value=["g_ptr"])
 @triton.jit
 def _length_grad_kernel(pos_ptr, xs_ptr, gu_ptr, src_ptr, dst_ptr, order_ptr, count_ptr,
-                        w1_ptr, s1_ptr, b1_ptr, w2t_ptr, s2_ptr, g_ptr, E, SIZE_CLASS, mu_ptr,
-                        gamma_ptr, K,
+                        w1_ptr, s1_ptr, b1_ptr, w2t_ptr, s2_ptr, g_ptr, E, mu_ptr, gamma_ptr, K,
                         alpha, basis_lower, env_a, env_b, env_upper, env_lower,
                         EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                         ENV_IN_BASIS: tl.constexpr, ENV_ON_FILTER: tl.constexpr,
@@ -261,9 +259,9 @@ def _length_grad_kernel(pos_ptr, xs_ptr, gu_ptr, src_ptr, dst_ptr, order_ptr, co
 
     ``s_e = gu[dst] * xs[src]``; with ``PAIRS`` the listed edges stand for their pairs and
     ``s_e`` also holds the reverse direction, ``+ gu[src] * xs[dst]``. ``E`` is the length of
-    ``order`` (the grid) and ``SIZE_CLASS`` its next power of two (the autotuning key, so
-    that a neighbour list whose capacity changes does not re-tune at every rebuild); the
-    autotuner restores ``g`` after each timing run (the kernel adds into it).
+    ``order`` (the grid); it is no autotuning key, so that a neighbour list whose capacity
+    changes does not re-tune (seconds) at a rebuild in the middle of a run. The autotuner
+    restores ``g`` after each timing run (the kernel adds into it).
     """
     f = tl.arange(0, F)
     s2 = tl.load(s2_ptr + f)
@@ -366,8 +364,7 @@ def _length_grad(pos, xs, gu, src, dst, order, count, g, args, w2t, pairs: bool)
     if E:
         a = {k: v for k, v in args.items() if k not in ("b2_ptr", "w2_ptr")}  # no d(bias)/dd
         _length_grad_kernel[lambda meta: (triton.cdiv(meta["E"], meta["BLOCK_E"]),)](
-            pos, xs, gu, src, dst, order, count, w2t_ptr=w2t, g_ptr=g, E=E, SIZE_CLASS=next_pow2(E),
-            PAIRS=pairs, **a)
+            pos, xs, gu, src, dst, order, count, w2t_ptr=w2t, g_ptr=g, E=E, PAIRS=pairs, **a)
 
 
 class _CFConv(torch.autograd.Function):

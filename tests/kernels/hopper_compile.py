@@ -49,8 +49,7 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "fused filter length gradient": (
         _length_grad_kernel,
         dict(RADIAL, **FILTER, gu_ptr="*fp32", src_ptr="*i64", dst_ptr="*i64",
-             order_ptr="*i32", count_ptr="*i32", w2t_ptr="*fp16", g_ptr="*fp32", E="i32",
-             SIZE_CLASS="i32"),
+             order_ptr="*i32", count_ptr="*i32", w2t_ptr="*fp16", g_ptr="*fp32", E="i32"),
         [dict(ENVELOPE, PAIRS=True, BLOCK_E=16, FC=32)]),
     "tabulated forward": (
         tabulated._tab_fwd_kernel, dict(TABLE, src_ptr="*i64", out_ptr="*fp32"),
