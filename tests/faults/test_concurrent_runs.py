@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from fault_runs import STEPS, TINY, run_cli
 
-from faults.fault_runs import STEPS, TINY, run_cli
 from workbench.cli.output import FOLDER_LOCK
 from workbench.folder_lock import LockedError, output_lock
 
