@@ -48,7 +48,8 @@ lint:
 notebooks:
 	$(PYTHON) notebooks/build_notebooks.py
 
-# BENCHMARKS.md from the records in benchmarks/results/ (the bench.json of `workbench bench --out`)
+# BENCHMARKS.md from the runs in benchmarks/results/ (one file per machine, each run the
+# bench.json of `workbench bench --out`; `python -m benchmarks.report --add` adds one)
 .PHONY: benchmarks-md
 benchmarks-md:
 	$(PYTHON) benchmarks/report.py
