@@ -34,6 +34,7 @@ from workbench.training.force_matching import (
     prior_labels,
     train_force_matching,
 )
+from workbench.training.model_card import read_epoch_log
 from workbench.training.pipeline import TrainSettings, train_potential
 
 TINY = {"hidden": 8, "filters": 8, "blocks": 1, "num_rbf": 6, "cutoff": 5.0}
@@ -357,8 +358,11 @@ def test_training_continues_from_a_saved_model(data, tmp_path):
     assert card["priors"]["method"] == first_card["priors"]["method"] == "Boltzmann inversion"
     assert card["priors"]["repulsion_pairs"] == first_card["priors"]["repulsion_pairs"]
     assert card["priors"]["kept_from"] == [str(tmp_path / "cln025.pt")]
+    # the card's log continues the first model's; the CSV has this call's epoch
+    assert [row["epoch"] for row in read_epoch_log(tmp_path / "cln025.pt")] == [1, 2, 3]
+    assert card["training"]["log"]["columns"] == list(LOG_COLUMNS)
     with open(tmp_path / "cln025.log.csv", newline="") as handle:
-        assert [row["epoch"] for row in csv.DictReader(handle)] == ["1", "2", "3"]
+        assert [row["epoch"] for row in csv.DictReader(handle)] == ["1"]
     bare = tmp_path / "other.pt"
     save_potential(Potential(sys.bead_types, small_schnet(**TINY), {}), bare)
     wrong = TrainSettings(schnet=small_config(**TINY), fit=fit, progress=False,

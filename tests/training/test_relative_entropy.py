@@ -4,7 +4,6 @@ the CLI's ``--ensemble-weight``."""
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 
@@ -18,6 +17,7 @@ from workbench.model.potential import Potential
 from workbench.teacher import teacher_potential
 from workbench.training.data import generate_teacher_data, load_teacher_data
 from workbench.training.force_matching import FitSettings, train_force_matching
+from workbench.training.model_card import read_epoch_log
 from workbench.training.pipeline import TrainSettings, train_potential
 from workbench.training.relative_entropy import (
     EnsembleSet,
@@ -236,10 +236,10 @@ def test_pipeline_and_cli_record_the_term(tmp_path, capsys):
     assert term["min_sample_fraction"] == 0.0 and not term["stopped_by_reweighting"]
     assert term["check_every_steps"] == 50
     assert 0.0 < term["kept_epoch"]["ensemble_sample_fraction"] <= 1.0
-    with open(tmp_path / "b" / "cln025.log.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = read_epoch_log(tmp_path / "b" / "cln025.pt")
     # the continued model's two epochs have no term; this run's two have it
-    assert [row["val_relative_entropy"] == "" for row in rows] == [True, True, False, False]
+    assert [row["val_relative_entropy"] is None for row in rows] == [True, True, False, False]
+    assert [row["epoch"] for row in rows] == [1, 2, 3, 4]
     only = json.loads((tmp_path / "d" / "cln025.json").read_text())["training"]
     assert only["relative_entropy"]["temperatures_K"] == [330.0]
     capsys.readouterr()

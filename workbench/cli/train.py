@@ -597,7 +597,8 @@ def train(args, locks: contextlib.ExitStack) -> int:
         rows.append(("TF32 steps", f"forces {training['tf32_force_error']:.1e} relative RMS "
                                    "from FP32 (first validation batch)"))
     rows += [
-        ("files", f"{out}: {system.name}.pt, {system.name}.json, {system.name}.log.csv"),
+        ("files", f"{out}: {system.name}.pt, {system.name}.json (card and epoch log), "
+                  f"{system.name}.log.csv (this call's epochs)"),
     ]
     print(summary_table(rows))
     return 0

@@ -145,7 +145,7 @@ def model_page(card: dict, model_file: Path, page_dir: Path, root: Path) -> str:
     title = f"# {protein.upper()}: `{model_file.stem}`"
     lines = [GENERATED, "", title, "", card["model"] + ".", ""]
     lines += [f"Files in `workbench/models/data/`: `{model_file.name}` (weights), "
-              f"`{model_file.stem}.json` (card), `{model_file.stem}.log.csv` (training curve).", ""]
+              f"`{model_file.stem}.json` (card, with the training's epoch log).", ""]
     extras = {k: v for k, v in teacher.items()
               if k not in ("teacher", "protein", "mapping") and v is not None}
     lines += ["## Teacher", "", f"{teacher['teacher']}, {teacher['mapping']} mapping.", ""]
