@@ -13,7 +13,7 @@ Layout of a run folder:
 * ``exchanges.csv`` for a run with a temperature ladder (whose exchange state is saved
   inside ``checkpoint.pt``).
 * ``checkpoint.pt``: the state at the last save; the records above are cut back to it
-  when the run is resumed (`workbench.run_recovery`).
+  when the run is resumed (`workbench.resume`).
 * ``summary.json``, written when the run ends; its absence means the run is still going
   (or was killed).
 * ``workbench.lock`` while a process writes the folder (`workbench.folder_lock`).

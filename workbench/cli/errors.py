@@ -14,8 +14,8 @@ from workbench.md.simulation import CheckpointError
 from workbench.md.trajectory_files import TrajectoryFileError
 from workbench.model.io import ModelFormatError
 from workbench.model_fit import ModelMismatchError
+from workbench.resume import RecoveryError
 from workbench.run_folder import RunFolderError
-from workbench.run_recovery import RecoveryError
 from workbench.settings_error import SettingsError
 from workbench.system.errors import PDBError, UnknownProteinError
 

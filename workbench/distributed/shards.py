@@ -4,7 +4,8 @@ An ensemble of R replicas is cut into contiguous shards; shard k owns global
 replicas ``first .. first + replicas - 1`` and runs them as one
 :class:`~workbench.md.Simulation` with a seed derived from the run's seed and k.
 A replica's trajectory is therefore fixed by the run's settings, the number of
-shards and its shard, whichever process, GPU or machine runs the shard.
+shards and its shard, whichever process, GPU or machine runs the shard. A shard runs in
+chunks of steps that end at the next report, checkpoint or exchange (:func:`next_stop`).
 """
 
 from __future__ import annotations
@@ -106,3 +107,18 @@ def shard_settings(settings: RunSettings, shard: Shard, device: str) -> RunSetti
 def build_shard(settings: RunSettings, shard: Shard, device: str) -> PreparedRun:
     """System, potential and simulation of one shard (see :func:`shard_settings`)."""
     return prepare_run(shard_settings(settings, shard, device))
+
+
+def next_stop(done: int, total: int, *intervals: int) -> int:
+    """The first step after ``done`` that is a multiple of one of ``intervals``, or ``total``.
+
+    Parameters
+    ----------
+    done : int
+        Steps taken so far.
+    total : int
+        Last step of the run.
+    *intervals : int
+        Positive step intervals (reports, checkpoints, exchanges).
+    """
+    return min([total, *((done // i + 1) * i for i in intervals)])
