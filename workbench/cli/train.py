@@ -365,7 +365,6 @@ def train(args, locks: contextlib.ExitStack) -> int:
     from workbench.runner import resolve_device
     from workbench.system import build_system
     from workbench.teacher import calibrate_epsilon, teacher_potential
-    from workbench.training.compaction import SQUEEZE_STRENGTH, compacted_frames
     from workbench.training.data import (
         concatenate_data,
         data_temperatures,
@@ -374,9 +373,9 @@ def train(args, locks: contextlib.ExitStack) -> int:
         save_teacher_data,
         without_violent_frames,
     )
+    from workbench.training.extra_frames import SQUEEZE_STRENGTH, compacted_frames, displaced_frames
     from workbench.training.force_matching import FitSettings
     from workbench.training.online_ensemble import OnlineSettings
-    from workbench.training.perturbation import displaced_frames
     from workbench.training.pipeline import TrainSettings, train_potential
     from workbench.training.relative_entropy import SamplerFrames
 
