@@ -60,3 +60,18 @@ benchmarks-md:
 roofline:
 	$(PYTHON) -m benchmarks.roofline --out artifacts/roofline/roofline.json
 	$(PYTHON) -m benchmarks.roofline --render artifacts/roofline/roofline.json
+
+# Train the shipped models from their recipes, one job per protein, all at once on one GPU:
+# `make train-models`, or `make train-models PROTEINS="1yrf 1enh" TRAIN_ARGS="--time-limit 60"`.
+# Each job is `workbench train --config recipes/<protein>.yaml --out $(MODELS_OUT)/<protein>`
+# with TRAIN_ARGS appended (options on the command line override the recipe's); its output
+# goes to $(MODELS_OUT)/<protein>.out.
+PROTEINS ?= cln025 2jof 1yrf 1enh 2a3d
+MODELS_OUT ?= artifacts/models
+.PHONY: train-models
+train-models:
+	@for protein in $(PROTEINS); do \
+	  mkdir -p "$(MODELS_OUT)/$$protein"; \
+	  workbench train --config "recipes/$$protein.yaml" --quiet --out "$(MODELS_OUT)/$$protein" \
+	    $(TRAIN_ARGS) > "$(MODELS_OUT)/$$protein.out" 2>&1 & \
+	done; wait; tail -n 9 $(MODELS_OUT)/*.out

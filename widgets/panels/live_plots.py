@@ -13,8 +13,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from widgets.kernel_switches import change_label
-from widgets.panels.base import LivePanel
-from widgets.plot_style import COLORS, new_figure
+from widgets.panels.base import COLORS, LivePanel, new_figure
 from widgets.snapshot import Snapshot
 
 BANDS = ("min–max", "±std")
