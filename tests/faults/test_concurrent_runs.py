@@ -16,7 +16,7 @@ import pytest
 from fault_runs import STEPS, TINY, run_cli
 
 from workbench.cli.output import FOLDER_LOCK
-from workbench.folder_lock import LockedError, output_lock
+from workbench.files import LockedError, output_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ missing or not a model, an unknown protein, a checkpoint of another run) are
 
 from __future__ import annotations
 
-from workbench.folder_lock import LockedError
+from workbench.files import LockedError
 from workbench.md.simulation import CheckpointError
 from workbench.md.trajectory_files import TrajectoryFileError
 from workbench.model.io import ModelFormatError
