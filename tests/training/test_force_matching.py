@@ -37,9 +37,8 @@ from workbench.training.force_matching import (
     train_force_matching,
 )
 from workbench.training.model_card import read_epoch_log
-from workbench.training.online_ensemble import OnlineEnsemble, OnlineSettings
 from workbench.training.pipeline import TrainSettings, train_potential
-from workbench.training.relative_entropy import EnsembleSet
+from workbench.training.relative_entropy import EnsembleSet, OnlineEnsemble, OnlineSettings
 
 TINY = {"hidden": 8, "filters": 8, "blocks": 1, "num_rbf": 6, "cutoff": 5.0}
 

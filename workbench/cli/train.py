@@ -375,9 +375,8 @@ def train(args, locks: contextlib.ExitStack) -> int:
     )
     from workbench.training.extra_frames import SQUEEZE_STRENGTH, compacted_frames, displaced_frames
     from workbench.training.force_matching import FitSettings
-    from workbench.training.online_ensemble import OnlineSettings
     from workbench.training.pipeline import TrainSettings, train_potential
-    from workbench.training.relative_entropy import SamplerFrames
+    from workbench.training.relative_entropy import OnlineSettings, SamplerFrames
 
     began = time.monotonic()
     options = train_options(args)

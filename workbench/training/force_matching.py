@@ -15,7 +15,8 @@ from the teacher's ensemble that a model run fell into). With frames of a sample
 own dynamics, the relative-entropy term ``w_S · ΔS``
 (:mod:`workbench.training.relative_entropy`) moves the model's ensemble towards the
 teacher's directly; with walkers of the model being trained
-(:mod:`workbench.training.online_ensemble`) its frames stay those of the current weights.
+(:class:`~workbench.training.relative_entropy.OnlineEnsemble`) its frames stay those of
+the current weights.
 
 With ``weight_average`` the kept model is an exponential moving average of the weights
 over the last ``~1 / (1 − decay)`` optimiser steps (:class:`WeightAverage`). For a
@@ -44,9 +45,9 @@ from workbench.model.potential import Potential
 from workbench.model.priors import PriorTerm
 from workbench.model.schnet import CGSchNet
 from workbench.neighbors import NeighborList
-from workbench.training.online_ensemble import OnlineEnsemble
 from workbench.training.relative_entropy import (
     EnsembleSet,
+    OnlineEnsemble,
     relative_entropy_change,
     smallest_sample_fraction,
     validation_relative_entropy,

@@ -42,9 +42,14 @@ from workbench.training.model_card import (
     read_epoch_log,
     write_model_card,
 )
-from workbench.training.online_ensemble import OnlineEnsemble, OnlineSettings
 from workbench.training.prior_refinement import refine_priors
-from workbench.training.relative_entropy import EnsembleSet, SamplerFrames, ensemble_sets
+from workbench.training.relative_entropy import (
+    EnsembleSet,
+    OnlineEnsemble,
+    OnlineSettings,
+    SamplerFrames,
+    ensemble_sets,
+)
 from workbench.training.selection import selection_score
 from workbench.training.validate import force_rmse, validate_against_teacher
 
@@ -117,9 +122,9 @@ class TrainSettings:
         teacher's and the sampler's runs started from equilibrated structures.
     online : OnlineSettings or None
         With ``fit.ensemble_weight``: the term's model frames come from walkers of the model
-        being trained (:mod:`~workbench.training.online_ensemble`), compared with the
-        training split's teacher frames at ``online.temperature``, instead of a sampler's
-        frames (which, given, are then force-matching frames only).
+        being trained (:class:`~workbench.training.relative_entropy.OnlineEnsemble`),
+        compared with the training split's teacher frames at ``online.temperature``, instead
+        of a sampler's frames (which, given, are then force-matching frames only).
     online_starts : torch.Tensor or None
         Shape (S, n, 3), float32: structures a share of the walkers start from
         (``online.start_fraction``); None: every walker from a teacher frame.
