@@ -93,7 +93,7 @@ def states_command(args) -> int:
 def contacts_command(args) -> int:
     """Body of ``workbench analyze contacts``."""
     refuse_existing([Path(args.out)] if args.out else [], args.overwrite)
-    from workbench.analysis.contact_shares import contact_shares, most_different
+    from workbench.analysis.native_contacts import contact_shares, most_different
     from workbench.md.simulation import checkpoint_positions
     from workbench.system import build_system
 
