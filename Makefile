@@ -48,7 +48,8 @@ lint:
 notebooks:
 	$(PYTHON) notebooks/build_notebooks.py
 
-# BENCHMARKS.md from the records in benchmarks/results/ (the bench.json of `workbench bench --out`)
+# BENCHMARKS.md from the runs in benchmarks/results/ (one file per machine, each run the
+# bench.json of `workbench bench --out`; `python -m benchmarks.report --add` adds one)
 .PHONY: benchmarks-md
 benchmarks-md:
 	$(PYTHON) benchmarks/report.py
@@ -69,3 +70,18 @@ roofline:
 ablation:
 	$(PYTHON) -m benchmarks.ablation --out artifacts/ablation --resume --docs; status=$$?; \
 	  $(PYTHON) notebooks/build_notebooks.py && exit $$status
+
+# Train the shipped models from their recipes, one job per protein, all at once on one GPU:
+# `make train-models`, or `make train-models PROTEINS="1yrf 1enh" TRAIN_ARGS="--time-limit 60"`.
+# Each job is `workbench train --config recipes/<protein>.yaml --out $(MODELS_OUT)/<protein>`
+# with TRAIN_ARGS appended (options on the command line override the recipe's); its output
+# goes to $(MODELS_OUT)/<protein>.out.
+PROTEINS ?= cln025 2jof 1yrf 1enh 2a3d
+MODELS_OUT ?= artifacts/models
+.PHONY: train-models
+train-models:
+	@for protein in $(PROTEINS); do \
+	  mkdir -p "$(MODELS_OUT)/$$protein"; \
+	  workbench train --config "recipes/$$protein.yaml" --quiet --out "$(MODELS_OUT)/$$protein" \
+	    $(TRAIN_ARGS) > "$(MODELS_OUT)/$$protein.out" 2>&1 & \
+	done; wait; tail -n 9 $(MODELS_OUT)/*.out

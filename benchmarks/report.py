@@ -1,14 +1,19 @@
-"""Render BENCHMARKS.md from the benchmark records in ``benchmarks/results/``.
+"""Render BENCHMARKS.md from the benchmark runs in ``benchmarks/results/``.
 
-Each record file is the ``bench.json`` that ``workbench bench --out FOLDER`` writes
-(``environment``, ``command``, ``records``). A new measurement replaces an old one: for
-every GPU, configuration, model, protein and replica count the latest record is kept (by
-the file's ``environment.date``; on the same date the file later in name order, and within a
-file the later record). Run from the repository root::
+One file per machine (``h100.json``, ``h200.json``, ``cpu.json``) holds its runs in the
+order they were added: ``{"runs": [{"name", "environment", "command", "records"}, ...]}``,
+each run the ``bench.json`` that ``workbench bench --out FOLDER`` writes, with a name that
+says what it measured. A new measurement replaces an old one: for every GPU,
+configuration, model, protein and replica count the latest record is kept (by the run's
+``environment.date``; on the same date the run added later, and within a run the later
+record). Run from the repository root::
 
-    python benchmarks/report.py            # or: make benchmarks-md
+    python -m benchmarks.report            # or: make benchmarks-md
+    python -m benchmarks.report --add artifacts/bench/bench.json --name five-proteins
 
-Add a result by copying its ``bench.json`` to ``benchmarks/results/<gpu>-<what>.json``.
+``--add`` appends a ``bench.json`` as a run to the file of its machine
+(``benchmarks/results/<gpu>.json``; the name defaults to the bench folder's name) and
+refuses a run already there or a name already taken; then render the page again.
 """
 
 from __future__ import annotations
@@ -70,18 +75,36 @@ def gpu_name(device: str | None) -> str:
     return words[0] if words else device
 
 
+def machine_file(environment: dict) -> str:
+    """The results file of a run's machine: ``h100.json``, ``h200.json``, ``cpu.json``."""
+    return f"{gpu_name(environment.get('gpu')).lower()}.json"
+
+
+def read_runs(path: str | Path) -> list[dict]:
+    """The runs of a results file (a lone ``bench.json`` is one run)."""
+    payload = json.loads(Path(path).read_text())
+    return payload.get("runs", [payload])
+
+
 def load_records(folder: str | Path) -> list[dict]:
-    """Every record of every ``*.json`` file in ``folder``, with ``gpu``, ``date``,
-    ``command`` and ``source`` (file name) of its file and ``order`` (position in it)."""
+    """Every record of every run of every ``*.json`` file in ``folder``, with ``gpu``,
+    ``date``, ``command``, ``name``, ``source`` (file name) and ``run`` (position in the
+    file, from 1) of its run and ``order`` (position in the run)."""
     records = []
     for path in sorted(Path(folder).glob("*.json")):
-        payload = json.loads(path.read_text())
-        env = payload["environment"]
-        for order, record in enumerate(payload["records"]):
-            records.append({**record, "model": record.get("model", "demo"),
-                            "gpu": gpu_name(env.get("gpu")), "date": env["date"],
-                            "command": payload["command"], "source": path.name, "order": order})
+        for run, payload in enumerate(read_runs(path), start=1):
+            env = payload["environment"]
+            for order, record in enumerate(payload["records"]):
+                records.append({**record, "model": record.get("model", "demo"),
+                                "gpu": gpu_name(env.get("gpu")), "date": env["date"],
+                                "command": payload["command"],
+                                "name": payload.get("name", path.stem), "source": path.name,
+                                "run": run, "order": order})
     return records
+
+
+def _rank(record: dict) -> tuple:
+    return record["date"], record["source"], record["run"], record["order"]
 
 
 def latest(records: list[dict]) -> list[dict]:
@@ -90,13 +113,33 @@ def latest(records: list[dict]) -> list[dict]:
     for record in records:
         key = (record["gpu"], record["label"], record["model"], record["protein"],
                record["replicas"])
-        rank = (record["date"], record["source"], record["order"])
-        if key not in kept or rank >= (kept[key]["date"], kept[key]["source"], kept[key]["order"]):
+        if key not in kept or _rank(record) >= _rank(kept[key]):
             kept[key] = record
     size = {protein: i for i, protein in enumerate(PROTEINS)}
     return sorted(kept.values(), key=lambda r: (r["gpu"], size.get(r["protein"], 99),
                                                 r["protein"], r["replicas"], r["model"],
                                                 -r["timestep_mol_per_s"]))
+
+
+def add_run(bench_json: str | Path, folder: str | Path, name: str | None = None) -> Path:
+    """Append the run of ``bench_json`` to its machine's file in ``folder``; returns the
+    file. Refuses (ValueError) a run already in the file or a name already taken."""
+    bench_json = Path(bench_json)
+    payload = json.loads(bench_json.read_text())
+    if "runs" in payload or not {"environment", "command", "records"} <= payload.keys():
+        raise ValueError(f"{bench_json} is not the bench.json of one `workbench bench` run")
+    name = name or bench_json.resolve().parent.name
+    path = Path(folder) / machine_file(payload["environment"])
+    runs = read_runs(path) if path.exists() else []
+    fields = ("environment", "command", "records")
+    for run in runs:
+        if all(run.get(key) == payload[key] for key in fields):
+            raise ValueError(f"{bench_json} is already in {path} (run {run.get('name')!r})")
+        if run.get("name") == name:
+            raise ValueError(f"{path} already has a run named {name!r}; give another --name")
+    runs.append({"name": name, **{key: payload[key] for key in fields}})
+    path.write_text(json.dumps({"runs": runs}, indent=2, ensure_ascii=False) + "\n")
+    return path
 
 
 def target_figure(target: Target, gpu: str, records: list[dict]) -> dict | None:
@@ -135,8 +178,8 @@ def render(records: list[dict]) -> str:
     """BENCHMARKS.md from all records (the latest of each kind is shown)."""
     shown = latest(records)
     gpus = sorted({r["gpu"] for r in shown})
-    sources = sorted({(r["source"], r["command"]) for r in shown})
-    ref = {source: i + 1 for i, (source, _) in enumerate(sources)}
+    sources = sorted({(r["source"], r["run"], r["name"], r["command"]) for r in shown})
+    ref = {source[:2]: i + 1 for i, source in enumerate(sources)}
     lines = [
         "<!-- generated by `python benchmarks/report.py` (make benchmarks-md) from "
         "benchmarks/results/*.json; do not edit -->",
@@ -174,10 +217,11 @@ def render(records: list[dict]) -> str:
                 f"| {r['protein']} | {r['beads']} | {r['replicas']:,} | `{r['label']}` | "
                 f"{r['model']} | {r['timestep_mol_per_s']:,.0f} | {r['ns_per_day']:,.0f} | "
                 f"{peak} | {'–' if edges is None else f'{edges:,.0f}'} | {r['date']} | "
-                f"[{ref[r['source']]}] |")
+                f"[{ref[r['source'], r['run']]}] |")
         lines.append("")
     lines += ["## Runs", ""]
-    lines += [f"{ref[source]}. `{source}`: `{command}`" for source, command in sources]
+    lines += [f"{ref[source, run]}. `{source}` run {run}, {name}: `{command}`"
+              for source, run, name, command in sources]
     return "\n".join([*lines, ""])
 
 
@@ -185,7 +229,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default=str(HERE / "results"))
     parser.add_argument("--out", default=str(HERE.parent / "BENCHMARKS.md"))
+    parser.add_argument("--add", metavar="BENCH_JSON",
+                        help="append this bench.json as a run to its machine's results file")
+    parser.add_argument("--name", help="the added run's name (default: its folder's name)")
     args = parser.parse_args(argv)
+    if args.add:
+        try:
+            print(add_run(args.add, args.results, args.name))
+        except (OSError, ValueError) as error:
+            parser.exit(1, f"{error}\n")
+        return 0
     Path(args.out).write_text(render(load_records(args.results)))
     print(args.out)
     return 0

@@ -6,6 +6,7 @@ Achieved FLOP/s and bytes/s of each kernel against the GPU's peaks:
         [--configs all,all-fp16,baseline,tables+graph] [--out roofline.json]
         [--budget-s 330] [--ncu-timeout 120]
     python -m benchmarks.roofline --render roofline.json [--doc docs/kernels.md]
+    python -m benchmarks.roofline --profile [--configs tables+graph] [--steps 20] [--out F]
 
 Per configuration: times and calls per step from torch.profiler over ``--steps`` warmed-up
 steps, FLOPs (CUDA-core FP32/FP16/FP64 instructions, tensor-core ops by type) and DRAM
@@ -15,7 +16,10 @@ kernel under the memory or the compute roof. Peaks are measured on the machine (
 device copy, large FP16 / TF32 / FP32 matmuls) next to the datasheet's. Without ncu the
 table has times only and says so; configurations left when ``--budget-s`` has passed
 are skipped (the JSON is rewritten after each one). ``--render`` writes the table into
-the roofline section of the kernels documentation. Needs a CUDA GPU (not ``--render``).
+the roofline section of the kernels documentation. ``--profile`` only lists every device
+kernel of ``--steps`` warmed-up steps of each configuration (count and microseconds per
+step, from torch.profiler) and the configuration each autotuned Triton kernel chose (JSON
+with ``--out``). Needs a CUDA GPU (not ``--render``).
 """
 
 from __future__ import annotations
@@ -385,12 +389,94 @@ def kernel_phases(prof) -> dict[str, str]:
     return {name: "+".join(sorted(phases)) for name, phases in found.items()}
 
 
+def warmed_simulation(protein: str, replicas: int, kernels: str, warmup: int = 30):
+    """The benchmark's simulation of ``protein`` × ``replicas`` (demo model, 300 K, dt 4 fs)
+    with the configuration ``kernels``, after ``warmup`` steps (compilation, autotuning,
+    capture)."""
+    import torch
+
+    from workbench.model.options import KernelOptions
+    from workbench.runner import RunSettings, prepare_run
+
+    settings = RunSettings(protein=protein, model="demo", replicas=replicas, steps=warmup,
+                           device="cuda", options=KernelOptions.parse(kernels))
+    sim = prepare_run(settings).simulation
+    sim.step(warmup)
+    torch.cuda.synchronize()
+    return sim
+
+
+def device_rows(prof, steps: int) -> list[tuple[str, float, float]]:
+    """``(name, count, us)`` per step of every device kernel of a profile, slowest first."""
+    import torch
+
+    rows = []
+    for event in prof.key_averages():
+        time_us = getattr(event, "device_time_total", 0) or 0
+        if time_us and event.device_type == torch.autograd.DeviceType.CUDA:
+            rows.append((event.key, event.count / steps, time_us / steps))
+    rows.sort(key=lambda row: -row[2])
+    return rows
+
+
+def kernel_table(protein: str, replicas: int, steps: int, kernels: str) -> dict:
+    """``{"total_us_per_step", "kernels_per_step", "rows": [(name, count, us) per step]}``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    sim = warmed_simulation(protein, replicas, kernels)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        sim.step(steps)
+        torch.cuda.synchronize()
+    rows = device_rows(prof, steps)
+    return {"protein": protein, "replicas": replicas, "kernels": kernels,
+            "total_us_per_step": sum(r[2] for r in rows),
+            "kernels_per_step": sum(r[1] for r in rows), "rows": rows}
+
+
+def autotuner_choices() -> dict:
+    """``{"module.kernel": {autotune key: chosen config}}`` of the Triton kernels in
+    ``kernels`` that have been autotuned in this process."""
+    import importlib
+    import pkgutil
+
+    from triton.runtime.autotuner import Autotuner
+
+    import kernels
+
+    chosen = {}
+    for info in pkgutil.iter_modules(kernels.__path__):
+        module = importlib.import_module(f"kernels.{info.name}")
+        for name, obj in vars(module).items():
+            if isinstance(obj, Autotuner) and obj.cache:
+                chosen[f"{info.name}.{name}"] = {str(k): str(v) for k, v in obj.cache.items()}
+    return chosen
+
+
+def profile_only(args) -> None:
+    """``--profile``: every device kernel per step of each configuration, and what the
+    autotuned kernels chose (JSON to ``--out`` when given)."""
+    tables = []
+    for config in args.configs:
+        table = kernel_table(args.protein, args.replicas, args.steps, config)
+        print(f"{args.protein} x {args.replicas}, {config}: {table['total_us_per_step']:.1f} us "
+              f"and {table['kernels_per_step']:.0f} kernels per step")
+        for name, count, time_us in table["rows"][:40]:
+            print(f"{time_us:9.1f} us  x{count:5.1f}  {name[:120]}")
+        tables.append(table)
+    autotuned = autotuner_choices()
+    for name, configs in autotuned.items():
+        for key, config in configs.items():
+            print(f"autotuned {name} {key}: {config}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"tables": tables, "autotuned": autotuned},
+                                             indent=1))
+
+
 def profile_config(protein: str, replicas: int, config: str, steps: int) -> tuple[list, dict]:
     """torch.profiler rows ``(name, calls, us)`` per step and phases of one configuration."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-
-    from benchmarks.profile_step import device_rows, warmed_simulation
 
     sim = warmed_simulation(protein, replicas, config)
     with labelled_forces(sim.potential), \
@@ -411,8 +497,6 @@ def drive(args) -> None:
     calibration (one FP16 and one TF32 matmul of `CALIBRATION_N`³) or ``--ncu-steps``
     steps of the warmed-up simulation of ``--driver``."""
     import torch
-
-    from benchmarks.profile_step import warmed_simulation
 
     if args.driver == "calibrate":
         a16 = torch.randn(CALIBRATION_N, CALIBRATION_N, device="cuda", dtype=torch.float16)
@@ -541,7 +625,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="seconds after which configurations left are skipped (their "
                              "ncu run first), so that the table still comes out")
     parser.add_argument("--ncu", default=None, help="path of ncu (default: found)")
-    parser.add_argument("--out", default="roofline.json", help="JSON file of the result")
+    parser.add_argument("--out", default=None,
+                        help="JSON file of the result (default roofline.json; with --profile, "
+                             "none)")
+    parser.add_argument("--profile", action="store_true",
+                        help="only the device kernels per step and the autotuners' choices")
     parser.add_argument("--render", metavar="JSON", default=None,
                         help="write this result into the roofline section of --doc")
     parser.add_argument("--doc", default=str(DOC))
@@ -552,6 +640,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.driver:
         drive(args)
         return
+    if args.profile:
+        profile_only(args)
+        return
+    args.out = args.out or "roofline.json"
     if args.render:
         doc = Path(args.doc)
         doc.write_text(render(json.loads(Path(args.render).read_text()), doc.read_text()))

@@ -1,4 +1,4 @@
-"""Shared helpers of the model, neighbour-list, MD and CLI tests.
+"""Shared helpers of the model, neighbour-list, MD, CLI and distributed tests.
 
 Importable as ``helpers`` from every test module (pytest puts ``tests/`` on the path).
 """
@@ -13,9 +13,11 @@ import pytest
 import torch
 
 from kernels._triton import INTERPRET
+from workbench.distributed.shards import build_shard, split_replicas
 from workbench.model import CGSchNet, HarmonicBonds, Potential, SchNetConfig
 from workbench.model.native_priors import native_priors
 from workbench.neighbors import Graph, NeighborList
+from workbench.runner import RunSettings
 from workbench.system import build_system
 from workbench.system.cg_system import CGSystem
 
@@ -236,3 +238,27 @@ def record_run(folder, replicas: int = 3, steps: int = 12, every: int = 2):
         ])
     assert code == 0, f"workbench run exited with {code}"
     return folder
+
+
+# -- sharded runs: the reference of the distributed tests ------------------------------
+def run_shards_directly(settings: RunSettings, shards: int, on_report=None):
+    """Each shard's simulation built and stepped in this process (the reference).
+
+    Returns the simulations, shard 0 first; ``on_report(sims)`` is called at every report
+    step (``settings.steps`` must be a multiple of ``settings.save_interval``).
+    """
+    sims = [
+        build_shard(settings, s, "cpu").simulation
+        for s in split_replicas(settings.replicas, shards)
+    ]
+    for _ in range(settings.steps // settings.save_interval):
+        for sim in sims:
+            sim.step(settings.save_interval)
+        if on_report is not None:
+            on_report(sims)
+    return sims
+
+
+def concatenated(sims, name: str) -> torch.Tensor:
+    """An attribute of every simulation, concatenated over the replica axis."""
+    return torch.cat([getattr(sim, name) for sim in sims])

@@ -25,7 +25,6 @@ import numpy as np
 import torch
 
 from widgets.background import BackgroundWork
-from widgets.gpu_memory import gpu_memory_gb
 from widgets.kernel_switches import (
     KernelEvent,
     failure_message,
@@ -428,3 +427,24 @@ class SimulationController(BackgroundWork):
             if exchange is not None:
                 self._record.tempering = tempering
                 self._record.temperatures.append(temperatures)
+
+
+def gpu_memory_gb(device: torch.device) -> tuple[float | None, float | None]:
+    """Currently allocated and peak allocated memory on a CUDA device, GB.
+
+    Parameters
+    ----------
+    device : torch.device
+
+    Returns
+    -------
+    (float or None, float or None)
+        ``torch.cuda.memory_allocated`` and ``torch.cuda.max_memory_allocated`` in GB;
+        ``(None, None)`` on any other device.
+    """
+    if device.type != "cuda":
+        return None, None
+    return (
+        torch.cuda.memory_allocated(device) / 1e9,
+        torch.cuda.max_memory_allocated(device) / 1e9,
+    )

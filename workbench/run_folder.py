@@ -13,10 +13,10 @@ Layout of a run folder:
 * ``exchanges.csv`` for a run with a temperature ladder (whose exchange state is saved
   inside ``checkpoint.pt``).
 * ``checkpoint.pt``: the state at the last save; the records above are cut back to it
-  when the run is resumed (`workbench.run_recovery`).
+  when the run is resumed (`workbench.resume`).
 * ``summary.json``, written when the run ends; its absence means the run is still going
   (or was killed).
-* ``workbench.lock`` while a process writes the folder (`workbench.folder_lock`).
+* ``workbench.lock`` while a process writes the folder (`workbench.files.output_lock`).
 
 :func:`read_run` reads a finished or running folder; :func:`thin_run` writes a smaller
 copy (some replicas, every k-th frame) that keeps the same layout.

@@ -10,22 +10,26 @@ SchNet, so it runs in :class:`~workbench.md.Simulation` for many replicas at onc
 
 ε is calibrated with :func:`calibrate_epsilon`: bisection on the folded fraction
 (Q > ``FOLDED_Q``) of short batched runs, half of the replicas starting from the native
-structure and half from denatured structures.
+structure and half from denatured structures. A model made by training is read back with
+its teacher by :func:`model_and_teacher`.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from workbench.md import LangevinIntegrator, Simulation
+from workbench.model.io import ModelFormatError, load_potential
 from workbench.model.native_priors import native_priors
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
-from workbench.model_fit import bundled_match
+from workbench.model_fit import bundled_match, check_model_fits
+from workbench.system import build_system
 from workbench.system.cg_system import CGSystem
 from workbench.units import FS_PER_PS
 
@@ -367,3 +371,24 @@ def calibrate_epsilon(
             high = result.epsilon
         result.epsilon = math.sqrt(low * high)
     return result
+
+
+def model_and_teacher(path: str | os.PathLike) -> tuple[Potential, CGSystem, Potential]:
+    """A model file written by ``workbench train``: its potential, its system and the
+    structure-based teacher it was trained on (rebuilt from the model's metadata).
+
+    Raises
+    ------
+    ModelFormatError
+        The model's metadata records no teacher (it was not made by training).
+    """
+    potential = load_potential(path)
+    teacher_meta = potential.metadata.get("teacher")
+    if not isinstance(teacher_meta, dict) or "epsilon" not in teacher_meta:
+        raise ModelFormatError(f"{path} has no teacher in its metadata (not made by train)")
+    system = build_system(potential.metadata["protein"])
+    check_model_fits(potential, system, str(path))
+    teacher = teacher_potential(system, teacher_meta["epsilon"], teacher_meta.get("dihedral_ratio"),
+                                teacher_meta.get("contact_separation"),
+                                teacher_meta.get("contact_barrier"))
+    return potential, system, teacher

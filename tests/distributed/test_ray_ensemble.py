@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from distributed_testlib import concatenated, run_shards_directly
+from helpers import concatenated, run_shards_directly
 
 ray = pytest.importorskip("ray")
 

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from distributed_testlib import concatenated, run_shards_directly
+from helpers import concatenated, run_shards_directly
 
 from workbench.cli import main
 from workbench.distributed import (

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from fault_runs import STEPS, TINY, run_cli
 
-from faults.fault_runs import STEPS, TINY, run_cli
 from workbench.cli.output import FOLDER_LOCK
-from workbench.folder_lock import LockedError, output_lock
+from workbench.files import LockedError, output_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 

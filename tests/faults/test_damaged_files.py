@@ -8,9 +8,9 @@ import os
 
 import pytest
 import torch
+from fault_runs import STEPS, TINY, assert_same_run, run_cli
 from helpers import schnet_potential
 
-from faults.fault_runs import STEPS, TINY, assert_same_run, run_cli
 from workbench.model.io import save_potential
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import errno
 
 import pytest
+from fault_runs import KINDS, STEPS, TINY, assert_same_run, fail_at, finish, run_cli
 
-from faults.fault_runs import KINDS, STEPS, TINY, assert_same_run, fail_at, finish, run_cli
 from workbench.files import atomic_write
 from workbench.md import simulation
 from workbench.md.reporters import MetricsReporter

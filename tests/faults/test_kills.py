@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from faults.fault_runs import (
+from fault_runs import (
     KINDS,
     STEPS,
     TINY,
@@ -20,6 +19,7 @@ from faults.fault_runs import (
     finish,
     run_cli,
 )
+
 from workbench.cli.output import FOLDER_LOCK
 from workbench.md.reporters import MetricsReporter
 from workbench.md.simulation import Simulation

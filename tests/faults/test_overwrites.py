@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from faults.fault_runs import STEPS, TINY, run_cli
+from fault_runs import STEPS, TINY, run_cli
 
 
 def test_a_folder_holding_only_trajectories_is_not_overwritten(tmp_path):

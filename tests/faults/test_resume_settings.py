@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from fault_runs import TINY, run_cli
 from helpers import schnet_potential
 
-from faults.fault_runs import TINY, run_cli
 from workbench.model.io import save_potential
 
 

@@ -21,9 +21,15 @@ from torch import nn
 
 from workbench.md import LangevinIntegrator, Simulation
 from workbench.model import load_potential, save_potential
-from workbench.model.extra_priors import ConstantEnergy, ExpRepulsion, HarmonicImpropers
 from workbench.model.mlcg_import import MlcgImportError, import_mlcg, load_for_run
-from workbench.model.priors import FourierDihedrals, HarmonicBonds, Repulsion
+from workbench.model.priors import (
+    ConstantEnergy,
+    ExpRepulsion,
+    FourierDihedrals,
+    HarmonicBonds,
+    HarmonicImpropers,
+    Repulsion,
+)
 from workbench.model.safe_unpickle import (
     DisallowedGlobalError,
     UnsupportedModelError,

@@ -11,12 +11,11 @@ import torch
 from helpers import tiny_system
 
 from kernels import triton_available
-from workbench.model.extra_priors import HarmonicThetaAngles
 from workbench.model.geometry import bead_layout, segment_gathers
 from workbench.model.native_priors import native_priors
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential, prior_segment_sums
-from workbench.model.priors import CutoffRepulsion
+from workbench.model.priors import CutoffRepulsion, HarmonicThetaAngles
 
 pytestmark = pytest.mark.skipif(not triton_available(), reason="needs Triton (or its interpreter)")
 #: Where the kernels can run: the GPU when there is one (Triton launches no kernel on CPU

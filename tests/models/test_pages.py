@@ -1,16 +1,14 @@
-"""Model pages: generated from the cards, with their figures, plot and defects; the pages in
-docs/models/ are the generator's output for the shipped cards."""
+"""The models page: generated from the cards, a section per model with its figures, plot and
+defects; docs/models/index.md is the generator's output for the shipped cards."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
-
 from workbench import models
 from workbench.models import shipped_models
-from workbench.models.pages import index_page, main, model_page
+from workbench.models.pages import index_table, main, model_section, models_page
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,11 +33,11 @@ CARD = {
 }
 
 
-def test_a_page_carries_the_cards_figures_plot_and_defects(tmp_path):
+def test_a_section_carries_the_cards_figures_plot_and_defects(tmp_path):
     (tmp_path / "docs" / "models").mkdir(parents=True)
     (tmp_path / "docs" / "models" / "cln025-v1.long-run.png").write_bytes(b"png")
-    page = model_page(CARD, Path("cln025-v1.pt"), tmp_path / "docs" / "models", tmp_path)
-    assert page.startswith("<!-- generated") and "# CLN025: `cln025-v1`" in page
+    page = model_section(CARD, Path("cln025-v1.pt"), tmp_path / "docs" / "models", tmp_path)
+    assert page.startswith('<a id="cln025"></a>') and "## CLN025: `cln025-v1`" in page
     for text in ("| training frames | 215,040 |", "| epsilon | 0.1041 |",
                  "| validation force RMSE (kcal/mol/Å) | 0.471 |",
                  "| final learning rate | 0.0003 |", "| data temperatures (K) | 300 / 360 |",
@@ -53,32 +51,33 @@ def test_a_page_carries_the_cards_figures_plot_and_defects(tmp_path):
     failing = json.loads(json.dumps(CARD))
     failing["validation"]["long_run"]["passes"]["transitions"] = False
     other = tmp_path / "elsewhere"
-    page = model_page(failing, Path("cln025-v1.pt"), other, tmp_path)
+    page = model_section(failing, Path("cln025-v1.pt"), other, tmp_path)
     assert "long run: fails (q_intersection ✓, transitions ✗)" in page
     assert "](../docs/models/cln025-v1.long-run.png)" in page  # relative to the page
 
 
-def test_the_index_lists_each_protein_with_its_long_run():
-    index = index_page({"cln025": (Path("cln025-v1.pt"), CARD)})
-    assert "| [CLN025](cln025.md) | `cln025-v1` | 0.471 | 5,000 | 0.961 | 0.692 / 0.730 |" in index
+def test_the_table_lists_each_protein_with_its_long_run():
+    index = index_table({"cln025": (Path("cln025-v1.pt"), CARD)})
+    assert "| [CLN025](#cln025) | `cln025-v1` | 0.471 | 5,000 | 0.961 | 0.692 / 0.730 |" in index
 
 
-def test_the_command_writes_one_page_per_protein_and_an_index(tmp_path, monkeypatch):
+def test_the_command_writes_the_page_of_the_newest_versions(tmp_path, monkeypatch):
     (tmp_path / "data").mkdir()
     for version in (1, 2):
         (tmp_path / "data" / f"cln025-v{version}.pt").write_bytes(b"")
         card = {**CARD, "model": f"version {version}"}
         (tmp_path / "data" / f"cln025-v{version}.json").write_text(json.dumps(card))
     monkeypatch.setattr(models.resources, "files", lambda _: tmp_path)
-    assert main(["--out", str(tmp_path / "pages"), "--root", str(tmp_path)]) == 0
-    assert sorted(p.name for p in (tmp_path / "pages").iterdir()) == ["cln025.md", "index.md"]
-    assert "version 2." in (tmp_path / "pages" / "cln025.md").read_text()  # the newest
+    assert main(["--out", str(tmp_path / "pages" / "index.md"), "--root", str(tmp_path)]) == 0
+    assert sorted(p.name for p in (tmp_path / "pages").iterdir()) == ["index.md"]
+    page = (tmp_path / "pages" / "index.md").read_text()
+    assert page.startswith("<!-- generated") and "# Shipped models" in page
+    assert "version 2." in page and "version 1." not in page  # the newest
 
 
-@pytest.mark.parametrize("protein", sorted(shipped_models()))
-def test_the_committed_pages_are_up_to_date(protein):
-    model_file = shipped_models()[protein][-1]
-    card = json.loads(model_file.with_suffix(".json").read_text())
-    expected = model_page(card, model_file, ROOT / "docs" / "models", ROOT)
-    assert (ROOT / "docs" / "models" / f"{protein}.md").read_text() == expected, (
+def test_the_committed_page_is_up_to_date():
+    cards = {protein: (files[-1], json.loads(files[-1].with_suffix(".json").read_text()))
+             for protein, files in shipped_models().items()}
+    expected = models_page(cards, ROOT / "docs" / "models", ROOT)
+    assert (ROOT / "docs" / "models" / "index.md").read_text() == expected, (
         "regenerate with `python -m workbench.models.pages`")

@@ -31,7 +31,12 @@ def test_each_protein_ships_a_model_with_its_card(protein):
     card = json.loads(path.with_suffix(".json").read_text())
     assert card["teacher"]["epsilon"] > 0 and card["data"]["frames"] > 0
     assert card["training"]["val_force_rmse"] > 0
-    assert path.with_suffix(".log.csv").is_file()  # the training curve
+    # the training curve: every epoch, the model's it continued from first
+    log = card["training"]["log"]
+    before = card["training"].get("continued_from", {}).get("epochs_before", 0)
+    assert len(log["rows"]) == before + card["training"]["epochs_run"]
+    assert [row[log["columns"].index("epoch")] for row in log["rows"]] == list(
+        range(1, len(log["rows"]) + 1))
     validation = card["validation"]
     assert validation.get("results") or (validation.get("long_run") or {}).get("passes"), (
         "no validation against the teacher recorded")

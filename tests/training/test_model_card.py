@@ -1,8 +1,14 @@
-"""Model cards: the priors record of a continued model and the one-line description."""
+"""Model cards: the priors record of a continued model, the one-line description and the
+epoch log."""
 
 import json
 
-from workbench.training.model_card import kept_prior_settings, model_description
+from workbench.training.model_card import (
+    epoch_log,
+    kept_prior_settings,
+    model_description,
+    read_epoch_log,
+)
 
 FIT = {
     "method": "Boltzmann inversion, then bonds, angles and dihedrals refined by force matching",
@@ -53,3 +59,21 @@ def test_without_a_card_the_record_says_the_fit_is_unknown(tmp_path):
     write_card(tmp_path, "self", {"method": f"kept from {looped}", "terms": TERMS})
     record = kept_prior_settings(looped, TERMS)
     assert record["kept_from"] == [looped] and "no card records" in record["method"]
+
+
+def test_the_epoch_log_is_read_from_the_card_or_an_older_csv(tmp_path):
+    rows = [{"epoch": 1, "train_loss": 2.5, "val_relative_entropy": None},
+            {"epoch": 2, "train_loss": 1.5, "val_relative_entropy": -0.25}]
+    log = epoch_log(rows, ("epoch", "train_loss", "val_relative_entropy"))
+    assert log == {"columns": ["epoch", "train_loss", "val_relative_entropy"],
+                   "rows": [[1, 2.5, None], [2, 1.5, -0.25]]}
+    model = write_card(tmp_path, "m", FIT)
+    card = json.loads((tmp_path / "m.json").read_text())
+    (tmp_path / "m.json").write_text(json.dumps({**card, "training": {"log": log}}))
+    assert read_epoch_log(model) == rows
+    # a model whose card has no log: the CSV beside it, its text read as numbers
+    older = write_card(tmp_path, "older", FIT)
+    (tmp_path / "older.log.csv").write_text(
+        "epoch,train_loss,val_relative_entropy\n1,2.5,\n2,1.5,-0.25\n")
+    assert read_epoch_log(older) == rows
+    assert read_epoch_log(tmp_path / "none.pt") == []

@@ -1,6 +1,6 @@
 """Validation numbers on synthetic series, a tiny teacher-vs-itself run, the comparison
-of two force paths, and long runs compared from their metrics files (into the card, where
-they gate the default model)."""
+of two force paths, long runs compared from their metrics files (into the card, where
+they gate the default model), and energy gaps of models against their teacher."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import re
 
 import pytest
 import torch
-from helpers import tiny_system
+from helpers import perturbed_positions, prior_potential, tiny_system
 
 from workbench.model.options import KernelOptions
 from workbench.teacher import langevin_simulation, state_thresholds, teacher_potential
@@ -22,6 +22,7 @@ from workbench.training.validate import (
     compare_q,
     compare_runs,
     count_transitions,
+    energy_gaps,
     flipped_dihedral_fraction,
     folded_fraction,
     force_rmse,
@@ -424,3 +425,19 @@ def test_long_run_plot_is_optional(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     assert not plot_long_runs({"a": model}, teacher, tmp_path / "without.png")
     assert not (tmp_path / "without.png").exists()
+
+
+def test_the_teacher_against_itself_has_no_gap_and_a_shifted_one_keeps_none():
+    system = tiny_system()
+    teacher = prior_potential(system)
+    bonds = prior_potential(system, terms=("bonds",))
+    sets = {"a": perturbed_positions(system, 3, seed=1).float(),
+            "b": perturbed_positions(system, 2, sigma=0.5, seed=2).float()}
+    reference = perturbed_positions(system, 4, seed=3).float()
+    table = energy_gaps({"self": teacher, "bonds": bonds}, teacher, reference, sets)
+    for cell in table["self"].values():
+        assert cell["energy_gap"] == pytest.approx(0.0, abs=1e-3)
+        assert cell["force_rmse"] == pytest.approx(0.0, abs=1e-4)
+    assert set(table["bonds"]) == {"a", "b"} and table["bonds"]["a"]["force_rmse"] > 0
+    same = energy_gaps({"bonds": bonds}, teacher, reference, {"ref": reference})
+    assert same["bonds"]["ref"]["energy_gap"] == pytest.approx(0.0, abs=1e-3)

@@ -5,7 +5,7 @@ import torch
 from widgets.adjacency_frames import ADDED, KEPT, REMOVED, diff_codes, edge_counts, frame_adjacency
 from widgets.kernel_switches import options_label, usable_options
 from widgets.modes import LAPTOP_RATE, default_settings, run_mode
-from widgets.replica_bands import replica_band
+from widgets.panels.live_plots import replica_band
 from workbench.model.options import KernelOptions
 from workbench.system import build_system
 

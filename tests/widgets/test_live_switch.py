@@ -17,8 +17,8 @@ from widgets.kernel_switches import (  # noqa: E402
     walk_note,
     walkthrough,
 )
+from widgets.panels.live_plots import segment_mean  # noqa: E402
 from widgets.panels.live_switch import LiveSwitchPanel  # noqa: E402
-from widgets.smoothing import segment_mean  # noqa: E402
 from widgets.snapshot import RunState  # noqa: E402
 from workbench.model.options import KernelOptions  # noqa: E402
 from workbench.runner import RunSettings  # noqa: E402

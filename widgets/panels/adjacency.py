@@ -18,8 +18,7 @@ from widgets.adjacency_frames import (
     graph_adjacency,
     native_contacts_formed,
 )
-from widgets.panels.base import LivePanel
-from widgets.plot_style import new_figure
+from widgets.panels.base import LivePanel, new_figure
 from widgets.snapshot import Snapshot
 
 COORDINATES, GRAPH = "coordinates + cutoff", "neighbour graph (now)"

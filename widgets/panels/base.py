@@ -1,4 +1,5 @@
-"""Common behaviour of panels that follow a run: throttled refreshes from any thread.
+"""Common behaviour of panels that follow a run: throttled refreshes from any thread, and
+the shared look of their figures (:func:`new_figure`; font size is raised for talks).
 
 A redraw may change a widget whose observer asks for another redraw of the same panel
 (a slider whose maximum shrinks clamps its value, and the value's observer refreshes).
@@ -11,10 +12,53 @@ from __future__ import annotations
 
 import html
 import threading
+import time
+from collections.abc import Callable
 
 import ipywidgets as ipw
+import plotly.graph_objects as go
 
-from widgets.throttle import Throttle
+
+class Throttle:
+    """Let an action through at most once per ``interval`` seconds.
+
+    Parameters
+    ----------
+    interval : float
+        Smallest time between two accepted calls, seconds.
+    clock : callable, optional
+        Monotonic clock returning seconds; ``time.monotonic`` by default (tests pass a fake).
+
+    Examples
+    --------
+    >>> throttle = Throttle(0.25)
+    >>> throttle.ready()
+    True
+    >>> throttle.ready()
+    False
+    """
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic):
+        if interval < 0:
+            raise ValueError(f"interval must be non-negative, got {interval}")
+        self.interval = float(interval)
+        self.clock = clock
+        self._last: float | None = None
+        self._lock = threading.Lock()
+
+    def ready(self, force: bool = False) -> bool:
+        """True (and the call is counted) when enough time has passed or ``force`` is set."""
+        with self._lock:
+            now = self.clock()
+            if force or self._last is None or now - self._last >= self.interval:
+                self._last = now
+                return True
+            return False
+
+    def reset(self) -> None:
+        """Forget the last accepted call, so the next one goes through."""
+        with self._lock:
+            self._last = None
 
 
 class LivePanel(ipw.VBox):
@@ -122,3 +166,36 @@ class LivePanel(ipw.VBox):
     def _refresh_later(self) -> None:
         if self._throttle.ready(force=True):
             self.refresh()
+
+
+#: Colours of configuration A and B, and of the replica band.
+COLORS = {"A": "#1f77b4", "B": "#d62728", "band": "rgba(31, 119, 180, 0.2)"}
+
+
+def new_figure(
+    title: str, xaxis: str, yaxis: str, height: int = 260, font_size: int = 12
+) -> go.FigureWidget:
+    """An empty live figure with the workbench layout.
+
+    Parameters
+    ----------
+    title, xaxis, yaxis : str
+        Figure title and axis titles.
+    height : int
+        Pixels.
+    font_size : int
+        Base font size; 18–24 reads well on a projector.
+    """
+    figure = go.FigureWidget()
+    figure.update_layout(
+        title={"text": title, "font": {"size": font_size + 2}},
+        font={"size": font_size},
+        height=height,
+        margin={"l": 60, "r": 60, "t": 40 + font_size, "b": 40 + font_size},
+        xaxis_title=xaxis,
+        yaxis_title=yaxis,
+        template="plotly_white",
+        legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "bottom"},
+        uirevision="keep",
+    )
+    return figure

@@ -10,8 +10,7 @@ import ipywidgets as ipw
 
 from widgets.comparison import PRESETS, CompareRunner, CompareSnapshot
 from widgets.modes import default_settings
-from widgets.panels.base import LivePanel
-from widgets.plot_style import COLORS, new_figure
+from widgets.panels.base import COLORS, LivePanel, new_figure
 from workbench.model.options import KernelOptions
 from workbench.runner import RunSettings
 

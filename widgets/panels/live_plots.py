@@ -1,4 +1,9 @@
-"""Live plots: throughput with kernel-switch markers, GPU memory, RMSD and Q per replica."""
+"""Live plots: throughput with kernel-switch markers, GPU memory, RMSD and Q per replica.
+
+Throughput is drawn with a steady line through the noisy per-chunk values, restarted at
+every kernel switch (:func:`segment_mean`); RMSD and Q as a mean line inside a band over
+the replicas (:func:`replica_band`).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,76 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from widgets.kernel_switches import change_label
-from widgets.panels.base import LivePanel
-from widgets.plot_style import COLORS, new_figure
-from widgets.replica_bands import BANDS, replica_band
-from widgets.smoothing import segment_mean
+from widgets.panels.base import COLORS, LivePanel, new_figure
 from widgets.snapshot import Snapshot
+
+BANDS = ("min–max", "±std")
+
+
+def replica_band(values: np.ndarray, band: str = "min–max") -> tuple[np.ndarray, ...]:
+    """Mean over replicas and the lower and upper edge of a band around it.
+
+    Parameters
+    ----------
+    values : numpy.ndarray, shape (points, replicas)
+    band : {"min–max", "±std"}
+
+    Returns
+    -------
+    mean, lower, upper : numpy.ndarray, each shape (points,)
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"expected (points, replicas), got shape {values.shape}")
+    if values.shape[0] == 0:
+        empty = np.empty(0)
+        return empty, empty, empty
+    mean = values.mean(axis=1)
+    if band == "min–max":
+        return mean, values.min(axis=1), values.max(axis=1)
+    if band == "±std":
+        std = values.std(axis=1)
+        return mean, mean - std, mean + std
+    raise ValueError(f"band must be one of {BANDS}, got {band!r}")
+
+
+def segment_mean(
+    steps: np.ndarray, values: np.ndarray, breaks: list[int], window: int = 9
+) -> np.ndarray:
+    """Centred running mean of ``values`` that never averages across a break.
+
+    Parameters
+    ----------
+    steps : numpy.ndarray, shape (m,)
+        Step of each value, increasing.
+    values : numpy.ndarray, shape (m,)
+        E.g. timestep·mol/s of each chunk; NaN values are left out of the means.
+    breaks : list of int
+        Steps at which a new segment starts (kernel switches): a value at or after a break
+        is averaged only with values of its own segment.
+    window : int
+        Values per mean (odd; shrinks at the ends of a segment).
+
+    Returns
+    -------
+    numpy.ndarray, shape (m,), float64
+        NaN where a value's neighbourhood holds no finite value.
+    """
+    steps = np.asarray(steps)
+    values = np.asarray(values, dtype=np.float64)
+    segment = np.searchsorted(np.sort(np.asarray(breaks)), steps, side="right")
+    half = max(window, 1) // 2
+    smooth = np.full(values.shape, np.nan)
+    for label in np.unique(segment):
+        index = np.flatnonzero(segment == label)
+        part = values[index]
+        for k, i in enumerate(index):
+            near = part[max(0, k - half) : k + half + 1]
+            near = near[np.isfinite(near)]
+            if near.size:
+                smooth[i] = near.mean()
+    return smooth
+
 
 MEAN_ONLY = -1
 

@@ -1,16 +1,21 @@
-"""3-D view of one replica (NGLView), updated in place while the run goes on."""
+"""3-D view of one replica (NGLView), updated in place while the run goes on; the PDB text
+and the native-aligned coordinates it shows."""
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import warnings
+from pathlib import Path
 
 import ipywidgets as ipw
 import numpy as np
+import torch
 
 from widgets.panels.base import LivePanel
 from widgets.snapshot import Snapshot
-from widgets.structure_files import aligned_to_native, structure_pdb_text
+from workbench.analysis import superpose
+from workbench.md.reporters import write_structure_pdb
 from workbench.system.cg_system import CGSystem
 
 with warnings.catch_warnings():
@@ -152,3 +157,25 @@ class Structure3D(LivePanel):
             self.view[1].show()
         else:
             self.view[1].hide()
+
+
+def structure_pdb_text(system: CGSystem, positions: np.ndarray | None = None) -> str:
+    """PDB text of the beads (one ATOM per bead, residues as in the source file).
+
+    Parameters
+    ----------
+    system : CGSystem
+    positions : numpy.ndarray, shape (n, 3), optional
+        Å; the native structure by default.
+    """
+    coords = system.native_positions if positions is None else torch.as_tensor(positions)
+    with tempfile.TemporaryDirectory(prefix="workbench-pdb-") as folder:
+        path = write_structure_pdb(system, coords.detach().cpu(), Path(folder) / "beads.pdb")
+        return path.read_text()
+
+
+def aligned_to_native(positions: np.ndarray, system: CGSystem) -> np.ndarray:
+    """One replica's bead coordinates ``(n, 3)`` superposed on the native structure, float32."""
+    native = system.native_positions.detach().cpu().to(torch.float32)
+    moved = superpose(torch.as_tensor(positions, dtype=torch.float32)[None], native)[0]
+    return moved.numpy().astype(np.float32)

@@ -7,8 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from widgets.panels.base import LivePanel
-from widgets.plot_style import COLORS
+from widgets.panels.base import COLORS, LivePanel
 from widgets.snapshot import Snapshot
 from workbench.md.tempering import pair_labels
 

@@ -13,12 +13,19 @@ from workbench.analysis.adjacency import (
     edge_count,
     residue_adjacency,
 )
-from workbench.analysis.free_energy import free_energy_surface
+from workbench.analysis.free_energy import (
+    free_energy_surface,
+    largest_metastable_q,
+    savitzky_golay,
+)
 from workbench.analysis.gdt import gdt_fractions, gdt_ts
-from workbench.analysis.metastable import largest_metastable_q, savitzky_golay
 from workbench.analysis.native_contacts import fraction_native_contacts
-from workbench.analysis.rmsd import rmsd
-from workbench.analysis.superpose import kabsch_rotation, rotation_from_covariance, superpose
+from workbench.analysis.superpose import (
+    kabsch_rotation,
+    rmsd,
+    rotation_from_covariance,
+    superpose,
+)
 
 __all__ = [
     "adjacency_diff",

@@ -1,4 +1,4 @@
-"""Optimal rigid superposition (Kabsch), batched over any leading axes.
+"""Optimal rigid superposition (Kabsch), batched over any leading axes, and the RMSD after it.
 
 The fit is done in float64 whatever the input dtype; results come back in the
 dtype of ``mobile``. Only proper rotations (determinant +1) are returned: a
@@ -98,3 +98,24 @@ def superpose(
     rotation, x_center, y_center = _fit(mobile, ref, weights)
     moved = (mobile.to(torch.float64) - x_center) @ rotation + y_center
     return moved.to(mobile.dtype)
+
+
+def rmsd(pos: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """RMSD of each replica from a reference after optimal superposition.
+
+    Parameters
+    ----------
+    pos : torch.Tensor, shape (R, n, 3) (any leading axes), float
+        Coordinates, Å (in practice the CA beads).
+    ref : torch.Tensor, shape (n, 3) or (R, n, 3), float
+        Reference coordinates, Å.
+
+    Returns
+    -------
+    torch.Tensor, shape (R,), dtype of ``pos``
+        Minimum RMSD over proper rigid motions, Å. Computed in float64.
+    """
+    ref64 = ref.to(device=pos.device, dtype=torch.float64)
+    moved = superpose(pos.to(torch.float64), ref64)
+    msd = (moved - ref64).square().sum(dim=-1).mean(dim=-1)
+    return msd.sqrt().to(pos.dtype)

@@ -93,7 +93,7 @@ def states_command(args) -> int:
 def contacts_command(args) -> int:
     """Body of ``workbench analyze contacts``."""
     refuse_existing([Path(args.out)] if args.out else [], args.overwrite)
-    from workbench.analysis.contact_shares import contact_shares, most_different
+    from workbench.analysis.native_contacts import contact_shares, most_different
     from workbench.md.simulation import checkpoint_positions
     from workbench.system import build_system
 
@@ -133,12 +133,12 @@ def named_paths(text: str, flag: str) -> dict[str, str]:
 def energy_gaps_command(args) -> int:
     """Body of ``workbench analyze energy-gaps``."""
     refuse_existing([Path(args.out)] if args.out else [], args.overwrite)
-    from workbench.analysis.energy_gaps import energy_gaps
     from workbench.md.simulation import checkpoint_positions
     from workbench.model.io import load_potential
     from workbench.model_fit import check_model_fits
     from workbench.system import build_system
     from workbench.teacher import teacher_potential
+    from workbench.training.validate import energy_gaps
 
     system = build_system(args.protein)
     teacher = teacher_potential(system, args.epsilon)

@@ -9,13 +9,13 @@ missing or not a model, an unknown protein, a checkpoint of another run) are
 
 from __future__ import annotations
 
-from workbench.folder_lock import LockedError
+from workbench.files import LockedError
 from workbench.md.simulation import CheckpointError
 from workbench.md.trajectory_files import TrajectoryFileError
 from workbench.model.io import ModelFormatError
 from workbench.model_fit import ModelMismatchError
+from workbench.resume import RecoveryError
 from workbench.run_folder import RunFolderError
-from workbench.run_recovery import RecoveryError
 from workbench.settings_error import SettingsError
 from workbench.system.errors import PDBError, UnknownProteinError
 

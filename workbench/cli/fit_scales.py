@@ -7,7 +7,7 @@ from pathlib import Path
 from workbench.cli.errors import UsageError
 from workbench.cli.output import summary_table
 from workbench.cli.parser import command_parser
-from workbench.training.trained_model import model_and_teacher
+from workbench.teacher import model_and_teacher
 
 
 def add_parser(subparsers) -> None:

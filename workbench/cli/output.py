@@ -8,12 +8,11 @@ import shutil
 from pathlib import Path
 
 from workbench.cli.errors import UsageError
-from workbench.files import atomic_write_json
-from workbench.folder_lock import output_lock
+from workbench.files import atomic_write_json, output_lock
 from workbench.md.reporters import ensure_writable_folder
 from workbench.runner import existing_run_files
 
-#: The lock file of an output folder (`workbench.folder_lock`).
+#: The lock file of an output folder (`workbench.files.output_lock`).
 FOLDER_LOCK = "workbench.lock"
 
 

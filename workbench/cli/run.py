@@ -2,15 +2,22 @@
 
 Exit codes: 0 done, 1 a write failed (disk full; the message says how to resume) or every
 replica was frozen by the safety checks, 2 bad input, 130 stopped by Ctrl-C (SIGINT), 143
-stopped by SIGTERM.
+stopped by SIGTERM (128 + the signal number, the shell's convention).
+
+SIGTERM, which batch schedulers send at a time limit, ends a run the way Ctrl-C does: a
+clean stop with a summary. While :func:`terminate_as_interrupt` is active it raises
+:class:`Terminated`, a ``KeyboardInterrupt``, so the same ``except`` stops the run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,16 +31,19 @@ from workbench.cli.run_distributed import (
     run_distributed,
     wants_distributed,
 )
-from workbench.cli.stop_signals import exit_code, terminate_as_interrupt
 from workbench.files import atomic_write_text
 from workbench.md import NeighborSettings
 from workbench.md.reporters import MetricsReporter, TrajectoryReporter
 from workbench.md.simulation import CheckpointError
 from workbench.model.options import PRECISIONS, PRESETS, KernelOptions
 from workbench.model_fit import bundled_match
-from workbench.resume_check import model_fingerprint, record_changes, settings_changes
+from workbench.resume import (
+    model_fingerprint,
+    record_changes,
+    recover_run_folder,
+    settings_changes,
+)
 from workbench.run_folder import MANIFEST, read_manifest, write_manifest
-from workbench.run_recovery import recover_run_folder
 from workbench.runner import (
     RunSettings,
     ThroughputMeter,
@@ -41,6 +51,38 @@ from workbench.runner import (
     timed_steps,
 )
 from workbench.teacher import state_thresholds
+
+#: Exit code of a run stopped by SIGINT (Ctrl-C).
+EXIT_INTERRUPTED = 128 + signal.SIGINT
+#: Exit code of a run stopped by SIGTERM.
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM into :class:`Terminated` in the body (main thread only; elsewhere the
+    handler cannot be set and nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def exit_code(stop: KeyboardInterrupt) -> int:
+    """The exit code of a run stopped by ``stop``."""
+    return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
 
 
 def add_parser(subparsers) -> None:
@@ -390,4 +432,3 @@ def run_here(args, settings: RunSettings, out: Path | None, began: float) -> int
               file=sys.stderr)
         return 1
     return 0
-

@@ -365,7 +365,6 @@ def train(args, locks: contextlib.ExitStack) -> int:
     from workbench.runner import resolve_device
     from workbench.system import build_system
     from workbench.teacher import calibrate_epsilon, teacher_potential
-    from workbench.training.compaction import SQUEEZE_STRENGTH, compacted_frames
     from workbench.training.data import (
         concatenate_data,
         data_temperatures,
@@ -374,11 +373,10 @@ def train(args, locks: contextlib.ExitStack) -> int:
         save_teacher_data,
         without_violent_frames,
     )
+    from workbench.training.extra_frames import SQUEEZE_STRENGTH, compacted_frames, displaced_frames
     from workbench.training.force_matching import FitSettings
-    from workbench.training.online_ensemble import OnlineSettings
-    from workbench.training.perturbation import displaced_frames
     from workbench.training.pipeline import TrainSettings, train_potential
-    from workbench.training.relative_entropy import SamplerFrames
+    from workbench.training.relative_entropy import OnlineSettings, SamplerFrames
 
     began = time.monotonic()
     options = train_options(args)
@@ -597,7 +595,8 @@ def train(args, locks: contextlib.ExitStack) -> int:
         rows.append(("TF32 steps", f"forces {training['tf32_force_error']:.1e} relative RMS "
                                    "from FP32 (first validation batch)"))
     rows += [
-        ("files", f"{out}: {system.name}.pt, {system.name}.json, {system.name}.log.csv"),
+        ("files", f"{out}: {system.name}.pt, {system.name}.json (card and epoch log), "
+                  f"{system.name}.log.csv (this call's epochs)"),
     ]
     print(summary_table(rows))
     return 0

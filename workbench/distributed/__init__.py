@@ -1,6 +1,7 @@
 """Replicas spread over several GPUs (torch.distributed) or many machines (Ray).
 
-* :mod:`.shards`: which replicas a process owns, its seed, its simulation.
+* :mod:`.shards`: which replicas a process owns, its seed, its simulation, where its
+  chunks of steps end, and the ranks' rows gathered in replica order.
 * :mod:`.launcher`: one process per GPU, metrics gathered to the driver
   (:func:`launch_sharded`); :mod:`.tempering_across_ranks`: parallel tempering
   across those processes.

@@ -33,10 +33,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException
 
-from workbench.distributed.collectives import gather_replicas
 from workbench.distributed.reports import MetricsReport, metrics_from_matrix, metrics_matrix
-from workbench.distributed.schedule import next_stop
-from workbench.distributed.shards import Shard, build_shard, split_replicas
+from workbench.distributed.shards import (
+    Shard,
+    build_shard,
+    gather_replicas,
+    next_stop,
+    split_replicas,
+)
 from workbench.distributed.tempering_across_ranks import RankExchange
 from workbench.md import Simulation
 from workbench.runner import RunSettings, ThroughputMeter, timed_steps

@@ -33,8 +33,7 @@ from pathlib import Path
 import torch
 
 from workbench.distributed.reports import MetricsReport, merge_reports, shard_report
-from workbench.distributed.schedule import next_stop
-from workbench.distributed.shards import Shard, build_shard, split_replicas
+from workbench.distributed.shards import Shard, build_shard, next_stop, split_replicas
 from workbench.runner import RunSettings, ThroughputMeter, timed_steps
 
 try:

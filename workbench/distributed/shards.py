@@ -4,7 +4,10 @@ An ensemble of R replicas is cut into contiguous shards; shard k owns global
 replicas ``first .. first + replicas - 1`` and runs them as one
 :class:`~workbench.md.Simulation` with a seed derived from the run's seed and k.
 A replica's trajectory is therefore fixed by the run's settings, the number of
-shards and its shard, whichever process, GPU or machine runs the shard.
+shards and its shard, whichever process, GPU or machine runs the shard. A shard runs in
+chunks of steps that end at the next report, checkpoint or exchange (:func:`next_stop`);
+the ranks' per-replica rows come back together in global replica order
+(:func:`gather_replicas`, a torch.distributed collective, NCCL or gloo).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import copy
 from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
+import torch.distributed as dist
 
 from workbench.runner import PreparedRun, RunSettings, prepare_run
 
@@ -106,3 +111,48 @@ def shard_settings(settings: RunSettings, shard: Shard, device: str) -> RunSetti
 def build_shard(settings: RunSettings, shard: Shard, device: str) -> PreparedRun:
     """System, potential and simulation of one shard (see :func:`shard_settings`)."""
     return prepare_run(shard_settings(settings, shard, device))
+
+
+def next_stop(done: int, total: int, *intervals: int) -> int:
+    """The first step after ``done`` that is a multiple of one of ``intervals``, or ``total``.
+
+    Parameters
+    ----------
+    done : int
+        Steps taken so far.
+    total : int
+        Last step of the run.
+    *intervals : int
+        Positive step intervals (reports, checkpoints, exchanges).
+    """
+    return min([total, *((done // i + 1) * i for i in intervals)])
+
+
+def gather_replicas(local: torch.Tensor, shards: list[Shard]) -> torch.Tensor:
+    """Every rank's per-replica rows, on every rank, in global replica order.
+
+    Shards may differ in size by one, and an all-gather needs equal sizes, so each
+    rank's rows are padded to the largest shard and the padding is dropped after.
+
+    Parameters
+    ----------
+    local : torch.Tensor, shape (R_k, ...)
+        This rank's rows (replica axis first), on the device of the process
+        group's backend (CUDA for NCCL, CPU for gloo). Any dtype NCCL and gloo carry.
+    shards : list of Shard
+        The shards of all ranks, rank k holding ``shards[k]``.
+
+    Returns
+    -------
+    torch.Tensor, shape (R, ...)
+        Same dtype and device as ``local``.
+    """
+    rank = dist.get_rank()
+    if local.shape[0] != shards[rank].replicas:
+        raise ValueError(f"rank {rank} gives {local.shape[0]} rows for {shards[rank]}")
+    largest = max(s.replicas for s in shards)
+    padded = local.new_zeros((largest, *local.shape[1:]))
+    padded[: local.shape[0]] = local
+    parts = [torch.empty_like(padded) for _ in shards]
+    dist.all_gather(parts, padded.contiguous())
+    return torch.cat([part[: s.replicas] for part, s in zip(parts, shards, strict=True)])

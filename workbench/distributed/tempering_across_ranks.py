@@ -23,9 +23,8 @@ import math
 import torch
 import torch.distributed as dist
 
-from workbench.distributed.collectives import gather_replicas
 from workbench.distributed.reports import bath_temperatures
-from workbench.distributed.shards import Shard, shard_seed
+from workbench.distributed.shards import Shard, gather_replicas, shard_seed
 from workbench.md.tempering import (
     EXCHANGE_SEED_OFFSET,
     attempt_exchanges,

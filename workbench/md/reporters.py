@@ -192,7 +192,7 @@ class TrajectoryReporter:
         ``"dcd"``, ``"xtc"`` or ``"h5"``.
     append : bool
         Keep the frames of existing files (a resumed run, whose files were cut back to
-        its checkpoint by `workbench.run_recovery`) and add to them; not for ``"h5"``.
+        its checkpoint by `workbench.resume`) and add to them; not for ``"h5"``.
     """
 
     FORMATS = ("dcd", "xtc", "h5")

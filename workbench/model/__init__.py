@@ -1,6 +1,5 @@
 """CGSchNet, prior terms and potentials."""
 
-from workbench.model import extra_priors  # noqa: F401  (registers its prior classes for loading)
 from workbench.model.io import ModelFormatError, load_potential, save_potential
 from workbench.model.potential import Potential
 from workbench.model.priors import (

@@ -47,18 +47,16 @@ from typing import Any, NamedTuple
 
 import torch
 
-from workbench.model.extra_priors import (
-    ConstantEnergy,
-    ExpRepulsion,
-    HarmonicImpropers,
-    HarmonicThetaAngles,
-)
 from workbench.model.io import ModelFormatError
 from workbench.model.potential import Potential
 from workbench.model.priors import (
+    ConstantEnergy,
+    ExpRepulsion,
     FourierDihedrals,
     HarmonicAngles,
     HarmonicBonds,
+    HarmonicImpropers,
+    HarmonicThetaAngles,
     PriorTerm,
     Repulsion,
 )

@@ -1,7 +1,7 @@
 """Trained potentials shipped with the package.
 
 Each shipped model is named by protein and version: ``data/<protein>-v<N>.pt`` with its card
-``<protein>-v<N>.json`` and training curve ``<protein>-v<N>.log.csv``. The newest version of
+``<protein>-v<N>.json`` (which holds the training's epoch log). The newest version of
 a protein is the one a run uses. Its long validation runs (model and teacher metrics, gzipped)
 live beside the package in ``workbench/models/validation/`` in the repository only: they are
 the evidence behind the card's figures (``tests/models/test_shipped.py`` recomputes them) and

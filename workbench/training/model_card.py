@@ -1,10 +1,12 @@
 """Model cards: what a trained potential is, what it was trained on and how well it fits.
 
-A card is a JSON file next to the model (``<model stem>.json``).
+A card is a JSON file next to the model (``<model stem>.json``); its ``training.log`` is the
+epoch log of the training (see :func:`epoch_log`).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from pathlib import Path
@@ -14,12 +16,46 @@ import torch
 from workbench.files import atomic_write_text
 from workbench.model.schnet import SchNetConfig
 from workbench.training.data import data_temperatures, sampled_mask
-from workbench.training.force_matching import FitResult
+from workbench.training.force_matching import LOG_COLUMNS, FitResult
 
 
 def card_path(model_path: str | os.PathLike) -> Path:
     """Where the card of a model file lives: same folder and stem, ``.json``."""
     return Path(model_path).with_suffix(".json")
+
+
+def epoch_log(rows: list[dict], columns: tuple[str, ...] = LOG_COLUMNS) -> dict:
+    """The card's ``training.log``: one row of ``columns`` per epoch (None where a row has no
+    value), ``{"columns": [...], "rows": [[...], ...]}``."""
+    return {"columns": list(columns),
+            "rows": [[_number(row.get(column)) for column in columns] for row in rows]}
+
+
+def read_epoch_log(model_path: str | os.PathLike) -> list[dict]:
+    """The epochs of a model's training, one dict per epoch, from its card's
+    ``training.log``; a model whose card has none is read from the ``<model stem>.log.csv``
+    that older versions wrote next to it. Empty where neither is found."""
+    log = read_model_card(model_path).get("training", {}).get("log")
+    if log is not None:
+        return [dict(zip(log["columns"], row, strict=True)) for row in log["rows"]]
+    path = Path(model_path).with_suffix(".log.csv")
+    if not path.is_file():
+        return []
+    with open(path, newline="") as handle:
+        return [{key: _number(value) for key, value in row.items()}
+                for row in csv.DictReader(handle)]
+
+
+def _number(value):
+    """A log value as JSON has it: CSV text to int or float, ``""`` to None."""
+    if not isinstance(value, str):
+        return value
+    if value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return float(value)
 
 
 def model_description(prior_settings: dict) -> str:
@@ -129,6 +165,7 @@ def build_model_card(
             "force_rmse_units": "kcal/mol/A",
             "energy_rmse": "kcal/mol per frame, the mean error over the validation frames "
             "removed (energies are known up to a constant)",
+            "log": epoch_log(history),
         },
         "validation": validation,
     }

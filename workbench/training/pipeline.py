@@ -5,19 +5,18 @@ Boltzmann inversion to the frames at ``prior_temperature``; CGSchNet is trained 
 teacher forces minus the prior forces (and, with an energy weight, on the teacher's energies
 minus the priors', up to a constant); the potential (SchNet + priors) is saved with
 :func:`~workbench.model.io.save_potential` as ``<out>/<protein>.pt`` with the model card
-``<out>/<protein>.json`` and the epoch log ``<out>/<protein>.log.csv``.
+``<out>/<protein>.json``, which holds the epoch log (``training.log``, continued from the
+model training started from). While it trains, the epochs of this call are written, one
+line each, to ``<out>/<protein>.log.csv``.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from workbench.files import atomic_write_text
 from workbench.md.simulation import checkpoint_positions
 from workbench.model.geometry import torsions
 from workbench.model.io import load_potential, save_potential
@@ -30,7 +29,6 @@ from workbench.system.topology import MIN_SEPARATION
 from workbench.training.boltzmann_inversion import fit_priors, non_native_minima
 from workbench.training.data import sampled_mask, split_indices
 from workbench.training.force_matching import (
-    LOG_COLUMNS,
     FitSettings,
     model_forces,
     potential_labels,
@@ -39,12 +37,19 @@ from workbench.training.force_matching import (
 )
 from workbench.training.model_card import (
     build_model_card,
+    epoch_log,
     kept_prior_settings,
+    read_epoch_log,
     write_model_card,
 )
-from workbench.training.online_ensemble import OnlineEnsemble, OnlineSettings
 from workbench.training.prior_refinement import refine_priors
-from workbench.training.relative_entropy import EnsembleSet, SamplerFrames, ensemble_sets
+from workbench.training.relative_entropy import (
+    EnsembleSet,
+    OnlineEnsemble,
+    OnlineSettings,
+    SamplerFrames,
+    ensemble_sets,
+)
 from workbench.training.selection import selection_score
 from workbench.training.validate import force_rmse, validate_against_teacher
 
@@ -117,9 +122,9 @@ class TrainSettings:
         teacher's and the sampler's runs started from equilibrated structures.
     online : OnlineSettings or None
         With ``fit.ensemble_weight``: the term's model frames come from walkers of the model
-        being trained (:mod:`~workbench.training.online_ensemble`), compared with the
-        training split's teacher frames at ``online.temperature``, instead of a sampler's
-        frames (which, given, are then force-matching frames only).
+        being trained (:class:`~workbench.training.relative_entropy.OnlineEnsemble`),
+        compared with the training split's teacher frames at ``online.temperature``, instead
+        of a sampler's frames (which, given, are then force-matching frames only).
     online_starts : torch.Tensor or None
         Shape (S, n, 3), float32: structures a share of the walkers start from
         (``online.start_fraction``); None: every walker from a teacher frame.
@@ -272,7 +277,7 @@ def train_potential(
             torch.random.set_rng_state(state)
     else:
         schnet = start.schnet
-    earlier_log = _read_log(Path(settings.start_from).with_suffix(".log.csv")) if start else []
+    earlier_log = read_epoch_log(settings.start_from) if start else []
     selector, selection = None, None
     if settings.fit.select_every > 0 and settings.select_steps > 0:
         selection = {
@@ -303,8 +308,6 @@ def train_potential(
         ensemble=ensemble,
         online=online,
     )
-    if earlier_log:
-        _continue_log(earlier_log, out / f"{system.name}.log.csv")
     potential = Potential(types, schnet, priors).cpu()
     potential.metadata = {
         "trained": True,
@@ -350,6 +353,11 @@ def train_potential(
             card["training"]["continued_from"] = {
                 "model": str(settings.start_from), "epochs_before": len(earlier_log)
             }
+            # the earlier epochs first, this call's numbered on
+            card["training"]["log"] = epoch_log([
+                *earlier_log,
+                *({**row, "epoch": len(earlier_log) + row["epoch"]} for row in fit.history),
+            ])
         if selection is not None:  # the scores of the selection runs, and the kept epoch
             card["training"]["selection_in_md"] = {
                 **selection, "scores": fit.selection, "kept_epoch": fit.best_epoch
@@ -501,23 +509,3 @@ def _embedding_types(
     if embedding == "bead":
         return torch.arange(system.n_beads)
     return system.bead_types.cpu()
-
-
-def _read_log(path: Path) -> list[dict]:
-    """Rows of an epoch log (empty when there is none)."""
-    if not path.is_file():
-        return []
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-def _continue_log(earlier: list[dict], path: Path) -> None:
-    """Put the earlier run's epochs before this run's in ``path``, numbered on (atomic)."""
-    rows = _read_log(path)
-    for k, row in enumerate(rows, start=len(earlier) + 1):
-        row["epoch"] = str(k)
-    text = io.StringIO()
-    writer = csv.DictWriter(text, LOG_COLUMNS)
-    writer.writeheader()
-    writer.writerows([*earlier, *rows])
-    atomic_write_text(path, text.getvalue())

@@ -39,7 +39,7 @@ class TrainOptions:
         Weight of the relative-entropy term (0: off).
     online_walkers : int
         Walkers of the model being trained that feed that term (0: off; their own
-        settings are checked by `workbench.training.online_ensemble.OnlineSettings`).
+        settings are checked by `workbench.training.relative_entropy.OnlineSettings`).
     online_start : str or None
         Runs whose structures start half of the walkers.
     grad_clip : float

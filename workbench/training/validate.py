@@ -9,7 +9,10 @@ teacher frames. :func:`compare_runs` compares two long runs already made (``work
 run`` of the model and of ``--model teacher``) from their metrics files, and
 :func:`compare_end_structures` the two potentials at the structures where those runs
 ended (a model that drifts into a basin of its own sits there far below the teacher).
-Plots need matplotlib, which is optional.
+:func:`energy_gaps` gives, for several models and sets of structures, the model's energy
+minus the teacher's (relative to the same difference over a reference set: energies are
+known up to a constant) and the force RMSE: a large negative gap at a run's ends is a
+basin of the model's own. Plots need matplotlib, which is optional.
 """
 
 from __future__ import annotations
@@ -629,3 +632,43 @@ def plot_long_runs(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
+
+
+def energy_gaps(
+    models: dict[str, Potential],
+    teacher: Potential,
+    reference: torch.Tensor,
+    structures: dict[str, torch.Tensor],
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Energy gap and force RMSE of every model at every set of structures.
+
+    Parameters
+    ----------
+    models : dict of str to Potential
+        Named models.
+    teacher : Potential
+        The teacher they are compared with.
+    reference : torch.Tensor, shape (M, n, 3)
+        Structures at which the gap is zero on average.
+    structures : dict of str to torch.Tensor, each shape (m, n, 3)
+        Named sets of structures.
+
+    Returns
+    -------
+    dict
+        ``{model: {set: {"energy_gap": kcal/mol, "force_rmse": kcal/mol/Å}}}``.
+    """
+    teacher_labels = {name: potential_labels(teacher, pos) for name, pos in structures.items()}
+    reference_energy = potential_labels(teacher, reference)[0]
+    table = {}
+    for name, model in models.items():
+        offset = (potential_labels(model, reference)[0] - reference_energy).mean()
+        table[name] = {}
+        for set_name, positions in structures.items():
+            energy, forces = potential_labels(model, positions)
+            teacher_energy, teacher_forces = teacher_labels[set_name]
+            table[name][set_name] = {
+                "energy_gap": float((energy - teacher_energy - offset).mean()),
+                "force_rmse": float((forces - teacher_forces).square().mean().sqrt()),
+            }
+    return table

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from widgets.decimation import DecimatingBuffer
+from widgets.run_record import DecimatingBuffer
 
 
 def test_memory_is_bounded_and_rows_stay_evenly_spaced():

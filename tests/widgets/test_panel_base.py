@@ -1,4 +1,4 @@
-from widgets.throttle import Throttle
+from widgets.panels.base import Throttle
 
 
 class FakeClock:

@@ -1,4 +1,4 @@
-"""Batched Verlet neighbour list for many replicas of one molecule.
+"""Neighbour lists: a batched Verlet neighbour list for many replicas of one molecule.
 
 Pairs are found by dense distance blocks, chunked over replicas so that at most
 ``max_block`` pair distances are held at once (CG proteins have hundreds of
