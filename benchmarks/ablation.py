@@ -310,12 +310,29 @@ def write_outputs(ablation: Ablation, out: str | Path, docs: bool = False,
 
 
 def load(paths: list[str | Path]) -> list[tuple[str, dict]]:
-    """``(name, payload)`` of each record file, in the order given; the name is the file's
-    name, or the path as given where two files share a name (``1enh/bench.json``,
-    ``2a3d/bench.json``), since it tells the runs apart."""
-    names = [Path(p).name for p in paths]
-    return [(name if names.count(name) == 1 else str(path), json.loads(Path(path).read_text()))
-            for name, path in zip(names, paths, strict=True)]
+    """``(name, payload)`` of each run, in the order given.
+
+    A path is a ``bench.json``, a results file of ``benchmarks/results/`` (all its runs, in
+    the order they were added), or ``FILE#RUN`` for one named run of such a file. A run's
+    name is the file's name (``#RUN`` added for a results file's runs), or the path as given
+    where two files share a name (``1enh/bench.json``, ``2a3d/bench.json``).
+    """
+    from benchmarks.report import read_runs
+
+    files = [str(p).partition("#")[0] for p in paths]
+    names = [Path(f).name for f in files]
+    out = []
+    for spec, file, name in zip(map(str, paths), files, names, strict=True):
+        label = name if names.count(name) == 1 else file
+        wanted = spec.partition("#")[2]
+        runs = read_runs(file)
+        if wanted:
+            runs = [r for r in runs if r.get("name") == wanted]
+            if not runs:
+                raise SystemExit(f"ablation: {file} has no run named {wanted!r}")
+        for run in runs:
+            out.append((f"{label}#{run['name']}" if "name" in run else label, run))
+    return out
 
 
 # ---------------------------------------------------------------- on the GPU
@@ -430,7 +447,7 @@ def measure(args, argv: list[str] | None) -> list[Path] | None:
     """The GPU run of :func:`main`; the record file, or None when it cannot start."""
     import torch
 
-    from workbench.folder_lock import output_lock
+    from workbench.files import output_lock
 
     if (args.device == "auto" and not torch.cuda.is_available()) or args.device == "cpu":
         print("ablation: needs a CUDA GPU (--render RESULTS.json writes the table and chart "

@@ -55,6 +55,13 @@ TARGETS = [
     Target("1ENH × 16,384 replicas on one GPU", "1enh", 16384, {"H200": 0, "H100": 0},
            check="runs"),
     Target("CLN025 × 8 on two CPU cores", "cln025", 8, {"CPU": 500}),
+    # the exact network (no tables) with every fused technique on
+    Target("1ENH × 64, all on, FP16, exact network", "1enh", 64,
+           {"H200": 20000, "H100": 15000}, "all+graph-fp16"),
+    Target("1ENH × 64, all on, FP32 (TF32), exact network", "1enh", 64,
+           {"H200": 10000, "H100": 7500}, "all+graph"),
+    Target("2A3D × 64, all on, FP16, exact network", "2a3d", 64,
+           {"H200": 14000, "H100": 10500}, "all+graph-fp16"),
 ]
 
 #: Goals measured by other tools than ``workbench bench`` (figure, how, GPU).
