@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from benchmarks import replace_section
 from workbench.model.ablation import GROUPS, ablation_configs, ablation_steps
 from workbench.model.options import KernelOptions
 
@@ -264,11 +265,7 @@ def render_doc(doc: str, table: str) -> str:
     ValueError
         ``doc`` lacks either marker, or has them out of order.
     """
-    first, last = doc.find(START), doc.find(END)
-    if first < 0 or last < 0 or last < first:
-        raise ValueError(f"the document has no ablation section: add a line {START} and a "
-                         f"line {END} where the table belongs")
-    return f"{doc[:first]}{START}\n{table}\n{doc[last:]}"
+    return replace_section(doc, START, END, table, "ablation")
 
 
 def doc_table(doc: str) -> str:

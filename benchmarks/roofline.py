@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks import ncu as ncu_tools
+from benchmarks import replace_section
 
 DEFAULT_CONFIGS = "all,all-fp16,baseline,tables+graph"
 START, END = "<!-- roofline:start -->", "<!-- roofline:end -->"
@@ -284,12 +285,7 @@ def render(result: dict, doc: str) -> str:
     ValueError
         ``doc`` lacks either marker, or has them out of order.
     """
-    first, last = doc.find(START), doc.find(END)
-    if first < 0 or last < 0 or last < first:
-        raise ValueError(f"the document has no roofline section: add a line {START} and a "
-                         f"line {END} where the table belongs")
-    table = markdown(result, top=15)
-    return f"{doc[:first]}{START}\n{table}\n{doc[last:]}"
+    return replace_section(doc, START, END, markdown(result, top=15), "roofline")
 
 
 # ---------------------------------------------------------------- on the GPU

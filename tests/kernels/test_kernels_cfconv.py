@@ -137,3 +137,23 @@ def test_autotune_prune():
     assert [c.kwargs["FC"] for c in _one_for_ieee(cfgs, {}, F=64, PREC="tf32")] == [32, 64]
     assert len(_one_for_ieee(cfgs, {}, F=128, PREC="ieee")) == 1
     assert [c.kwargs["FC"] for c in _one_for_ieee(cfgs, {}, F=16, PREC="tf32")] == [16]
+
+
+@pytest.mark.parametrize("persistent", [0, 2])
+def test_conv_kernel_grid_variants_cover_every_node(device, persistent):
+    """One program per node, and a persistent grid of fewer programs than nodes (each
+    walking every ``num_programs``-th node): the same sums."""
+    from kernels.cfconv import _conv_kernel, _kernel_args
+
+    g, spec, xs, _ = _setup(device, "gauss_env")
+    filt = pack_filter(*filter_weights(device=device), dtype="fp32")
+    n = g["num_nodes"]
+    args = _kernel_args(filt, spec, "ieee", xs.shape[1])
+    out = torch.full((n, xs.shape[1]), float("nan"), device=device)
+    grid = (3 * persistent if persistent else n,)
+    _conv_kernel.fn[grid](g["pos"], xs, g["src"], g["csr"].dst_ptr, g["csr"].dst_perm, xs, out,
+                          out_ptr=out, num_nodes=n, EDGE_DOT=False, PERSISTENT=persistent,
+                          BLOCK_E=16, **args)
+    ref = cfconv_reference(g["pos"].double(), xs.double(), g["src"], g["dst"], g["csr"], filt,
+                           spec)
+    assert rel_err(out, ref) < 1e-5

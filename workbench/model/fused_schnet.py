@@ -295,12 +295,12 @@ def fused_node_energies(
                 w = pair_rows(w, pairs)
             # gather / scatter_add_ over broadcast index views, as the reference path does
             # (index_select / index_add_ take 3x longer at E x 128 and made the techniques
-            # that keep edge tensors slower than the baseline)
+            # that keep edge tensors slower than the baseline). Padding slots and edges at
+            # or beyond the cutoff have a zero envelope, so their messages are exactly zero.
             messages = xs.gather(0, safe_src[:, None].expand_as(w)) * w
             if options.csr_aggregation:
                 u = segment_sum(messages, csr.dst_ptr, csr.dst_perm)
             else:
-                messages = torch.where((dst < n)[:, None], messages, 0.0)
                 u = torch.zeros_like(xs).scatter_add_(0, safe_dst[:, None].expand_as(messages),
                                                       messages)
         if node_kernels:
