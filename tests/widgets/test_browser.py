@@ -82,7 +82,10 @@ def lab(tmp_path):
     for notebook in (NOTEBOOK, SPEEDUP_NOTEBOOK):
         shutil.copy(notebook, root / notebook.name)
     port = _free_port()
-    env = {**os.environ, "HOME": str(home), "WORKBENCH_SHORT": "1", "PYTHONWARNINGS": "ignore"}
+    # the notebooks' kernels run as a user's without a GPU: no Triton interpreter (see
+    # test_notebooks.py)
+    env = {**os.environ, "HOME": str(home), "WORKBENCH_SHORT": "1", "PYTHONWARNINGS": "ignore",
+           "TRITON_INTERPRET": "0"}
     log = open(tmp_path / "jupyter.log", "w")  # noqa: SIM115 - closed below
     server = subprocess.Popen(
         [

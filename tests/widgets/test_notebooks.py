@@ -26,6 +26,10 @@ def test_committed_notebooks_match_the_builder(tmp_path):
 def test_notebook_runs_in_short_mode(name, monkeypatch, tmp_path):
     monkeypatch.setenv("WORKBENCH_SHORT", "1")
     monkeypatch.setenv("PYTHONWARNINGS", "ignore")
+    # as a user without a GPU runs them: no Triton interpreter (the test session's
+    # conftest turns it on for the kernel tests; it would run the fused paths' kernels as
+    # Python, a minute per step), so fused techniques fall back and say so
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
     monkeypatch.chdir(tmp_path)
     notebook = nbformat.read(FOLDER / name, as_version=4)
     client = nbclient.NotebookClient(
