@@ -161,7 +161,7 @@ def _cfg(e, w, **kw):
     return triton.Config({"BLOCK_E": e, **kw}, num_warps=w, num_stages=1)
 
 
-def _one_for_ieee(configs, named_args, **kwargs):
+def _prune_configs(configs, named_args, **kwargs):
     """IEEE FP32 products (CUDA-core FMA, a test and reference mode) get one config; hidden
     chunks must divide F."""
     F = kwargs.get("F", named_args.get("F"))
@@ -189,7 +189,7 @@ _GRAD_CONFIGS = pick_configs(
 
 
 @autotune(_CONV_CONFIGS, ["num_nodes", "F", "KP", "PREC", "EDGE_DOT"],
-          prune_configs_by={"early_config_prune": _one_for_ieee})
+          prune_configs_by={"early_config_prune": _prune_configs})
 @triton.jit
 def _conv_kernel(pos_ptr, feat_ptr, other_ptr, ptr_ptr, perm_ptr, own_ptr, edge_out_ptr,
                  w1_ptr, s1_ptr, b1_ptr, w2_ptr, s2_ptr, b2_ptr, out_ptr, num_nodes, mu_ptr,
@@ -245,7 +245,7 @@ def _conv_kernel(pos_ptr, feat_ptr, other_ptr, ptr_ptr, perm_ptr, own_ptr, edge_
 
 
 @autotune(_GRAD_CONFIGS, ["F", "KP", "PREC", "PAIRS"],
-          prune_configs_by={"early_config_prune": _one_for_ieee}, restore_value=["g_ptr"])
+          prune_configs_by={"early_config_prune": _prune_configs}, restore_value=["g_ptr"])
 @triton.jit
 def _length_grad_kernel(pos_ptr, xs_ptr, gu_ptr, src_ptr, dst_ptr, order_ptr, count_ptr,
                         w1_ptr, s1_ptr, b1_ptr, w2t_ptr, s2_ptr, g_ptr, E, mu_ptr, gamma_ptr, K,

@@ -13,7 +13,7 @@ from kernels_testlib import (
 )
 
 from kernels import cfconv, pack_filter
-from kernels.cfconv import _one_for_ieee, cfconv_reference, upper_edges
+from kernels.cfconv import _prune_configs, cfconv_reference, upper_edges
 
 
 def _run(op, pos, xs, g, filt, spec, gu, precision="tf32x3", symmetric=False):
@@ -133,10 +133,10 @@ def test_cfconv_tf32_force_error(device):
 def test_autotune_prune():
     """IEEE products get one config; hidden chunks must divide F."""
     cfgs = [triton.Config({"BLOCK_E": 16, "FC": fc}, num_warps=4) for fc in (32, 64, 128)]
-    assert [c.kwargs["FC"] for c in _one_for_ieee(cfgs, {}, F=128, PREC="tf32")] == [32, 64, 128]
-    assert [c.kwargs["FC"] for c in _one_for_ieee(cfgs, {}, F=64, PREC="tf32")] == [32, 64]
-    assert len(_one_for_ieee(cfgs, {}, F=128, PREC="ieee")) == 1
-    assert [c.kwargs["FC"] for c in _one_for_ieee(cfgs, {}, F=16, PREC="tf32")] == [16]
+    assert [c.kwargs["FC"] for c in _prune_configs(cfgs, {}, F=128, PREC="tf32")] == [32, 64, 128]
+    assert [c.kwargs["FC"] for c in _prune_configs(cfgs, {}, F=64, PREC="tf32")] == [32, 64]
+    assert len(_prune_configs(cfgs, {}, F=128, PREC="ieee")) == 1
+    assert [c.kwargs["FC"] for c in _prune_configs(cfgs, {}, F=16, PREC="tf32")] == [16]
 
 
 @pytest.mark.parametrize("persistent", [0, 2])
