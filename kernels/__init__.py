@@ -48,6 +48,13 @@ from kernels.langevin import (
     langevin_finish,
     langevin_finish_reference,
 )
+from kernels.pair_filter import (
+    PairFilterRows,
+    PairLayout,
+    pair_filter_rows,
+    pair_filter_rows_reference,
+    pair_layout,
+)
 from kernels.pair_search import PairGraph, pair_search_csr, pair_search_csr_reference
 from kernels.pair_terms import PAIR_FORMS, pair_energies, pair_energies_reference
 from kernels.quantize import PackedLinear, channel_scales, pack_linear
@@ -77,7 +84,8 @@ __all__ = [
     "edge_grad_to_positions", "edge_distances", "cfconv",
     "tabulated_cfconv", "linear", "tanh_linear", "pair_energies", "PAIR_FORMS",
     "PairGraph", "pair_search_csr", "angle_energies", "dihedral_energies", "langevin_drift",
-    "langevin_finish", "signed_segment_sum",
+    "langevin_finish", "signed_segment_sum", "PairLayout", "PairFilterRows", "pair_layout",
+    "pair_filter_rows",
 ]
 
 
@@ -100,6 +108,7 @@ OPS: dict[str, Op] = {
         Op("edge_distances", edge_distances, edge_distances_reference),
         Op("cfconv", cfconv, cfconv_reference),
         Op("tabulated_cfconv", tabulated_cfconv, tabulated_cfconv_reference),
+        Op("pair_filter_rows", pair_filter_rows, pair_filter_rows_reference),
         Op("linear", linear, linear_reference),
         Op("tanh_linear", tanh_linear, tanh_linear_reference),
         Op("pair_energies", pair_energies, pair_energies_reference),

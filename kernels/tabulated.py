@@ -93,6 +93,7 @@ from kernels._triton import (
     triton,
 )
 from kernels.csr import GraphCSR, valid_edge_mask
+from kernels.pair_filter import PairFilterRows
 
 __all__ = ["FilterTable", "LengthGradient", "build_filter_table", "tabulate_filter",
            "evaluate_table", "tabulated_cfconv", "tabulated_cfconv_reference"]
@@ -239,6 +240,16 @@ def _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f,
 
 
 @triton.jit
+def _row_eval(w_ptr, dw_ptr, r, valid, f, F: tl.constexpr):
+    """``W`` and ``W'`` on the feature columns ``f`` from the pair rows ``r`` ([BLOCK_E] int;
+    `kernels.pair_filter`), in FP32 ([BLOCK_E, FS] each; zero where not ``valid``)."""
+    off = r.to(tl.int64)[:, None] * F + f[None, :]
+    m = valid[:, None]
+    return (tl.load(w_ptr + off, mask=m, other=0.0).to(tl.float32),
+            tl.load(dw_ptr + off, mask=m, other=0.0).to(tl.float32))
+
+
+@triton.jit
 def _edge_tile(perm_ptr, other_ptr, dist_ptr, p0, end, BLOCK_E: tl.constexpr,
                SLOTS_ARE_EDGES: tl.constexpr):
     """CSR slots ``p0 .. p0+BLOCK_E`` (mask ``< end``): edge ids, other endpoints, lengths.
@@ -381,12 +392,12 @@ class LengthGradient:
         return out
 
 
-@autotune(pick_configs(_CONFIGS, _INTERPRET_CONFIG), ["num_nodes", "F"])
+@autotune(pick_configs(_CONFIGS, _INTERPRET_CONFIG), ["num_nodes", "F", "ROWS"])
 @triton.jit
 def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_ptr,
                     scale_ptr, out_ptr, num_nodes, num_intervals, inv_h, cutoff,
                     F: tl.constexpr, FS: tl.constexpr, BLOCK_E: tl.constexpr,
-                    SLOTS_ARE_EDGES: tl.constexpr):
+                    SLOTS_ARE_EDGES: tl.constexpr, ROWS: tl.constexpr):
     """``out[i, f] = sum_{e in dst segment i} xs[src_e, f] * W_f(d_e)`` for one node ``i``
     (grid axis 0) and one slice of ``FS`` feature columns ``f`` (axis 1).
 
@@ -397,13 +408,17 @@ def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_p
     float32 [F]); out_ptr: float32 [N, F]; num_nodes: N (autotune key); num_intervals: G-1;
     inv_h: 1/h; cutoff: r_c; F: feature width (power of two); FS: columns per program (a
     power of two dividing F); BLOCK_E: edges per tile; SLOTS_ARE_EDGES: ``perm_ptr`` is the
-    identity on the segments and is not read (`_edge_tile`). Messages accumulate per tile
-    lane in FP32 registers and are summed over the lanes once, at the end.
+    identity on the segments and is not read (`_edge_tile`); ROWS: the filter comes from
+    pair rows (`kernels.pair_filter`): ``dist_ptr`` is then the int32 row of each edge,
+    ``c01_ptr`` the rows ``W [C, F]`` and ``c23_ptr`` the rows ``W' [C, F]`` (float32 or
+    float16), and the table arguments are unused. Messages accumulate per tile lane in FP32
+    registers and are summed over the lanes once, at the end.
     """
     node = tl.program_id(0).to(tl.int64)
     f = tl.program_id(1) * FS + tl.arange(0, FS)
     end = tl.load(ptr_ptr + node + 1)
-    scale23 = tl.load(scale_ptr + f)[None, :]
+    if not ROWS:
+        scale23 = tl.load(scale_ptr + f)[None, :]
     acc = tl.zeros([BLOCK_E, FS], dtype=tl.float32)
     start = tl.load(ptr_ptr + node)
     # (no "_" here: Triton would carry it through the loop with the type of its next use)
@@ -412,8 +427,13 @@ def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_p
     for p0 in range(start, end, BLOCK_E):
         pmask_n, _next_ids, j_n, d_n = _edge_tile(perm_ptr, src_ptr, dist_ptr, p0 + BLOCK_E,
                                                   end, BLOCK_E, SLOTS_ARE_EDGES)
-        valid = pmask & (d < cutoff)
-        w, _ = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f, F)
+        if ROWS:
+            valid = pmask
+            w, _ = _row_eval(c01_ptr, c23_ptr, d, valid, f, F)
+        else:
+            valid = pmask & (d < cutoff)
+            w, _ = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f,
+                               F)
         x = tl.load(xs_ptr + j.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
                     other=0.0)
         acc += x.to(tl.float32) * w
@@ -421,12 +441,12 @@ def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_p
     tl.store(out_ptr + node * F + f, tl.sum(acc, axis=0))
 
 
-@autotune(pick_configs(_CONFIGS, _INTERPRET_CONFIG), ["num_nodes", "F"])
+@autotune(pick_configs(_CONFIGS, _INTERPRET_CONFIG), ["num_nodes", "F", "ROWS"])
 @triton.jit
 def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, other_ptr, ptr_ptr, perm_ptr, c01_ptr,
                     c23_ptr, scale_ptr, gxs_ptr, g_ptr, num_nodes, num_edges, num_intervals,
                     inv_h, cutoff, F: tl.constexpr, FS: tl.constexpr, BLOCK_E: tl.constexpr,
-                    SLOTS_ARE_EDGES: tl.constexpr):
+                    SLOTS_ARE_EDGES: tl.constexpr, ROWS: tl.constexpr):
     """``grad_xs[j, f]`` and the slice's part of ``g_e = dE/dd_e`` for the edges out of ``j``
     (grid axis 0), on one slice of ``FS`` feature columns ``f`` (axis 1).
 
@@ -439,14 +459,15 @@ def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, other_ptr, ptr_ptr, perm_ptr, c01_
     `_tab_fwd_kernel`; gxs_ptr: grad_xs [P', F] in xs's dtype (rows < N written); g_ptr:
     float32 [F // FS, E], row ``s`` the sum over slice ``s``'s columns (edges in a segment
     written, 0 for d >= r_c); num_edges: E (the row stride of g); num_nodes, num_intervals,
-    inv_h, cutoff, F, FS, BLOCK_E, SLOTS_ARE_EDGES: as in `_tab_fwd_kernel`.
+    inv_h, cutoff, F, FS, BLOCK_E, SLOTS_ARE_EDGES, ROWS: as in `_tab_fwd_kernel`.
     """
     node = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1)
     f = part * FS + tl.arange(0, FS)
     end = tl.load(ptr_ptr + node + 1)
     x = tl.load(xs_ptr + node * F + f).to(tl.float32)[None, :]
-    scale23 = tl.load(scale_ptr + f)[None, :]
+    if not ROWS:
+        scale23 = tl.load(scale_ptr + f)[None, :]
     g_row = g_ptr + part.to(tl.int64) * num_edges
     acc = tl.zeros([BLOCK_E, FS], dtype=tl.float32)
     start = tl.load(ptr_ptr + node)
@@ -455,8 +476,13 @@ def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, other_ptr, ptr_ptr, perm_ptr, c01_
     for p0 in range(start, end, BLOCK_E):
         pmask_n, e_n, i_n, d_n = _edge_tile(perm_ptr, other_ptr, dist_ptr, p0 + BLOCK_E, end,
                                             BLOCK_E, SLOTS_ARE_EDGES)
-        valid = pmask & (d < cutoff)
-        w, dw = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f, F)
+        if ROWS:
+            valid = pmask
+            w, dw = _row_eval(c01_ptr, c23_ptr, d, valid, f, F)
+        else:
+            valid = pmask & (d < cutoff)
+            w, dw = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f,
+                                F)
         gu = tl.load(gu_ptr + i.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
                      other=0.0)
         tl.store(g_row + e, tl.sum(gu * x * dw, axis=1), mask=pmask)
@@ -465,7 +491,7 @@ def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, other_ptr, ptr_ptr, perm_ptr, c01_
     tl.store(gxs_ptr + node * F + f, tl.sum(acc, axis=0).to(gxs_ptr.dtype.element_ty))
 
 
-def _check(dist, xs, table: FilterTable):
+def _check(dist, xs, table: FilterTable | PairFilterRows):
     width = xs.shape[1]
     torch_to_tl_dtype(xs.dtype)  # float32, float16 or bfloat16
     if dist.dtype != torch.float32 or dist.ndim != 1:
@@ -474,6 +500,16 @@ def _check(dist, xs, table: FilterTable):
     if width != table.num_features or width < 16 or width & (width - 1):
         raise ValueError(f"tabulated_cfconv needs F a power of two >= 16 matching the table; "
                          f"got xs width {width}, table width {table.num_features}")
+    if isinstance(table, PairFilterRows):
+        rows = (table.w, table.dw)
+        if (any(not t.is_contiguous() or t.shape != table.w.shape for t in rows)
+                or table.w.dtype not in (torch.float32, torch.float16)
+                or table.dw.dtype != table.w.dtype
+                or table.row.dtype != torch.int32 or table.row.shape != dist.shape):
+            raise ValueError("pair filter rows must be contiguous float32 or float16 [C, F] "
+                             "with an int32 row per edge (build them with pair_filter_rows)")
+        check_no_grad("tabulated_cfconv", w=table.w, dw=table.dw)
+        return
     for name, dtype in (("coeffs01", torch.float32), ("coeffs23", torch.float16),
                         ("scale23", torch.float32)):
         t = getattr(table, name)
@@ -496,11 +532,16 @@ def _launch(kernel, config, num_nodes, args):
                            num_stages=config.num_stages, **config.kwargs, **args)
 
 
-def _table_args(table: FilterTable, feature_slice: int) -> dict:
+def _table_args(dist, table: FilterTable | PairFilterRows, feature_slice: int) -> dict:
+    """The kernels' filter arguments: a table read at ``dist``, or pair rows (``ROWS``)."""
     F = table.num_features
-    return dict(c01_ptr=table.coeffs01, c23_ptr=table.coeffs23, scale_ptr=table.scale23,
-                num_intervals=table.num_intervals, inv_h=1.0 / table.spacing,
-                cutoff=table.cutoff, F=F, FS=min(feature_slice, F))
+    FS = min(feature_slice, F)
+    if isinstance(table, PairFilterRows):
+        return dict(dist_ptr=table.row, c01_ptr=table.w, c23_ptr=table.dw, scale_ptr=table.w,
+                    num_intervals=0, inv_h=0.0, cutoff=0.0, F=F, FS=FS, ROWS=True)
+    return dict(dist_ptr=dist, c01_ptr=table.coeffs01, c23_ptr=table.coeffs23,
+                scale_ptr=table.scale23, num_intervals=table.num_intervals,
+                inv_h=1.0 / table.spacing, cutoff=table.cutoff, F=F, FS=FS, ROWS=False)
 
 
 class _TabulatedCFConv(torch.autograd.Function):
@@ -512,9 +553,9 @@ class _TabulatedCFConv(torch.autograd.Function):
         n = csr.num_nodes
         out = torch.empty(n, xs.shape[1], dtype=torch.float32, device=xs.device)
         _launch(_tab_fwd_kernel, configs[0], n,
-                dict(dist_ptr=dist, xs_ptr=xs, src_ptr=src, ptr_ptr=csr.dst_ptr,
-                     perm_ptr=csr.dst_perm, out_ptr=out, SLOTS_ARE_EDGES=slots_are_edges,
-                     **_table_args(table, FORWARD_SLICE)))
+                dict(xs_ptr=xs, src_ptr=src, ptr_ptr=csr.dst_ptr, perm_ptr=csr.dst_perm,
+                     out_ptr=out, SLOTS_ARE_EDGES=slots_are_edges,
+                     **_table_args(dist, table, FORWARD_SLICE)))
         ctx.save_for_backward(dist, xs, src, dst, *csr)
         ctx.table, ctx.configs = table, configs
         ctx.symmetric, ctx.slots_are_edges = symmetric, slots_are_edges
@@ -533,7 +574,7 @@ class _TabulatedCFConv(torch.autograd.Function):
             walk = dict(other_ptr=dst, ptr_ptr=csr.src_ptr, perm_ptr=csr.src_perm,
                         SLOTS_ARE_EDGES=False)
         F, num_edges = ctx.table.num_features, dist.numel()
-        args = _table_args(ctx.table, backward_slice(F, num_edges))
+        args = _table_args(dist, ctx.table, backward_slice(F, num_edges))
         shared = ctx.shared if partial_rows_fit(F, num_edges) else None
         grad_xs = torch.empty_like(xs)  # the kernel writes rows < N; zero the rest
         grad_xs[csr.num_nodes:].zero_()
@@ -546,8 +587,8 @@ class _TabulatedCFConv(torch.autograd.Function):
             g = shared.block_rows(ctx.block, num_rows, num_edges, xs.device,
                                   zeroed=not ctx.slots_are_edges)
         _launch(_tab_bwd_kernel, ctx.configs[1], csr.num_nodes,
-                dict(dist_ptr=dist, xs_ptr=xs, gu_ptr=grad_u.contiguous().float(),
-                     gxs_ptr=grad_xs, g_ptr=g, num_edges=num_edges, **walk, **args))
+                dict(xs_ptr=xs, gu_ptr=grad_u.contiguous().float(), gxs_ptr=grad_xs, g_ptr=g,
+                     num_edges=num_edges, **walk, **args))
         if shared is not None:
             grad_dist = shared.total(csr, ctx.slots_are_edges) if ctx.block == 0 else None
         else:
@@ -555,7 +596,7 @@ class _TabulatedCFConv(torch.autograd.Function):
         return grad_dist, grad_xs, None, None, None, None, None, None, None, None
 
 
-def tabulated_cfconv(dist, xs, src, dst, csr: GraphCSR, table: FilterTable, *,
+def tabulated_cfconv(dist, xs, src, dst, csr: GraphCSR, table: FilterTable | PairFilterRows, *,
                      symmetric: bool = False, slots_are_edges: bool = False,
                      length_grad: LengthGradient | None = None):
     """Continuous-filter convolution with a tabulated filter, fused forward and backward.
@@ -576,8 +617,11 @@ def tabulated_cfconv(dist, xs, src, dst, csr: GraphCSR, table: FilterTable, *,
     csr : GraphCSR
         Both CSR layouts of these edges (`kernels.csr.build_csr`); padding edges are in no
         segment and contribute nothing.
-    table : FilterTable
-        The block's filter (`build_filter_table`); edges with ``d >= table.cutoff`` add 0.
+    table : FilterTable or PairFilterRows
+        The block's filter: a table (`build_filter_table`; edges with ``d >= table.cutoff``
+        add 0), or its exact values and derivatives per pair (`kernels.pair_filter`; the
+        rows are read instead of interpolated, ``dist`` only receives the gradient, and the
+        graph must be symmetric).
     symmetric : bool
         The caller guarantees that the valid edges are closed under reversal and that
         ``dist`` is the same number for both directions of a pair (every graph the engine
@@ -629,7 +673,8 @@ def evaluate_table(table: FilterTable, d):
     return torch.where((d < table.cutoff)[:, None], w, 0.0)
 
 
-def tabulated_cfconv_reference(dist, xs, src, dst, csr: GraphCSR, table: FilterTable, *,
+def tabulated_cfconv_reference(dist, xs, src, dst, csr: GraphCSR,
+                               table: FilterTable | PairFilterRows, *,
                                symmetric: bool = False, slots_are_edges: bool = False,
                                length_grad: LengthGradient | None = None):
     """PyTorch reference of `tabulated_cfconv` (autograd; materialises E x F).
@@ -643,7 +688,12 @@ def tabulated_cfconv_reference(dist, xs, src, dst, csr: GraphCSR, table: FilterT
     """
     valid = valid_edge_mask(csr)
     n = csr.num_nodes
-    w = evaluate_table(table, torch.where(valid, dist, 0.0))
+    d = torch.where(valid, dist, 0.0)
+    if isinstance(table, PairFilterRows):  # value W, derivative W' (first-order in d)
+        r = table.row.long()
+        w = table.w.to(d.dtype)[r] + (d - d.detach())[:, None] * table.dw.to(d.dtype)[r]
+    else:
+        w = evaluate_table(table, d)
     msg = torch.where(valid[:, None], xs.to(dist.dtype)[torch.where(valid, src, 0)] * w, 0.0)
     out = torch.zeros(n + 1, xs.shape[1], dtype=dist.dtype, device=xs.device)
     return out.index_add(0, torch.where(valid, dst, n), msg)[:n]

@@ -22,6 +22,8 @@ FP32_OPTIONS = {
     "tabulated": KernelOptions(tabulated_filter=True),
     "pair_filter": KernelOptions(pair_filter=True),
     "pair_filter_csr": KernelOptions(pair_filter=True, csr_aggregation=True),
+    "pair_rows": KernelOptions(fused_message_passing=True, pair_filter=True),
+    "all_pair_rows": KernelOptions.parse("all+pair_filter"),
 }
 
 
@@ -44,6 +46,7 @@ def _rel(a, b):
 
 CASES = [(name, "gaussian") for name in sorted(FP32_OPTIONS)] + [
     ("all", "exp-normal"),
+    ("pair_rows", "exp-normal"),
     ("tabulated", "exp-normal"),
 ]
 
@@ -52,7 +55,8 @@ CASES = [(name, "gaussian") for name in sorted(FP32_OPTIONS)] + [
 # included) is far inside the 1e-4 relative bound asserted for tabulated forces. The fused
 # message-passing kernel's filter GEMMs are single TF32 products (~2.5e-4 here; the bound
 # of 1e-3 against float64 is asserted below); the other exact techniques get 1e-5.
-BOUNDS = {"tabulated": 1e-4, "message_passing": 1e-3, "all": 1e-3}
+BOUNDS = {"tabulated": 1e-4, "message_passing": 1e-3, "all": 1e-3, "pair_rows": 1e-3,
+          "all_pair_rows": 1e-3}
 
 
 @pytest.mark.parametrize("name, basis", CASES)
@@ -67,7 +71,7 @@ def test_fp32_techniques_match_reference(name, basis):
     assert _rel(f, f_ref) < bound
 
 
-@pytest.mark.parametrize("name", ["all", "tabulated"])
+@pytest.mark.parametrize("name", ["all", "tabulated", "all_pair_rows"])
 def test_searched_graph_gives_the_forces_of_the_verlet_list_bitwise(name):
     potential, pos, _, candidates = _setup()
     nl = NeighborList(pos.shape[1], potential.cutoff)
@@ -82,30 +86,37 @@ def test_searched_graph_gives_the_forces_of_the_verlet_list_bitwise(name):
 # the filter activations alone gives about 1 % on random weights (channel scales fix range,
 # not resolution), so it is held to 1.5 % and fp16 is the recommended 16-bit format.
 @pytest.mark.parametrize("precision, bound", [("fp16", 0.01), ("bf16", 0.015)])
-def test_16bit_force_error_is_bounded(precision, bound):
+@pytest.mark.parametrize("rows", [False, True])
+def test_16bit_force_error_is_bounded(precision, bound, rows):
     potential, pos, exact, candidates = _setup()
     _, f_ref = potential.energy_and_forces(pos, exact)
-    _, f = potential.energy_and_forces(pos, candidates, KernelOptions.all_on(precision))
+    options = KernelOptions.all_on(precision)
+    options.pair_filter = rows
+    _, f = potential.energy_and_forces(pos, candidates, options)
     rms_err = (f - f_ref).pow(2).mean().sqrt()
     assert rms_err <= bound * f_ref.pow(2).mean().sqrt()
     assert not torch.equal(f, f_ref)  # the 16-bit path really ran
 
 
-def test_tf32_force_error_against_float64():
-    """All fused techniques in FP32 (single-pass TF32 filter GEMMs): force error against the
-    model evaluated in float64 at most 1e-3 of the force RMS, and really TF32 (not exact)."""
+@pytest.mark.parametrize("config", ["all", "all+pair_filter"])
+def test_tf32_force_error_against_float64(config):
+    """All fused techniques in FP32 (single-pass TF32 filter GEMMs), filters per edge or
+    per pair: force error against the model evaluated in float64 at most 1e-3 of the force
+    RMS, and really TF32 (not exact)."""
     potential, pos, exact, candidates = _setup(seed=3)
+    assert candidates.sorted_pairs  # the pair rows need a symmetric graph
     _, f64 = copy.deepcopy(potential).double().energy_and_forces(pos.double(), exact)
-    _, f = potential.energy_and_forces(pos, candidates, KernelOptions.all_on())
+    _, f = potential.energy_and_forces(pos, candidates, KernelOptions.parse(config))
     err = float((f.double() - f64).pow(2).mean().sqrt() / f64.pow(2).mean().sqrt())
     assert 1e-6 < err <= 1e-3
 
 
-def test_fused_forces_match_finite_differences():
+@pytest.mark.parametrize("config", ["all", "all+pair_filter"])
+def test_fused_forces_match_finite_differences(config):
     """The fused forces are -dE/dr: central differences of the model's energy in float64
     (smooth; the TF32 energies are not, at this step) agree with them."""
     potential, pos, _, candidates = _setup(seed=3)
-    options = KernelOptions.all_on()
+    options = KernelOptions.parse(config)
     _, forces = potential.energy_and_forces(pos, candidates, options)
     model64, pos64 = copy.deepcopy(potential).double(), pos.double()
     h = 1e-3

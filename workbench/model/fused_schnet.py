@@ -17,8 +17,12 @@ computes, with each technique of :class:`KernelOptions` switched on or off:
 * ``mlp_precision``: channel-wise FP16/BF16 weights and activations for the filter,
   update and output MLPs (FP32 accumulation; positions, distances, energies and
   forces stay FP32);
-* ``pair_filter``: on the edge-tensor paths, the filter network runs on one direction of
-  every pair and both directions read its rows (`workbench.model.edge_pairs`);
+* ``pair_filter``: the filter network runs once per unordered pair and both directions
+  read its rows: on the edge-tensor paths through `workbench.model.edge_pairs`; with
+  ``fused_message_passing`` on the engine's symmetric graphs through
+  ``kernels.pair_filter_rows`` (``W`` and ``W'`` of every pair from dense tensor-core tiles)
+  and the row-reading convolution ``kernels.tabulated_cfconv``, whose backward needs no
+  GEMM; the lengths are computed once and their gradients summed once, as for the tables;
 * ``tabulated_filter``: ``kernels.tabulated_cfconv`` reads each block's filter from a
   cubic Hermite table (spacing ``TABLE_SPACING``) built from the loaded weights, with
   exact slopes; forces are the exact derivative of the interpolated filter. The edge
@@ -237,6 +241,8 @@ def fused_node_energies(
         LengthGradient,
         cfconv,
         edge_distances,
+        pair_filter_rows,
+        pair_layout,
         radial_basis,
         segment_sum,
         tabulated_cfconv,
@@ -247,24 +253,32 @@ def fused_node_energies(
     packed = packed_weights(schnet, precision)
     sixteen = precision != "fp32"
     node_kernels = options.fused_update or sixteen
-    src, dst, csr, searched = real_edge_graph(schnet, pos, graph)
-    tables = filter_tables(schnet, packed, pos.device) if options.tabulated_filter else None
-    if tables is not None:  # lengths once for all blocks (one position-gradient pass),
-        dist = edge_distances(pos, src, dst, csr)  # their gradients summed once
-        length_grad = LengthGradient(len(schnet.interaction_blocks))
     n = graph.num_nodes
+    # the CSR layouts serve the kernels that walk them; node layers alone (fused_update,
+    # 16-bit MLPs) keep the reference path's edge arrays and build none
+    if (options.fused_radial_basis or options.fused_message_passing or options.csr_aggregation
+            or options.tabulated_filter or options.pair_filter):
+        src, dst, csr, searched = real_edge_graph(schnet, pos, graph)
+        valid = dst < n
+    else:
+        src, dst, valid = graph.src, graph.dst, graph.valid
+    tables = filter_tables(schnet, packed, pos.device) if options.tabulated_filter else None
+    # exact filters once per pair (symmetric graphs), read by the convolution kernels
+    per_pair = (tables is None and options.fused_message_passing and options.pair_filter
+                 and graph.sorted_pairs)
+    if tables is not None or per_pair:  # lengths once for all blocks (one position-
+        dist = edge_distances(pos, src, dst, csr)  # gradient pass), their gradients summed
+        length_grad = LengthGradient(len(schnet.interaction_blocks))  # once
+    if per_pair:
+        layout = pair_layout(csr, src.numel())
     materialised = tables is None and not options.fused_message_passing
-    if materialised:  # only the edge-tensor paths gather with these indices
-        safe_src = torch.where(src < n, src, 0)
-        safe_dst = torch.where(dst < n, dst, 0)
-
     rbf = env = None
-    if materialised:
+    if materialised:  # only the edge-tensor paths gather with safe indices
         if options.fused_radial_basis:
+            safe_src, safe_dst = torch.where(valid, src, 0), torch.where(valid, dst, 0)
             _, rbf, env = radial_basis(pos, src, dst, csr, packed.spec)
         else:
-            valid = dst < n
-            d, _, _ = schnet.edge_distances(pos, safe_src, safe_dst, valid)
+            d, safe_src, safe_dst = schnet.edge_distances(pos, src, dst, valid)
             rbf = schnet.rbf_layer(d)
             env = schnet.envelope(schnet.interaction_blocks[0], d)
         if options.pair_filter:  # the filter rows of one direction per pair
@@ -276,10 +290,11 @@ def fused_node_energies(
     for b, block in enumerate(schnet.interaction_blocks):
         conv = block.conv
         xs = _mlp_linear(h, packed.conv_inputs[b], False) if node_kernels else conv.lin1(h)
-        if tables is not None:
-            u = tabulated_cfconv(dist, xs, src, dst, csr, tables[b],
-                                 symmetric=graph.sorted_pairs, slots_are_edges=searched,
-                                 length_grad=length_grad)
+        if tables is not None or per_pair:
+            filt = (tables[b] if tables is not None
+                    else pair_filter_rows(dist, layout, packed.filters[b], packed.spec))
+            u = tabulated_cfconv(dist, xs, src, dst, csr, filt, symmetric=graph.sorted_pairs,
+                                 slots_are_edges=searched, length_grad=length_grad)
         elif options.fused_message_passing:
             u = cfconv(pos, xs, src, dst, csr, packed.filters[b], packed.spec,
                        symmetric=graph.sorted_pairs)

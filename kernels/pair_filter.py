@@ -1,0 +1,250 @@
+"""One exact filter per unordered pair, on tensor cores, read by the convolution kernels.
+
+A SchNet filter ``W(d) = (A2 tanh(A1 e(d) + a1) + b2) C(d)`` depends on the edge length
+only, and the engine's graphs are symmetric with bit-identical lengths for both directions
+of a pair. So each step, per block:
+
+1. `pair_filter_rows` evaluates the filter network once per pair, in dense tiles of
+   ``BLOCK_P`` pairs (`_pair_filter_kernel`): the lengths (`kernels.edge_distances`, shared
+   by every block), the basis and envelope, the two filter GEMMs and, from the same tiles,
+   the exact derivative ``W'(d) = C (A2 (tanh'(z) * A1 e'(d))) + C' (A2 tanh(z) + b2)`` (one
+   more GEMM of each size), all on chip; it writes the rows ``W`` and ``W'`` of every pair,
+   in FP32 (the GEMMs one TF32 product of rounded operands, as `kernels.cfconv`) or in
+   FP16 (16-bit GEMMs with the calibrated scales; FP16 rows also for ``mlp_precision=bf16``,
+   whose filter values are far inside FP16's range and resolved 8x finer).
+2. `kernels.tabulated_cfconv` reads them instead of interpolating a table: the forward
+   ``u_i = sum_e xs[src_e] * W[row_e]``, the backward ``grad_xs`` and ``dE/dd_e = <grad_u[dst_e]
+   * xs[src_e], W'[row_e]>``, one destination-layout walk each, no atomics.
+
+Against the per-edge recomputation of `kernels.cfconv`: half the filter evaluations, tiles
+of 64-128 rows instead of one node's 16-32 edges (tensor cores busy, the weights' fragments
+reused across the tile), and a backward without any GEMM; for the price of writing the
+pair rows once (``2 F`` values per pair and block) and reading them per edge. Nothing of
+size E x F is written (the rows are per pair, ``E/2 x F``; in 16-bit half of that again).
+
+Rows are laid out by `pair_layout`: the representative of a pair is its direction whose
+edge id is not above its reverse's, and the rows follow the destination layout's order of
+the representatives. The reverse of the edge in destination slot ``p`` is ``src_perm[p]``
+on every symmetric layout the engine builds (`kernels.csr.build_csr_sorted_pairs`,
+`kernels.pair_search_csr`: the ``k``-th edge out of a node is the reverse of the ``k``-th
+edge into it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels._triton import autotune, mma, pick_configs, tl, triton
+from kernels.cfconv import FilterParams, _hidden, _kernel_args, _load_weight
+from kernels.csr import GraphCSR
+from kernels.radial_basis import (
+    RadialSpec,
+    edge_envelope,
+    radial_features,
+    radial_reference_terms,
+)
+
+__all__ = ["PairLayout", "PairFilterRows", "pair_layout", "pair_filter_rows",
+           "pair_filter_rows_reference", "ROW_DTYPES"]
+
+#: Storage type of the rows per filter operand type.
+ROW_DTYPES = {torch.float32: torch.float32, torch.float16: torch.float16,
+              torch.bfloat16: torch.float16}
+
+
+@dataclass(frozen=True)
+class PairLayout:
+    """The unordered pairs of a symmetric graph (no host synchronisation; capturable).
+
+    Attributes
+    ----------
+    row : Tensor, int32 [E]
+        Per edge id: the row of its pair (0 for edges in no segment; never read).
+    edges : Tensor, int32 [C]
+        Per row: the representative edge; ``C = E // 2 + 1`` rows of capacity.
+    count : Tensor, int32 [1]
+        Rows in use (on the device).
+    """
+
+    row: torch.Tensor
+    edges: torch.Tensor
+    count: torch.Tensor
+
+
+def pair_layout(csr: GraphCSR, num_edges: int) -> PairLayout:
+    """Rows of the pairs of a symmetric graph laid out by the engine (see the module notes).
+
+    Parameters
+    ----------
+    csr : GraphCSR
+        Both layouts; ``csr.src_perm[p]`` must be the reverse of edge ``csr.dst_perm[p]``
+        (`kernels.csr.build_csr_sorted_pairs`, `kernels.pair_search_csr`).
+    num_edges : int
+        E, the length of the edge arrays.
+
+    Returns
+    -------
+    PairLayout
+    """
+    E = int(num_edges)
+    device = csr.dst_perm.device
+    capacity = E // 2 + 1
+    row = torch.zeros(E + 1, dtype=torch.int32, device=device)  # slot E: a sink
+    edges = torch.zeros(capacity + 1, dtype=torch.int32, device=device)  # slot C: a sink
+    if E == 0:
+        return PairLayout(row[:0], edges[:capacity], edges[:1].clone())
+    e = csr.dst_perm.long()
+    rev = csr.src_perm.long()
+    live = torch.arange(E, device=device) < csr.dst_ptr[-1]
+    rep = live & (e <= rev)
+    rank = torch.cumsum(rep, 0, dtype=torch.int32) - 1
+    rank.clamp_(max=capacity - 1)  # only a truncated graph (grown and redone) has more
+    sink = torch.full_like(e, E)
+    row.index_put_((torch.where(rep, e, sink),), rank)
+    other = live & ~rep
+    row.index_put_((torch.where(other, e, sink),), row[torch.where(other, rev, sink)])
+    edges.index_put_((torch.where(rep, rank.long(), capacity),), e.int())
+    count = (rank[-1:] + 1).clamp(max=capacity)
+    return PairLayout(row[:E], edges[:capacity], count)
+
+
+@dataclass(frozen=True)
+class PairFilterRows:
+    """One block's filter and its derivative per pair, for `kernels.tabulated_cfconv`.
+
+    Attributes
+    ----------
+    w, dw : Tensor, float32 or float16 [C, F]
+        ``W(d)`` and ``dW/dd`` of each pair row (0 for ``d >= r_c`` and unused rows).
+    row : Tensor, int32 [E]
+        Per edge id: its row (`PairLayout.row`).
+    """
+
+    w: torch.Tensor
+    dw: torch.Tensor
+    row: torch.Tensor
+
+    @property
+    def num_features(self) -> int:
+        return self.w.shape[1]
+
+
+def _cfg(p, w):
+    return triton.Config({"BLOCK_P": p}, num_warps=w, num_stages=1)
+
+
+_CONFIGS = pick_configs([_cfg(64, 4), _cfg(64, 8), _cfg(128, 8), _cfg(32, 4)], _cfg(16, 4))
+
+
+@autotune(_CONFIGS, ["F", "KP", "PREC"])
+@triton.jit
+def _pair_filter_kernel(dist_ptr, edge_ptr, count_ptr, w1_ptr, s1_ptr, b1_ptr, w2_ptr,
+                        s2_ptr, b2_ptr, w_out_ptr, dw_out_ptr, capacity, cutoff, mu_ptr,
+                        gamma_ptr, K, alpha, basis_lower, env_a, env_b, env_upper, env_lower,
+                        EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
+                        ENV_IN_BASIS: tl.constexpr, ENV_ON_FILTER: tl.constexpr,
+                        F: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr,
+                        PREC: tl.constexpr, BLOCK_P: tl.constexpr):
+    """``w_out[k] = W(d)``, ``dw_out[k] = W'(d)`` at ``d = dist[edge[k]]`` for the rows ``k``
+    of this tile below ``count[0]``.
+
+    dist_ptr: float32 [E] edge lengths; edge_ptr: int32 [C] representative edges;
+    count_ptr: int32 [1] rows in use; w1..b2: the packed filter (`kernels.cfconv.FilterParams`:
+    ``A1^T [KP, F]``, ``A2^T [F, F]`` in ``DT``, FP32 scales and biases); w_out_ptr,
+    dw_out_ptr: [C, F] rows (float32 or float16); capacity: C (the grid); cutoff: ``r_c``
+    (rows at ``d >= r_c`` are 0); mu_ptr .. env_lower and the envelope flags: the basis and
+    envelope (`kernels.radial_basis.RadialSpec.kernel_args`); F, KP: widths; DT, PREC: GEMM
+    operand type and FP32 product mode (`kernels._triton.mma`); BLOCK_P: rows per program.
+    """
+    f = tl.arange(0, F)
+    k0 = tl.program_id(0) * BLOCK_P
+    count = tl.load(count_ptr)
+    for first in range(k0, tl.minimum(count, k0 + BLOCK_P), BLOCK_P):  # one tile, or none
+        k = first + tl.arange(0, BLOCK_P)
+        mask = k < count
+        e = tl.load(edge_ptr + k, mask=mask, other=0).to(tl.int64)
+        d = tl.load(dist_ptr + e, mask=mask, other=1.0)
+        c, dc = edge_envelope(d, env_a, env_b, env_upper, env_lower, ENV_LOWER, ENV_IN_BASIS,
+                              ENV_ON_FILTER)
+        basis, dbasis = radial_features(d, c, dc, mu_ptr, gamma_ptr, K, alpha, basis_lower,
+                                        KP, EXP_NORMAL, ENV_IN_BASIS)
+        w1 = _load_weight(w1_ptr, tl.arange(0, KP), f, F, 1, DT, PREC)
+        s1 = tl.load(s1_ptr + f)
+        t = _hidden(basis, w1, s1, tl.load(b1_ptr + f), DT, PREC)
+        r = (1.0 - t * t) * mma(dbasis, w1, DT, PREC) * s1[None, :]  # dt/dd
+        w2 = _load_weight(w2_ptr, f, f, F, 1, DT, PREC)
+        s2 = tl.load(s2_ptr + f)[None, :]
+        w = mma(t, w2, DT, PREC) * s2 + tl.load(b2_ptr + f)[None, :]
+        dw = mma(r, w2, DT, PREC) * s2
+        if ENV_ON_FILTER:
+            dw = dw * c[:, None] + w * dc[:, None]
+            w = w * c[:, None]
+        inside = (mask & (d < cutoff))[:, None]
+        rows = k.to(tl.int64)[:, None] * F + f[None, :]
+        ty = w_out_ptr.dtype.element_ty
+        tl.store(w_out_ptr + rows, tl.where(inside, w, 0.0).to(ty), mask=mask[:, None])
+        tl.store(dw_out_ptr + rows, tl.where(inside, dw, 0.0).to(ty), mask=mask[:, None])
+
+
+def pair_filter_rows(dist, layout: PairLayout, filt: FilterParams, spec: RadialSpec,
+                     precision: str = "tf32") -> PairFilterRows:
+    """``W`` and ``W'`` of one block for every pair of ``layout`` (Triton).
+
+    Parameters
+    ----------
+    dist : Tensor, float32 [E]
+        Edge lengths (`kernels.edge_distances`; read without gradient: the convolution
+        returns ``dE/dd`` through ``W'``).
+    layout : PairLayout
+    filt : FilterParams
+        The packed filter network; its dtype selects FP32 (TF32 products, FP32 rows) or
+        16-bit GEMMs (FP16 rows, `ROW_DTYPES`).
+    spec : RadialSpec
+        Basis and envelope.
+    precision : {"tf32", "tf32x3", "ieee"}
+        FP32 product mode (`kernels.cfconv.PRECISIONS`).
+
+    Returns
+    -------
+    PairFilterRows
+    """
+    if dist.dtype != torch.float32 or dist.ndim != 1:
+        raise ValueError(f"pair_filter_rows needs float32 edge lengths [E]; got {dist.dtype} "
+                         f"{tuple(dist.shape)}")
+    F = filt.lin1.weight_t.shape[1]
+    args = _kernel_args(filt, spec, precision, F)
+    capacity = layout.edges.numel()
+    dtype = ROW_DTYPES[filt.dtype]
+    w = torch.empty(capacity, F, dtype=dtype, device=dist.device)
+    dw = torch.empty_like(w)
+    if capacity:
+        _pair_filter_kernel[lambda meta: (triton.cdiv(capacity, meta["BLOCK_P"]),)](
+            dist.detach(), layout.edges, layout.count, w_out_ptr=w, dw_out_ptr=dw,
+            capacity=capacity, cutoff=spec.cutoff_upper, **args)
+    return PairFilterRows(w, dw, layout.row)
+
+
+def pair_filter_rows_reference(dist, layout: PairLayout, filt: FilterParams,
+                               spec: RadialSpec, precision: str = "ieee") -> PairFilterRows:
+    """PyTorch reference of `pair_filter_rows`: rows in ``dist.dtype``.
+
+    The dequantized weights (exact for FP32 packing), the reference basis and envelope, and
+    ``W'`` by forward-mode differentiation; rows past ``count`` and at ``d >= r_c`` are 0.
+    ``precision`` is accepted for the same signature and changes nothing.
+    """
+    dtype = dist.dtype
+    d = dist.detach()[layout.edges.long()]
+    w1, b1 = (t.to(dtype) for t in filt.lin1.dequantized())
+    w2, b2 = (t.to(dtype) for t in filt.lin2.dequantized())
+
+    def filter_fn(x):
+        basis, env = radial_reference_terms(x, spec)
+        return (torch.tanh(basis @ w1.t() + b1) @ w2.t() + b2) * env[:, None]
+
+    w, dw = torch.func.jvp(filter_fn, (d,), (torch.ones_like(d),))
+    keep = ((torch.arange(d.numel(), device=d.device) < layout.count)
+            & (d < spec.cutoff_upper))[:, None]
+    return PairFilterRows(torch.where(keep, w, 0.0), torch.where(keep, dw, 0.0), layout.row)
+
