@@ -131,14 +131,30 @@ class PairFilterRows:
         return self.w.shape[1]
 
 
-def _cfg(p, w):
-    return triton.Config({"BLOCK_P": p}, num_warps=w, num_stages=1)
+def _cfg(p, w, nc):
+    return triton.Config({"BLOCK_P": p, "NC": nc}, num_warps=w, num_stages=1)
 
 
-_CONFIGS = pick_configs([_cfg(64, 4), _cfg(64, 8), _cfg(128, 8), _cfg(32, 4)], _cfg(16, 4))
+# Output columns in chunks of NC: the two [BLOCK_P, NC] FP32 accumulators of the second
+# layer stay small next to the hidden tiles. One H200 (570,000 pairs, F = 128, K = 50): FP32
+# 664 us at (64 rows, 4 warps, 32 columns) against 823 us at (32, 4, 128); FP16 497 us at
+# (32, 4, 128), 541 at (64, 8, 64). With FP16 operands, (64, 4, 32) and 128-row tiles stop
+# with an illegal address on sm_90 (Triton 3.6): they are offered to FP32 only.
+_FP32_ONLY = (_cfg(64, 4, 32), _cfg(128, 8, 32))
+_CONFIGS = pick_configs([_cfg(32, 4, 128), _cfg(64, 8, 64), _cfg(64, 8, 32), *_FP32_ONLY],
+                        _cfg(16, 4, 16))
 
 
-@autotune(_CONFIGS, ["F", "KP", "PREC"])
+def _prune(configs, named_args, **kwargs):
+    """Column chunks must divide F; the `_FP32_ONLY` tiles for FP32 operands only."""
+    F = kwargs.get("F", named_args.get("F"))
+    fp32 = kwargs.get("DT", named_args.get("DT")) == tl.float32
+    only = [c.kwargs for c in _FP32_ONLY]
+    fits = [c for c in configs if F % c.kwargs["NC"] == 0 and (fp32 or c.kwargs not in only)]
+    return fits or [triton.Config({**configs[0].kwargs, "NC": F}, num_warps=4, num_stages=1)]
+
+
+@autotune(_CONFIGS, ["F", "KP", "PREC"], prune_configs_by={"early_config_prune": _prune})
 @triton.jit
 def _pair_filter_kernel(dist_ptr, edge_ptr, count_ptr, w1_ptr, s1_ptr, b1_ptr, w2_ptr,
                         s2_ptr, b2_ptr, w_out_ptr, dw_out_ptr, capacity, cutoff, mu_ptr,
@@ -146,7 +162,7 @@ def _pair_filter_kernel(dist_ptr, edge_ptr, count_ptr, w1_ptr, s1_ptr, b1_ptr, w
                         EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                         ENV_IN_BASIS: tl.constexpr, ENV_ON_FILTER: tl.constexpr,
                         F: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr,
-                        PREC: tl.constexpr, BLOCK_P: tl.constexpr):
+                        PREC: tl.constexpr, BLOCK_P: tl.constexpr, NC: tl.constexpr):
     """``w_out[k] = W(d)``, ``dw_out[k] = W'(d)`` at ``d = dist[edge[k]]`` for the rows ``k``
     of this tile below ``count[0]``.
 
@@ -156,7 +172,8 @@ def _pair_filter_kernel(dist_ptr, edge_ptr, count_ptr, w1_ptr, s1_ptr, b1_ptr, w
     dw_out_ptr: [C, F] rows (float32 or float16); capacity: C (the grid); cutoff: ``r_c``
     (rows at ``d >= r_c`` are 0); mu_ptr .. env_lower and the envelope flags: the basis and
     envelope (`kernels.radial_basis.RadialSpec.kernel_args`); F, KP: widths; DT, PREC: GEMM
-    operand type and FP32 product mode (`kernels._triton.mma`); BLOCK_P: rows per program.
+    operand type and FP32 product mode (`kernels._triton.mma`); BLOCK_P: rows per program;
+    NC: output columns per chunk of the second layer (a power of two dividing F).
     """
     f = tl.arange(0, F)
     k0 = tl.program_id(0) * BLOCK_P
@@ -174,18 +191,20 @@ def _pair_filter_kernel(dist_ptr, edge_ptr, count_ptr, w1_ptr, s1_ptr, b1_ptr, w
         s1 = tl.load(s1_ptr + f)
         t = _hidden(basis, w1, s1, tl.load(b1_ptr + f), DT, PREC)
         r = (1.0 - t * t) * mma(dbasis, w1, DT, PREC) * s1[None, :]  # dt/dd
-        w2 = _load_weight(w2_ptr, f, f, F, 1, DT, PREC)
-        s2 = tl.load(s2_ptr + f)[None, :]
-        w = mma(t, w2, DT, PREC) * s2 + tl.load(b2_ptr + f)[None, :]
-        dw = mma(r, w2, DT, PREC) * s2
-        if ENV_ON_FILTER:
-            dw = dw * c[:, None] + w * dc[:, None]
-            w = w * c[:, None]
         inside = (mask & (d < cutoff))[:, None]
-        rows = k.to(tl.int64)[:, None] * F + f[None, :]
         ty = w_out_ptr.dtype.element_ty
-        tl.store(w_out_ptr + rows, tl.where(inside, w, 0.0).to(ty), mask=mask[:, None])
-        tl.store(dw_out_ptr + rows, tl.where(inside, dw, 0.0).to(ty), mask=mask[:, None])
+        for ch in tl.static_range(F // NC):
+            cols = ch * NC + tl.arange(0, NC)
+            w2 = _load_weight(w2_ptr, f, cols, F, 1, DT, PREC)
+            s2 = tl.load(s2_ptr + cols)[None, :]
+            w = mma(t, w2, DT, PREC) * s2 + tl.load(b2_ptr + cols)[None, :]
+            dw = mma(r, w2, DT, PREC) * s2
+            if ENV_ON_FILTER:
+                dw = dw * c[:, None] + w * dc[:, None]
+                w = w * c[:, None]
+            rows = k.to(tl.int64)[:, None] * F + cols[None, :]
+            tl.store(w_out_ptr + rows, tl.where(inside, w, 0.0).to(ty), mask=mask[:, None])
+            tl.store(dw_out_ptr + rows, tl.where(inside, dw, 0.0).to(ty), mask=mask[:, None])
 
 
 def pair_filter_rows(dist, layout: PairLayout, filt: FilterParams, spec: RadialSpec,

@@ -31,8 +31,8 @@ def test_techniques_and_presets_join_with_plus_or_comma():
         tabulated_filter=True, cuda_graph=True, mlp_precision="fp16")
     assert KernelOptions.parse("tabulated_filter, cuda_graph") == KernelOptions(
         tabulated_filter=True, cuda_graph=True)
-    assert KernelOptions.parse("all+pair_filter") == KernelOptions(
-        **dict.fromkeys(ALL_FUSED, True), pair_filter=True)
+    assert KernelOptions.parse("all+tabulated_filter") == KernelOptions(
+        **dict.fromkeys(ALL_FUSED, True), tabulated_filter=True)
 
 
 @pytest.mark.parametrize("spec", ["warp_drive", "all+warp_drive", "", "tables", "all-fp64"])

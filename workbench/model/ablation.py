@@ -4,10 +4,10 @@ order in which the workbench's live-switch walk turns the techniques on.
 
 The order is the paper's: the baseline (the PyTorch reference path), each of the flash
 engine's four techniques alone, then the techniques added one at a time until every exact
-fused technique is on (`all`: the four, then this engine's per-step pair search and fused
-Langevin steps), with FP32 MLPs and again with FP16 MLPs, then each of those with the whole
-step captured as a CUDA graph. Last, beyond the paper, this engine's tabulated filters:
-``all+tables`` and ``tables+graph`` (the fastest path).
+fused technique is on (`all`: the four, then this engine's per-step pair search, fused
+Langevin steps and one exact filter per pair), with FP32 MLPs and again with FP16 MLPs,
+then each of those with the whole step captured as a CUDA graph. Last, beyond the paper,
+this engine's tabulated filters: ``all+tables`` and ``tables+graph`` (the fastest path).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from workbench.model.options import KernelOptions
 PAPER_TECHNIQUES = (
     "fused_radial_basis", "fused_message_passing", "csr_aggregation", "fused_update",
 )
-#: The cumulative order: the paper's four, then the two that complete ``all``.
-CUMULATIVE = (*PAPER_TECHNIQUES, "fused_pair_search", "fused_integrator")
+#: The cumulative order: the paper's four, then the three that complete ``all``.
+CUMULATIVE = (*PAPER_TECHNIQUES, "fused_pair_search", "fused_integrator", "pair_filter")
 #: The live-switch walk: the cumulative order, then 16-bit MLPs, captured steps and the
 #: tabulated filters. ``mlp_fp16`` stands for ``mlp_precision="fp16"``.
 WALK = (*CUMULATIVE, "mlp_fp16", "cuda_graph", "tabulated_filter")
@@ -41,6 +41,8 @@ TURNS_ON = {
                          "already in CSR order",
     "fused_integrator": "Langevin steps in two Triton kernels instead of some fifty tensor "
                         "operations",
+    "pair_filter": "the exact filter and its derivative once per pair on tensor cores, read "
+                   "by the convolution (no GEMM in its backward)",
     "mlp_fp16": "FP16 weights and activations in the filter, update and output MLPs",
     "cuda_graph": "the whole MD step captured once as a CUDA graph and replayed",
     "tabulated_filter": "each block's filter read from a cubic table instead of its MLP",

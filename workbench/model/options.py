@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, fields
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 
-#: The techniques that ``all`` switches on (tabulated filters, CUDA graphs and the pair
-#: filter are added by name).
+#: The techniques that ``all`` switches on (tabulated filters and CUDA graphs are added by
+#: name).
 ALL_FUSED = ("fused_radial_basis", "fused_message_passing", "csr_aggregation", "fused_update",
-             "fused_pair_search", "fused_integrator")
+             "fused_pair_search", "fused_integrator", "pair_filter")
 
 #: Named kernel configurations and the techniques each switches on: the one table that the
 #: command line, the workbench, the benchmarks and the scripts read.
@@ -78,11 +78,13 @@ class KernelOptions:
         failed replicas in the other (`kernels.langevin`), instead of some fifty tensor
         operations.
     pair_filter : bool
-        Evaluate the filter network once per unordered pair and give it to both directions
-        (`workbench.model.edge_pairs`): half the filter rows on the paths that run the
-        filter network on edge tensors. The tabulated filter and the fused message-passing
-        kernel evaluate filters inside their kernels and ignore it (the fused kernel's
-        backward pass evaluates the filter's derivative once per pair on its own).
+        Evaluate the filter network once per unordered pair and give it to both directions.
+        On the paths that run the filter network on edge tensors: half the filter rows
+        (`workbench.model.edge_pairs`). With ``fused_message_passing`` on the engine's
+        symmetric graphs: ``W`` and ``dW/dd`` of every pair from dense tensor-core tiles
+        (`kernels.pair_filter`), read by the convolution kernels, whose backward then needs
+        no GEMM (without it the fused kernel recomputes the filter per edge and nothing of
+        the filter is written). The tabulated filter ignores it.
     """
 
     fused_radial_basis: bool = False
