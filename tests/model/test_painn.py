@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from dataclasses import asdict, dataclass
 
 import pytest
 import torch
@@ -29,6 +30,7 @@ from workbench.md import LangevinIntegrator, Simulation
 from workbench.model import Potential, load_potential, save_potential
 from workbench.model.architectures import (
     ARCHITECTURES,
+    Architecture,
     architecture_of,
     build_network,
     config_from_dict,
@@ -360,6 +362,57 @@ def test_registry():
         Potential(TYPES, torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match="unknown network architecture"):
         config_from_dict("egg", {})
+    schnet = CGSchNet(SchNetConfig(hidden=4, filters=4, num_rbf=2))
+    assert Potential(TYPES, schnet=schnet).schnet is schnet  # the former keyword
+    with pytest.raises(TypeError, match="not both"):
+        Potential(TYPES, schnet, schnet=schnet)
+
+
+@dataclass
+class ToyConfig:
+    """Config of :class:`ToyNet`, a stand-in for another architecture (EGNN, ...)."""
+
+    embedding_size: int = 25
+    cutoff: float = 4.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ToyConfig:
+        return cls(**data)
+
+
+class ToyNet(torch.nn.Module):
+    """Per-bead energy ``w · x`` (ignores the graph)."""
+
+    def __init__(self, config: ToyConfig):
+        super().__init__()
+        self.config = config
+        self.weight = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
+
+    @property
+    def cutoff(self) -> float:
+        return self.config.cutoff
+
+    def forward(self, pos, types, graph, options=None):
+        return pos @ self.weight.to(pos.dtype)
+
+
+def test_a_new_architecture_is_one_registry_line(monkeypatch, tmp_path):
+    monkeypatch.setitem(ARCHITECTURES, "toy", Architecture(__name__, "ToyConfig", "ToyNet"))
+    sys = tiny_system()
+    potential = Potential(sys.bead_types, ToyNet(ToyConfig()), native_priors(sys))
+    assert potential.architecture == "toy" and potential.toy is potential.network
+    loaded = load_potential(save_potential(potential, tmp_path / "toy.pt"))
+    assert loaded.architecture == "toy" and loaded.schnet is None
+    pos = sys.native_positions[None]
+    graph = exact_graph(pos, potential.cutoff)
+    torch.testing.assert_close(loaded.energy(pos, graph), potential.energy(pos, graph))
+    monkeypatch.setitem(ARCHITECTURES, "energy", Architecture(__name__, "ToyConfig", "ToyNet"))
+    monkeypatch.delitem(ARCHITECTURES, "toy")
+    with pytest.raises(ValueError, match="would shadow an attribute of Potential"):
+        Potential(sys.bead_types, ToyNet(ToyConfig()))
 
 
 # -- bad input ------------------------------------------------------------------------------

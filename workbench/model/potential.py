@@ -67,8 +67,9 @@ class Potential(nn.Module):
         bead_types = torch.as_tensor(bead_types, dtype=torch.long)
         self.register_buffer("bead_types", bead_types)
         self.architecture = None if network is None else architecture_of(network)
-        if self.architecture in RESERVED_NAMES:
-            raise ValueError(f"architecture name {self.architecture!r} is reserved")
+        if self.architecture in RESERVED_NAMES or hasattr(type(self), str(self.architecture)):
+            raise ValueError(f"architecture name {self.architecture!r} would shadow an "
+                             "attribute of Potential; register it under another name")
         self.schnet = None
         if network is not None:
             setattr(self, self.architecture, network)
