@@ -129,7 +129,7 @@ def energy_function(potential: Potential) -> Callable[[torch.Tensor], torch.Tens
     """``pos (R, n, 3) -> energy (R,)``, with an exact graph built for every call."""
 
     def energy(pos: torch.Tensor) -> torch.Tensor:
-        graph = exact_graph(pos, potential.cutoff) if potential.schnet is not None else None
+        graph = exact_graph(pos, potential.cutoff) if potential.network is not None else None
         return potential.energy(pos, graph)
 
     return energy

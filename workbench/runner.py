@@ -345,8 +345,9 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
             raise ValueError("--denatured-fraction does not apply to an mlcg model: its "
                              "configurations are the starting structures")
         system, potential, positions = imported
+        network = {"schnet": "CGSchNet", "painn": "PaiNN"}.get(potential.architecture, "mlcg")
         model_notice = (
-            f"Published CGSchNet checkpoint {settings.model}: the system comes from its "
+            f"Published {network} checkpoint {settings.model}: the system comes from its "
             "configurations (--protein and --mapping are ignored); replica r starts from "
             "structure r mod the number of structures."
         )

@@ -99,6 +99,70 @@ def schnet(ns, gen, *, cls="StandardSchNet", embedding_size=42, hidden=32, filte
     return model
 
 
+# -- PaiNN -----------------------------------------------------------------------------
+
+
+def painn(ns, gen, *, cls="StandardPaiNN", embedding_size=42, hidden=16, num_rbf=10, blocks=2,
+          widths=(12, 8), basis="exp-normal", basis_cutoff=None, conv_cutoff=None,
+          activation=nn.Tanh, epsilon=1e-8, max_num_neighbors=10000, vector_scale=1.0):
+    """A randomly initialised StandardPaiNN stand-in (§5.4).
+
+    One envelope module is shared by all interaction blocks (as mlcg builds it);
+    ``vector_scale`` multiplies the weights that feed the vector features, so that
+    they matter in the energy.
+    """
+    basis_cutoff = basis_cutoff or ns.CosineCutoff(0, 7.0)
+    lower, upper = float(basis_cutoff.cutoff_lower), float(basis_cutoff.cutoff_upper)
+    if basis == "gaussian":
+        offset = torch.linspace(lower, upper, num_rbf) + 0.05 * torch.randn(num_rbf, generator=gen)
+        coeff = torch.tensor(-0.5 / (upper - lower) ** 2 * num_rbf**2 * 0.8)
+        rbf = ns.GaussianBasis(basis_cutoff, offset, coeff)
+    else:
+        span = upper - lower
+        means = torch.linspace(math.exp(-span), 1.0, num_rbf) + 0.01 * torch.rand(
+            num_rbf, generator=gen
+        )
+        betas = (2.0 / num_rbf * (1.0 - math.exp(-span))) ** -2 * (
+            1.0 + 0.2 * torch.rand(num_rbf, generator=gen)
+        )
+        rbf = ns.ExpNormalBasis(basis_cutoff, means, betas, 5.0 / span)
+    conv_env = conv_cutoff if conv_cutoff is not None else ns.CosineCutoff(lower, upper)
+    interactions, mixings = [], []
+    for _ in range(blocks):
+        context = nn.Sequential(linear(gen, hidden, hidden), activation(),
+                                linear(gen, hidden, 3 * hidden))
+        filter_network = linear(gen, num_rbf, 3 * hidden)
+        with torch.no_grad():
+            filter_network.weight[hidden:] *= vector_scale
+        interactions.append(ns.PaiNNInteraction(hidden, context, filter_network, conv_env))
+        intra = nn.Sequential(linear(gen, 2 * hidden, hidden), activation(),
+                              linear(gen, hidden, 3 * hidden))
+        mix = linear(gen, hidden, 2 * hidden, bias=False)
+        with torch.no_grad():
+            mix.weight.mul_(vector_scale)
+        mixings.append(ns.PaiNNMixing(hidden, intra, mix, epsilon))
+    out_layers = []
+    sizes = [hidden, *widths, 1]
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
+        last = i == len(sizes) - 2
+        out_layers.append(linear(gen, a, b, bias=not last))
+        if not last:
+            out_layers.append(activation())
+    embedding = nn.Embedding(embedding_size, hidden)
+    with torch.no_grad():
+        embedding.weight.copy_(torch.randn(embedding_size, hidden, generator=gen))
+    return getattr(ns, cls)(embedding, rbf, interactions, mixings, ns.MLP(out_layers),
+                            max_num_neighbors=max_num_neighbors)
+
+
+def specialised_painn_ca(ns, gen, **kwargs):
+    """The specialised CA case of :func:`specialised_ca` with a PaiNN network."""
+    model, configs = specialised_ca(ns, gen)
+    entries = {"PaiNN": ns.GradientsOut(painn(ns, gen, **kwargs))}
+    entries.update({k: w for k, w in model.models.items() if k != "SchNet"})
+    return ns.SumOut(entries), configs
+
+
 # -- CA chignolin ------------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
-"""Stand-ins for mlcg's SchNet, MLP, cutoffs, radial bases and output wrappers.
+"""Stand-ins for mlcg's SchNet, PaiNN, MLP, cutoffs, radial bases and output wrappers.
 
-Attribute layout as in docs/mlcg-format.md §2.1 and §5.1; the forward passes are a
-direct evaluation of §5.2 and §6 over a collated batch (see ``data.collate``),
+Attribute layout as in docs/mlcg-format.md §2.1, §5.1 and §5.4; the forward passes are a
+direct evaluation of §5.2, §5.5 and §6 over a collated batch (see ``data.collate``),
 written without any workbench code. The graph is rebuilt from positions by brute
 force: every ordered pair of distinct beads of one structure closer than the
 basis cutoff's upper value.
@@ -181,14 +181,108 @@ class SchNet(StandardSchNet):
     """Same math under the other class name (flashmd's ``SchNet``)."""
 
 
+def safe_norm_and_direction(diff):
+    """mlcg's edge lengths ``sqrt(|r|² + 1e-16) − 1e-8``, shape (E, 1), and ``r / length``
+    (left as ``r`` where the length is 0), shape (E, 3)."""
+    dist = torch.sqrt(diff.square().sum(dim=1, keepdim=True) + 1e-16) - 1e-8
+    direction = diff.clone()
+    nonzero = (dist > 0).flatten()
+    direction[nonzero] = diff[nonzero] / dist[nonzero]
+    return dist, direction
+
+
+class PaiNNInteraction(nn.Module):
+    """PaiNN message block with the attributes of a PyG MessagePassing (§5.4).
+
+    Features keep mlcg's layouts: scalars (N, 1, H), vectors (N, 3, H).
+    """
+
+    def __init__(self, hidden_channels, context_net, filter_network, cutoff):
+        super().__init__()
+        self.aggr = "add"
+        self.flow = "source_to_target"
+        self.node_dim = -2
+        self.inspector = None
+        self._propagate_forward_pre_hooks = _hook_dict()
+        self._propagate_forward_hooks = _hook_dict()
+        self.hidden_channels = hidden_channels
+        self.interatomic_context_net = context_net
+        self.filter_network = filter_network
+        self.cutoff = cutoff
+
+    def forward(self, q, mu, direction, source, target, dist, rbf):
+        n_feat = self.hidden_channels
+        filters = self.filter_network(rbf) * self.cutoff(dist).unsqueeze(-1)  # (E, 1, 3H)
+        context = self.interatomic_context_net(q.squeeze(1))[source].unsqueeze(1)
+        per_edge = filters * context
+        d_scalar = per_edge[..., :n_feat]
+        d_radial = per_edge[..., n_feat : 2 * n_feat]
+        d_vector = per_edge[..., 2 * n_feat :]
+        d_mu = d_radial * direction.unsqueeze(-1) + d_vector * mu[source]
+        q = q + torch.zeros_like(q).index_add(0, target, d_scalar)
+        mu = mu + torch.zeros_like(mu).index_add(0, target, d_mu)
+        return q, mu
+
+
+class PaiNNMixing(nn.Module):
+    """PaiNN update block (§5.4)."""
+
+    def __init__(self, hidden_channels, context_net, mu_channel_mix, epsilon=1e-8):
+        super().__init__()
+        self.hidden_channels = hidden_channels
+        self.intraatomic_context_net = context_net
+        self.mu_channel_mix = mu_channel_mix
+        self.epsilon = epsilon
+
+    def forward(self, q, mu):
+        n_feat = self.hidden_channels
+        mixed = self.mu_channel_mix(mu)
+        mu_v, mu_w = mixed[..., :n_feat], mixed[..., n_feat:]
+        norm_v = torch.sqrt(mu_v.square().sum(dim=-2, keepdim=True) + self.epsilon)
+        context = self.intraatomic_context_net(torch.cat([q, norm_v], dim=-1))
+        d_q = context[..., :n_feat]
+        d_mu = context[..., n_feat : 2 * n_feat]
+        d_qmu = context[..., 2 * n_feat :]
+        q = q + d_q + d_qmu * (mu_v * mu_w).sum(dim=1, keepdim=True)
+        return q, mu + d_mu * mu_w
+
+
 class StandardPaiNN(nn.Module):
-    """Shape-only stand-in of a PaiNN model (to check that it is refused)."""
+    """PaiNN energy of each structure of a collated batch, shape (B,)."""
 
     name = "PaiNN"
 
-    def __init__(self):
+    def __init__(self, embedding_layer, rbf_layer, interaction_blocks, mixing_blocks,
+                 output_network, max_num_neighbors=1000):
         super().__init__()
-        self.embedding_layer = nn.Embedding(25, 8)
+        self.embedding_layer = embedding_layer
+        self.interaction_blocks = nn.ModuleList(interaction_blocks)
+        self.mixing_blocks = nn.ModuleList(mixing_blocks)
+        self.output_network = output_network
+        self.rbf_layer = rbf_layer
+        self.max_num_neighbors = max_num_neighbors
+        self.nls_distance_method = "torch"
+
+    def energy(self, batch):
+        pos, index = batch["pos"], batch["batch"]
+        with torch.no_grad():
+            far = torch.cdist(pos, pos)
+            keep = (far < self.rbf_layer.cutoff.cutoff_upper) & (index[:, None] == index[None])
+            keep &= ~torch.eye(pos.shape[0], dtype=torch.bool)
+        source, target = torch.nonzero(keep).T
+        dist, direction = safe_norm_and_direction(pos[target] - pos[source])
+        rbf = self.rbf_layer(dist)  # (E, 1, K)
+        q = self.embedding_layer(batch["atom_types"]).unsqueeze(1)
+        mu = torch.zeros(q.shape[0], 3, q.shape[2], dtype=q.dtype)
+        for interaction, mixing in zip(self.interaction_blocks, self.mixing_blocks, strict=True):
+            q, mu = interaction(q, mu, direction, source, target, dist, rbf)
+            q, mu = mixing(q, mu)
+        per_bead = self.output_network(q.squeeze(1)).squeeze(-1)
+        return torch.zeros(batch["n_structures"], dtype=pos.dtype).index_add(0, index, per_bead)
+
+
+class RBFRegularizedPaiNN(StandardPaiNN):
+    """Shape-only stand-in of a PaiNN variant that is refused."""
 
 
 class GradientsOut(nn.Module):

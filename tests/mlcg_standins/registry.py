@@ -49,7 +49,8 @@ def _layouts():
         yield flavour, f"{package}.simulation.specialize_prior", priors.STATIC_PRIORS
         yield flavour, f"{package}.data.atomic_data", (data.AtomicData,)
     yield "mlcg", "mlcg.nn.radial_basis.exp_normal", (models.ExpNormalBasis,)
-    yield "mlcg", "mlcg.nn.painn", (models.StandardPaiNN,)
+    yield "mlcg", "mlcg.nn.painn", (models.StandardPaiNN, models.PaiNNInteraction,
+                                    models.PaiNNMixing, models.RBFRegularizedPaiNN)
     old_layout = tuple(c for classes in priors.PRIOR_MODULES.values() for c in classes)
     yield "mlcg_old", "mlcg.nn.prior", old_layout
     for module, classes in _PYG.items():

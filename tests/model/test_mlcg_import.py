@@ -50,7 +50,7 @@ def save(obj, path):
 def evaluate(potential, positions):
     """Our energies (C,) and forces (C, n, 3) for replicas = configurations."""
     graph = None
-    if potential.schnet is not None:
+    if potential.network is not None:
         graph = NeighborList(positions.shape[1], potential.cutoff).update(positions)
     return potential.energy_and_forces(positions, graph)
 
@@ -276,6 +276,126 @@ def test_binding_neighbour_cap_warns(tmp_path):
         import_mlcg(path, structures)
 
 
+# -- PaiNN --------------------------------------------------------------------------------
+
+
+def _painn_case(tmp_path, make=None, general_priors=False):
+    """A CA SumOut with a PaiNN stand-in (and optionally general priors), three
+    configurations; returns paths and the references of the whole model and of the
+    network alone. ``make(ns)`` gives keyword arguments of ``builders.painn``."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    with install_standins() as ns:
+        ns, gen = ns.mlcg, torch.Generator().manual_seed(17)
+        network = builders.painn(ns, gen, **(make(ns) if make else {}))
+        priors = builders.general_ca_priors(ns, gen) if general_priors else {}
+        groups = {k: (k, m) for k, m in builders.ca_topology().items()}
+        configs = builders.ca_configurations(ns, gen, groups, count=3)
+        sum_out = builders.sum_out(ns, network, priors)
+        path = save(sum_out, tmp_path / "painn_model_and_prior.pt")
+        structures = save(configs, tmp_path / "configurations.pt")
+        alone = reference(builders.sum_out(ns, network, {}), configs)
+        return path, structures, reference(sum_out, configs), alone
+
+
+def test_specialised_painn_checkpoint_matches_standins(tmp_path):
+    with install_standins() as ns:
+        gen = torch.Generator().manual_seed(4321)
+        model, configs = builders.specialised_painn_ca(ns.mlcg, gen, vector_scale=2.0)
+        path = save((model, configs), tmp_path / "painn_specialized_model_and_config.pt")
+        expected = reference(model, configs)
+        network = next(iter(model.models.values())).model
+        alone = reference(builders.sum_out(ns.mlcg, network, {}), configs)
+    imported = import_mlcg(path)
+    potential = imported.potential
+    assert potential.architecture == "painn" and potential.schnet is None
+    config = potential.painn.config
+    assert (config.embedding_size, config.hidden, config.num_rbf, config.blocks) == (42, 16, 10, 2)
+    assert (config.cutoff, config.output_widths, config.basis) == (7.0, [12, 8], "exp-normal")
+    assert list(potential.priors) == ["repulsion", "dihedrals", "angles", "bonds"]
+    assert potential.metadata["max_num_neighbors"] == 10000
+    assert_matches(imported, expected)
+    graph = NeighborList(10, potential.cutoff).update(imported.positions)
+    network_energy = potential.energy_terms(imported.positions, graph)["painn"]
+    torch.testing.assert_close(network_energy.double(), alone[0], rtol=RTOL,
+                               atol=RTOL * float(alone[0].abs().max()))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda ns: {},
+     lambda ns: {"basis": "gaussian", "basis_cutoff": ns.IdentityCutoff(0, 7.0),
+                 "conv_cutoff": ns.CosineCutoff(0.0, 7.0), "activation": nn.SiLU},
+     lambda ns: {"basis_cutoff": ns.CosineCutoff(1.5, 9.0), "epsilon": 1e-6}],
+    ids=["exp-normal", "gaussian-silu", "lower-cutoff"],
+)
+def test_painn_model_and_priors_match_standins(tmp_path, make):
+    path, structures, expected, _ = _painn_case(tmp_path, make, general_priors=True)
+    imported = import_mlcg(path, structures)
+    assert imported.potential.architecture == "painn"
+    assert list(imported.potential.priors) == ["bonds", "angles", "dihedrals", "repulsion"]
+    assert_matches(imported, expected)
+    path, structures, _, alone = _painn_case(tmp_path / "alone", make)
+    only = import_mlcg(path, structures)
+    assert len(only.potential.priors) == 0
+    assert_matches(only, alone)
+
+
+def test_imported_painn_saves_loads_and_simulates(tmp_path):
+    path, structures, _, _ = _painn_case(tmp_path, general_priors=True)
+    system, potential, positions = load_for_run(path, structures)
+    loaded = load_potential(save_potential(potential, tmp_path / "painn.pt"))
+    assert loaded.architecture == "painn"
+    torch.testing.assert_close(evaluate(loaded, positions), evaluate(potential, positions),
+                               rtol=0, atol=0)
+    sim = Simulation(system, potential, LangevinIntegrator(0.002, 1.0, 300.0),
+                     replicas=3, positions=positions, seed=3)
+    sim.step(10)
+    assert torch.isfinite(sim.positions).all() and not sim.frozen.any()
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [(lambda ns: {"activation": nn.ReLU}, "activation ReLU is not supported"),
+     (lambda ns: {"conv_cutoff": ns.CosineCutoff(0.0, 6.0)}, "cutoff ends at 6.0"),
+     (lambda ns: {"basis_cutoff": ns.CosineCutoff(0, 7.0), "basis": "gaussian",
+                  "conv_cutoff": ns.CosineCutoff(1.0, 7.0)}, "different lower cutoffs")],
+    ids=["relu", "radius", "lower"],
+)
+def test_inexpressible_painn_is_refused(tmp_path, make, message):
+    path, structures, _, _ = _painn_case(tmp_path, make)
+    with pytest.raises(MlcgImportError, match=message):
+        import_mlcg(path, structures)
+
+
+def test_painn_with_mixed_epsilons_or_aggregation_is_refused(tmp_path):
+    with install_standins() as ns:
+        gen = torch.Generator().manual_seed(1)
+        network = builders.painn(ns.mlcg, gen)
+        network.mixing_blocks[1].epsilon = 1e-4
+        groups = {k: (k, m) for k, m in builders.ca_topology().items()}
+        configs = save(builders.ca_configurations(ns.mlcg, gen, groups), tmp_path / "c.pt")
+        mixed = save(builders.sum_out(ns.mlcg, network, {}), tmp_path / "eps.pt")
+        network.mixing_blocks[1].epsilon = 1e-8
+        network.interaction_blocks[0].aggr = "mean"
+        mean = save(builders.sum_out(ns.mlcg, network, {}), tmp_path / "mean.pt")
+    with pytest.raises(MlcgImportError, match="different epsilons"):
+        import_mlcg(mixed, configs)
+    with pytest.raises(MlcgImportError, match="aggregation 'mean'"):
+        import_mlcg(mean, configs)
+
+
+def test_cli_runs_a_painn_checkpoint(tmp_path, capsys):
+    from workbench.cli import main
+
+    with install_standins() as ns:
+        model, configs = builders.specialised_painn_ca(ns.mlcg, torch.Generator().manual_seed(9))
+        path = save((model, configs), tmp_path / "painn_specialized_model_and_config.pt")
+    argv = ["run", "--model", str(path), "--replicas", "2", "--steps", "4", "--save-interval",
+            "2", "--out", str(tmp_path / "run"), "--quiet", "--device", "cpu"]
+    assert main(argv) == 0
+    assert "Published PaiNN checkpoint" in capsys.readouterr().out
+
+
 # -- configurations ----------------------------------------------------------------------
 
 
@@ -357,12 +477,12 @@ def test_code_execution_is_refused(tmp_path):
     assert not marker.exists()
 
 
-def test_painn_model_is_refused(tmp_path):
+def test_regularised_painn_is_refused(tmp_path):
     with install_standins() as ns:
-        model = builders.sum_out(ns.mlcg, None, {})
-        model.models["PaiNN"] = ns.mlcg.GradientsOut(ns.mlcg.StandardPaiNN())
-        path = save(model, tmp_path / "painn.pt")
-    with pytest.raises(UnsupportedModelError, match="PaiNN"):
+        gen = torch.Generator().manual_seed(2)
+        network = builders.painn(ns.mlcg, gen, cls="RBFRegularizedPaiNN")
+        path = save(builders.sum_out(ns.mlcg, network, {}), tmp_path / "painn.pt")
+    with pytest.raises(UnsupportedModelError, match="RBFRegularizedPaiNN"):
         import_mlcg(path)
 
 

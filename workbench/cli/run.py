@@ -118,7 +118,8 @@ def add_parser(subparsers) -> None:
     )
     run.add_argument(
         "--model", default=None,
-        help="saved potential (.pt), an mlcg CGSchNet checkpoint, 'teacher' (the protein's "
+        help="saved potential (.pt), an mlcg CGSchNet or PaiNN checkpoint, 'teacher' (the "
+        "protein's "
         "structure-based teacher; a variant: 'teacher:eps=0.25,dihedral=0.5,separation=4,"
         "barrier=0.3' sets any of contact depth ε (kcal/mol), dihedral strength (× ε), "
         "smallest contact separation (residues) and desolvation barrier height (× ε)), or "

@@ -73,6 +73,8 @@ def captured_steps_problem(sim) -> str | None:
         return "this PyTorch cannot capture a run-owned random generator"
     if sim.potential.schnet is not None:
         return fused_path_problem(sim.potential.schnet, sim.device, sim.options)
+    if sim.potential.network is not None:
+        return f"no fused kernels for {sim.potential.architecture} networks yet"
     return None
 
 

@@ -155,7 +155,7 @@ class Simulation:
 
     # -- set-up -------------------------------------------------------------------
     def _make_neighbor_list(self) -> NeighborList | None:
-        if self.potential.schnet is None:
+        if self.potential.network is None:
             return None
         settings = self.neighbor_settings
         exclusions = bonded_exclusions(self.system) if settings.exclude_bonded else None

@@ -1,6 +1,7 @@
-"""CGSchNet, prior terms and potentials."""
+"""CGSchNet, CGPaiNN, prior terms and potentials."""
 
 from workbench.model.io import ModelFormatError, load_potential, save_potential
+from workbench.model.painn import CGPaiNN, PaiNNConfig
 from workbench.model.potential import Potential
 from workbench.model.priors import (
     CutoffRepulsion,
@@ -13,12 +14,14 @@ from workbench.model.priors import (
 from workbench.model.schnet import CGSchNet, SchNetConfig
 
 __all__ = [
+    "CGPaiNN",
     "CGSchNet",
     "CutoffRepulsion",
     "FourierDihedrals",
     "HarmonicAngles",
     "HarmonicBonds",
     "ModelFormatError",
+    "PaiNNConfig",
     "Potential",
     "PriorTerm",
     "Repulsion",

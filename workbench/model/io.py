@@ -1,8 +1,12 @@
 """Saving and loading potentials: a state dict plus a JSON config in one file.
 
 The file is a ``torch.save`` archive of ``{"format", "version", "config",
-"state_dict"}`` where ``config`` is a JSON string. It is read back with
-``torch.load(weights_only=True)``, so no arbitrary pickle is ever executed.
+"state_dict"}`` where ``config`` is a JSON string: ``architecture`` (the registered
+name of the network, ``"schnet"``, ``"painn"``, ...; None for a prior-only potential),
+the network's config under that same name, the priors and the metadata. Files written
+before the architecture was recorded hold a ``"schnet"`` config only and load as SchNet.
+It is read back with ``torch.load(weights_only=True)``, so no arbitrary pickle is ever
+executed.
 Writes are atomic (a temporary file in the same folder, then a rename).
 """
 
@@ -15,9 +19,9 @@ from pathlib import Path
 import torch
 
 from workbench.files import atomic_save
+from workbench.model.architectures import ARCHITECTURES, build_network
 from workbench.model.potential import Potential
 from workbench.model.priors import PRIOR_CLASSES
-from workbench.model.schnet import CGSchNet, SchNetConfig
 
 FORMAT = "cg-workbench-potential"
 VERSION = 1
@@ -32,10 +36,19 @@ class ForeignModelError(ModelFormatError):
 
 
 def potential_config(potential: Potential) -> dict:
-    """JSON-able description of a potential's structure (not its numbers)."""
-    schnet = potential.schnet
+    """JSON-able description of a potential's structure (not its numbers).
+
+    ``architecture`` names the network and its config sits under that name; a
+    prior-only potential keeps ``"schnet": None`` (the form every reader knows).
+    """
+    network, name = potential.network, potential.architecture
+    config = {"architecture": name}
+    if network is None:
+        config["schnet"] = None
+    else:
+        config[name] = network.config.to_dict()
     return {
-        "schnet": None if schnet is None else schnet.config.to_dict(),
+        **config,
         "priors": [{"name": n, "class": type(p).__name__} for n, p in potential.priors.items()],
         "metadata": getattr(potential, "metadata", {}),
     }
@@ -81,9 +94,18 @@ def load_potential(path: str | os.PathLike, map_location: str = "cpu") -> Potent
     try:
         config = json.loads(payload["config"])
         state = payload["state_dict"]
-        schnet = None
-        if config["schnet"] is not None:
-            schnet = CGSchNet(SchNetConfig.from_dict(config["schnet"]))
+        if "architecture" in config:
+            name = config["architecture"]
+        else:  # written before architectures were recorded: SchNet or prior-only
+            name = "schnet" if config["schnet"] is not None else None
+        network = None
+        if name is not None:
+            if name not in ARCHITECTURES:
+                raise ModelFormatError(
+                    f"{path} holds a network of architecture {name!r}, which this version "
+                    f"does not know (known: {', '.join(sorted(ARCHITECTURES))})"
+                )
+            network = build_network(name, config[name])
         priors = {}
         for entry in config["priors"]:
             cls = PRIOR_CLASSES.get(entry["class"])
@@ -92,7 +114,7 @@ def load_potential(path: str | os.PathLike, map_location: str = "cpu") -> Potent
             prefix = f"priors.{entry['name']}."
             tensors = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
             priors[entry["name"]] = cls(**tensors)
-        potential = Potential(state["bead_types"], schnet, priors)
+        potential = Potential(state["bead_types"], network, priors)
         potential.load_state_dict(state)
     except ModelFormatError:
         raise

@@ -2,15 +2,16 @@
 
 Reads, without mlcg installed,
 
-* ``model_and_prior.pt``: a ``SumOut`` of ``GradientsOut(StandardSchNet)`` and priors;
+* ``model_and_prior.pt``: a ``SumOut`` of ``GradientsOut(StandardSchNet)`` or
+  ``GradientsOut(StandardPaiNN)`` and priors;
 * prior files: a ``ModuleDict`` of ``GradientsOut(<prior>)`` (a prior-only potential);
 * ``*_specialized_model_and_config.pt``: a tuple ``(SumOut, configurations)`` whose
   bonded priors are ``Static*`` priors valid for those configurations;
 * ``*_configurations.pt``: a list of ``AtomicData`` (starting structures);
 
 through the allow-listed unpickler of :mod:`workbench.model.safe_unpickle`, and
-converts them into a :class:`~workbench.model.potential.Potential` (our CGSchNet
-plus per-term priors for one molecule), a :class:`~workbench.system.CGSystem`
+converts them into a :class:`~workbench.model.potential.Potential` (our CGSchNet or
+CGPaiNN plus per-term priors for one molecule), a :class:`~workbench.system.CGSystem`
 and starting positions.
 
 Conversion rules
@@ -22,6 +23,9 @@ Conversion rules
   file is refused with the reason. The graph radius is the basis cutoff's upper
   value. ``Linear`` biases are taken generically: a bias mlcg lacks is loaded as
   zeros, a bias we lack must be zero.
+* PaiNN: the same rules, read into :class:`~workbench.model.painn.PaiNNConfig`
+  (§5.4); state-dict keys are mlcg's, so the tensors map 1:1. The interaction
+  blocks' envelope plays the part of SchNet's convolution envelope.
 * Priors: unspecialised (type-indexed) priors are expanded to one parameter set
   per interaction of the molecule from its ``atom_types`` and the
   ``neighbor_list[name]['index_mapping']`` of its configuration; specialised
@@ -48,6 +52,7 @@ from typing import Any, NamedTuple
 import torch
 
 from workbench.model.io import ModelFormatError
+from workbench.model.painn import CGPaiNN, PaiNNConfig
 from workbench.model.potential import Potential
 from workbench.model.priors import (
     ConstantEnergy,
@@ -296,15 +301,27 @@ def _linear_layers(mlp: Any) -> tuple[list, list[str]]:
     return linears, [_activation(m) for m in layers[1::2]]
 
 
-def _schnet_config(record: Any) -> SchNetConfig:
-    """Hyper-parameters of a StandardSchNet record, read off shapes (§5.1)."""
-    if _state(record).get("self_interaction"):
-        raise MlcgImportError("SchNet with self_interaction=True is not supported")
+def _embedding(record: Any) -> tuple[int, int]:
+    """(embedding size, H) of a network record's ``embedding_layer``."""
     embedding = _child(record, "embedding_layer")
     if _state(embedding).get("max_norm") is not None:
         raise MlcgImportError("an embedding with max_norm is not supported")
     embedding_size, hidden = _required(embedding, "weight").shape
-    rbf = _child(record, "rbf_layer")
+    return int(embedding_size), int(hidden)
+
+
+def _radial(rbf: Any, block_cutoffs: list, target: str) -> dict:
+    """Basis, envelopes and radii of a network (§5.1, §6) as config fields.
+
+    Parameters
+    ----------
+    rbf : Record
+        The ``rbf_layer``.
+    block_cutoffs : list of Record
+        The envelope of each block's filter.
+    target : str
+        Name of the config class, for messages.
+    """
     basis = {"GaussianBasis": "gaussian", "ExpNormalBasis": "exp-normal"}.get(_class_name(rbf))
     if basis is None:
         raise MlcgImportError(
@@ -313,18 +330,14 @@ def _schnet_config(record: Any) -> SchNetConfig:
     basis_kind, basis_lower, cutoff = _cutoff(_child(rbf, "cutoff"))
     if not math.isfinite(cutoff):
         raise MlcgImportError("the basis cutoff has no finite upper value (no graph radius)")
-    blocks = _children(_child(record, "interaction_blocks"))
-    if not blocks:
-        raise MlcgImportError("SchNet without interaction blocks")
-    convs = [_child(b, "conv") for b in blocks]
-    conv_cutoffs = {_cutoff(_child(c, "cutoff")) for c in convs}
+    conv_cutoffs = {_cutoff(c) for c in block_cutoffs}
     if len(conv_cutoffs) != 1:
         raise MlcgImportError(f"interaction blocks use different cutoffs: {sorted(conv_cutoffs)}")
     ((conv_kind, conv_lower, conv_upper),) = conv_cutoffs
     if conv_kind == "cosine" and conv_upper != cutoff:
         raise MlcgImportError(
             f"the convolution cutoff ends at {conv_upper} Å but the basis cutoff (graph radius) "
-            f"at {cutoff} Å; SchNetConfig uses one radius for both"
+            f"at {cutoff} Å; {target} uses one radius for both"
         )
     lowers = {conv_lower} if conv_kind == "cosine" else set()
     if basis_kind == "cosine" or basis == "exp-normal":
@@ -332,7 +345,7 @@ def _schnet_config(record: Any) -> SchNetConfig:
     if len(lowers) > 1:
         raise MlcgImportError(
             f"basis and convolution envelopes use different lower cutoffs {sorted(lowers)}; "
-            "SchNetConfig has one cutoff_lower"
+            f"{target} has one cutoff_lower"
         )
     cutoff_lower = lowers.pop() if lowers else 0.0
     if basis == "exp-normal":
@@ -340,8 +353,29 @@ def _schnet_config(record: Any) -> SchNetConfig:
         if not math.isclose(alpha, 5.0 / (cutoff - cutoff_lower), rel_tol=1e-9):
             raise MlcgImportError(
                 f"ExpNormalBasis alpha={alpha} differs from 5 / (r_c - r_l) = "
-                f"{5.0 / (cutoff - cutoff_lower)}, which SchNetConfig cannot express"
+                f"{5.0 / (cutoff - cutoff_lower)}, which {target} cannot express"
             )
+    return {
+        "cutoff": cutoff,
+        "cutoff_lower": cutoff_lower,
+        "basis": basis,
+        "basis_envelope": basis_kind,
+        "conv_envelope": conv_kind,
+    }
+
+
+def _schnet_config(record: Any) -> SchNetConfig:
+    """Hyper-parameters of a StandardSchNet record, read off shapes (§5.1)."""
+    if _state(record).get("self_interaction"):
+        raise MlcgImportError("SchNet with self_interaction=True is not supported")
+    embedding_size, hidden = _embedding(record)
+    blocks = _children(_child(record, "interaction_blocks"))
+    if not blocks:
+        raise MlcgImportError("SchNet without interaction blocks")
+    convs = [_child(b, "conv") for b in blocks]
+    radial = _radial(
+        _child(record, "rbf_layer"), [_child(c, "cutoff") for c in convs], "SchNetConfig"
+    )
     outputs, activations = _linear_layers(_child(record, "output_network"))
     for block, conv in zip(blocks, convs, strict=True):
         filters, filter_activations = _linear_layers(_child(conv, "filter_network"))
@@ -358,36 +392,24 @@ def _schnet_config(record: Any) -> SchNetConfig:
     if widths[-1] != 1:
         raise MlcgImportError(f"the output network ends in width {widths[-1]}, expected 1")
     return SchNetConfig(
-        embedding_size=int(embedding_size),
-        hidden=int(hidden),
+        embedding_size=embedding_size,
+        hidden=hidden,
         filters=int(filter_shape[0]),
         blocks=len(blocks),
         num_rbf=int(filter_shape[1]),
-        cutoff=cutoff,
-        cutoff_lower=cutoff_lower,
-        basis=basis,
-        basis_envelope=basis_kind,
-        conv_envelope=conv_kind,
         output_widths=widths[:-1],
         activation=activations[0],
         filter_bias=_tensor(filters[1], "bias") is not None,
+        **radial,
     )
 
 
-def convert_schnet(record: Any) -> CGSchNet:
-    """Our :class:`CGSchNet` with the weights of an mlcg StandardSchNet record.
+def _load_weights(model: torch.nn.Module, record: Any) -> torch.nn.Module:
+    """Load a record's tensors into ``model`` by state-dict key.
 
-    Parameters
-    ----------
-    record : Record
-        ``StandardSchNet`` / ``SchNet`` (mlcg or flashmd).
-
-    Raises
-    ------
-    MlcgImportError
-        Something :class:`SchNetConfig` cannot express exactly (see module docstring).
+    A bias the record lacks is loaded as zeros; a tensor of the record without a
+    counterpart in ``model`` must be a zero bias.
     """
-    model = CGSchNet(_schnet_config(record))
     theirs = _module_tensors(record)
     state = {}
     for key, ours in model.state_dict().items():
@@ -406,6 +428,124 @@ def convert_schnet(record: Any) -> CGSchNet:
             raise MlcgImportError(f"tensor {key} of the checkpoint has no counterpart")
     model.load_state_dict(state)
     return model
+
+
+def convert_schnet(record: Any) -> CGSchNet:
+    """Our :class:`CGSchNet` with the weights of an mlcg StandardSchNet record.
+
+    Parameters
+    ----------
+    record : Record
+        ``StandardSchNet`` / ``SchNet`` (mlcg or flashmd).
+
+    Raises
+    ------
+    MlcgImportError
+        Something :class:`SchNetConfig` cannot express exactly (see module docstring).
+    """
+    return _load_weights(CGSchNet(_schnet_config(record)), record)
+
+
+# -- PaiNN ----------------------------------------------------------------------------
+
+
+def _context_net(record: Any, name: str) -> list[str]:
+    """Activations of a PaiNN context network ``Sequential(Linear, act, Linear)``."""
+    layers = _children(_child(record, name))
+    if len(layers) != 3 or _class_name(layers[0]) != "Linear" or _class_name(layers[2]) != "Linear":
+        raise MlcgImportError(
+            f"{name} is not Linear, activation, Linear "
+            f"({', '.join(_class_name(m) for m in layers)})"
+        )
+    return [_activation(layers[1])]
+
+
+def _painn_config(record: Any) -> PaiNNConfig:
+    """Hyper-parameters of a StandardPaiNN record, read off shapes (§5.4)."""
+    embedding_size, hidden = _embedding(record)
+    interactions = _children(_child(record, "interaction_blocks"))
+    mixings = _children(_child(record, "mixing_blocks"))
+    if not interactions:
+        raise MlcgImportError("PaiNN without interaction blocks")
+    if len(mixings) != len(interactions):
+        raise MlcgImportError(
+            f"PaiNN with {len(interactions)} interaction and {len(mixings)} mixing blocks"
+        )
+    radial = _radial(
+        _child(record, "rbf_layer"), [_child(b, "cutoff") for b in interactions], "PaiNNConfig"
+    )
+    outputs, activations = _linear_layers(_child(record, "output_network"))
+    filter_shapes = set()
+    for block in interactions:
+        aggr = _state(block).get("aggr", "add")
+        if aggr != "add":
+            raise MlcgImportError(f"PaiNN aggregation {aggr!r} is not supported ('add')")
+        activations += _context_net(block, "interatomic_context_net")
+        filter_network = _child(block, "filter_network")
+        if _class_name(filter_network) != "Linear":
+            raise MlcgImportError(
+                f"a PaiNN filter network of class {_class_name(filter_network)} is not "
+                "supported (Linear)"
+            )
+        filter_shapes.add(tuple(_required(filter_network, "weight").shape))
+    epsilons = set()
+    for block in mixings:
+        activations += _context_net(block, "intraatomic_context_net")
+        epsilons.add(float(_state(block).get("epsilon", 1e-8)))
+    if len(filter_shapes) != 1 or next(iter(filter_shapes))[0] != 3 * hidden:
+        raise MlcgImportError(
+            f"PaiNN filter networks of shapes {sorted(filter_shapes)}; expected one shape "
+            f"[{3 * hidden}, K]"
+        )
+    if len(epsilons) != 1:
+        raise MlcgImportError(f"mixing blocks use different epsilons {sorted(epsilons)}")
+    if len(set(activations)) != 1:
+        raise MlcgImportError(f"mixed activations {sorted(set(activations))} are not supported")
+    widths = [int(_required(m, "weight").shape[0]) for m in outputs]
+    if widths[-1] != 1:
+        raise MlcgImportError(f"the output network ends in width {widths[-1]}, expected 1")
+    return PaiNNConfig(
+        embedding_size=embedding_size,
+        hidden=hidden,
+        blocks=len(interactions),
+        num_rbf=int(next(iter(filter_shapes))[1]),
+        output_widths=widths[:-1],
+        activation=activations[0],
+        epsilon=epsilons.pop(),
+        **radial,
+    )
+
+
+def convert_painn(record: Any) -> CGPaiNN:
+    """Our :class:`CGPaiNN` with the weights of an mlcg StandardPaiNN record.
+
+    Parameters
+    ----------
+    record : Record
+        ``StandardPaiNN`` / ``PaiNN``.
+
+    Raises
+    ------
+    MlcgImportError
+        Something :class:`PaiNNConfig` cannot express exactly: a basis other than
+        Gaussian or exp-normal, envelopes with different radii, mixed activations,
+        an aggregation other than ``'add'``, or tensors without a counterpart.
+    """
+    return _load_weights(CGPaiNN(_painn_config(record)), record)
+
+
+#: Converters of the network classes, by class name: (architecture, converter).
+_NETWORKS = {
+    "StandardSchNet": ("schnet", convert_schnet),
+    "SchNet": ("schnet", convert_schnet),
+    "StandardPaiNN": ("painn", convert_painn),
+    "PaiNN": ("painn", convert_painn),
+}
+
+
+def convert_network(record: Any) -> torch.nn.Module:
+    """Our network for an mlcg network record (SchNet or PaiNN), see :data:`_NETWORKS`."""
+    return _NETWORKS[_class_name(record)][1](record)
 
 
 # -- priors ---------------------------------------------------------------------------
@@ -609,19 +749,18 @@ def convert_priors(
 # -- model files ----------------------------------------------------------------------
 
 _WRAPPERS = ("GradientsOut", "EnergyOut")
-_SCHNETS = ("StandardSchNet", "SchNet")
 
 
 @dataclass
 class _ModelParts:
-    schnet: Any  # Record or None
+    network: Any  # Record of a SchNet or PaiNN, or None
     priors: list[tuple[str, Any]]
     configurations: list[MlcgConfiguration] | None
     package: str
 
 
 def _split_model(obj: Any, source: Path) -> _ModelParts:
-    """SchNet record, prior entries and (specialised files) configurations."""
+    """Network record, prior entries and (specialised files) configurations."""
     configurations = None
     if isinstance(obj, tuple) and len(obj) == 2:
         obj, configurations = obj[0], _configurations(obj, source)
@@ -637,21 +776,21 @@ def _split_model(obj: Any, source: Path) -> _ModelParts:
         items = list(_state(obj).get("_modules", {}).items())
     else:
         items = [(_state(obj).get("name", ""), obj)]
-    schnet = None
+    network = None
     priors = []
     for key, wrapper in items:
         inner = _child(wrapper, "model") if _class_name(wrapper) in _WRAPPERS else wrapper
-        if _class_name(inner) in _SCHNETS:
-            if schnet is not None:
-                raise MlcgImportError(f"{source} holds more than one SchNet model")
-            schnet = inner
+        if _class_name(inner) in _NETWORKS:
+            if network is not None:
+                raise MlcgImportError(f"{source} holds more than one network (SchNet, PaiNN)")
+            network = inner
             continue
         name = _state(inner).get("name") or _state(wrapper).get("name") or key
         priors.append((str(name), inner))
-    if schnet is None and not priors:
-        raise MlcgImportError(f"{source} holds neither a SchNet model nor priors")
-    package = type(schnet if schnet is not None else priors[0][1]).__module__.split(".")[0]
-    return _ModelParts(schnet, priors, configurations, package)
+    if network is None and not priors:
+        raise MlcgImportError(f"{source} holds neither a network (SchNet, PaiNN) nor priors")
+    package = type(network if network is not None else priors[0][1]).__module__.split(".")[0]
+    return _ModelParts(network, priors, configurations, package)
 
 
 def _read(path: str | os.PathLike) -> tuple[Any, Path]:
@@ -857,7 +996,7 @@ def import_mlcg(
     ------
     FileNotFoundError
     workbench.model.safe_unpickle.CheckpointRefused
-        A class outside the allow-list, or an unsupported model (PaiNN, ...).
+        A class outside the allow-list, or an unsupported model (MACE, ...).
     MlcgImportError
         A file that is not such a checkpoint or cannot be converted exactly.
     """
@@ -882,9 +1021,9 @@ def import_mlcg(
         raise MlcgImportError(
             "the structures are not the molecule of the specialised model (bead types differ)"
         )
-    schnet = convert_schnet(parts.schnet) if parts.schnet is not None else None
+    network = convert_network(parts.network) if parts.network is not None else None
     priors, groups = convert_priors(parts.priors, topology)
-    potential = Potential(molecule.atom_types, schnet, priors)
+    potential = Potential(molecule.atom_types, network, priors)
     name = molecule.name or model_file.stem
     system = system_from_configuration(molecule, potential, name)
     potential.metadata = {
@@ -894,15 +1033,15 @@ def import_mlcg(
         "model_file": str(model_file),
         "prior_groups": groups,
         "max_num_neighbors": None
-        if parts.schnet is None
-        else _state(parts.schnet).get("max_num_neighbors"),
+        if parts.network is None
+        else _state(parts.network).get("max_num_neighbors"),
         "protein": name,
         "mapping": system.mapping,
     }
     positions = torch.stack([c.positions for c in starts])
     cap = potential.metadata["max_num_neighbors"]
-    if schnet is not None and isinstance(cap, int):
-        _warn_if_cap_binds(positions, schnet.cutoff, cap)
+    if network is not None and isinstance(cap, int):
+        _warn_if_cap_binds(positions, network.cutoff, cap)
     return ImportedModel(potential, system, positions, system.masses)
 
 

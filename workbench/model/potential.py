@@ -1,10 +1,12 @@
-"""A potential is CGSchNet plus prior terms, evaluated for many replicas at once."""
+"""A potential is a neural network (CGSchNet, CGPaiNN, ...) plus prior terms, evaluated for
+many replicas at once."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from workbench.model.architectures import RESERVED_NAMES, architecture_of
 from workbench.model.geometry import segment_gathers
 from workbench.model.options import KernelOptions
 from workbench.model.priors import PriorTerm
@@ -28,30 +30,61 @@ class Potential(nn.Module):
     Parameters
     ----------
     bead_types : torch.Tensor, shape (n,), int64
-        Bead types of the molecule (SchNet embedding indices).
-    schnet : CGSchNet, optional
-        The neural term; None for a prior-only (classical) potential.
+        Bead types of the molecule (embedding indices of the network).
+    network : nn.Module, optional
+        The neural term, of an architecture registered in
+        :data:`workbench.model.architectures.ARCHITECTURES` (CGSchNet, CGPaiNN, ...);
+        None for a prior-only (classical) potential.
     priors : dict of str to PriorTerm, optional
         Named prior terms, summed in order.
+    schnet : CGSchNet, optional
+        Keyword-only former name of ``network`` (give one of the two).
+
+    Attributes
+    ----------
+    architecture : str or None
+        Registered name of the network (``"schnet"``, ``"painn"``, ...). The network is
+        held under that attribute name (``potential.schnet``, ``potential.painn``), so
+        its state-dict keys start with it; ``network`` returns it whatever it is.
+    schnet : CGSchNet or None
+        The network when it is a CGSchNet, else None: the SchNet-only machinery (fused
+        kernels, tables, training) reads this and leaves other networks alone.
     """
 
     def __init__(
         self,
         bead_types: torch.Tensor,
-        schnet: CGSchNet | None = None,
+        network: nn.Module | None = None,
         priors: dict[str, PriorTerm] | None = None,
+        *,
+        schnet: CGSchNet | None = None,
     ):
         super().__init__()
+        if schnet is not None:
+            if network is not None:
+                raise TypeError("give the network as network= or schnet=, not both")
+            network = schnet
         bead_types = torch.as_tensor(bead_types, dtype=torch.long)
         self.register_buffer("bead_types", bead_types)
-        self.schnet = schnet
+        self.architecture = None if network is None else architecture_of(network)
+        if self.architecture in RESERVED_NAMES or hasattr(type(self), str(self.architecture)):
+            raise ValueError(f"architecture name {self.architecture!r} would shadow an "
+                             "attribute of Potential; register it under another name")
+        self.schnet = None
+        if network is not None:
+            setattr(self, self.architecture, network)
         self.priors = nn.ModuleDict(priors or {})
         self.metadata: dict = {}
-        if schnet is not None and int(bead_types.max()) >= schnet.config.embedding_size:
+        if network is not None and int(bead_types.max()) >= network.config.embedding_size:
             raise ValueError(
                 f"bead type {int(bead_types.max())} is outside the embedding of size "
-                f"{schnet.config.embedding_size}"
+                f"{network.config.embedding_size}"
             )
+
+    @property
+    def network(self) -> nn.Module | None:
+        """The neural term, whatever its architecture; None for a prior-only potential."""
+        return None if self.architecture is None else getattr(self, self.architecture)
 
     @property
     def n_beads(self) -> int:
@@ -60,8 +93,8 @@ class Potential(nn.Module):
 
     @property
     def cutoff(self) -> float:
-        """Radius of the SchNet graph in Å (0 without SchNet)."""
-        return self.schnet.cutoff if self.schnet is not None else 0.0
+        """Radius of the network's graph in Å (0 without a network)."""
+        return self.network.cutoff if self.network is not None else 0.0
 
     def energy_terms(
         self, pos: torch.Tensor, graph: Graph | None, options: KernelOptions | None = None
@@ -72,29 +105,31 @@ class Potential(nn.Module):
         ----------
         pos : torch.Tensor, shape (R, n, 3), float32
         graph : Graph or None
-            SchNet graph over the flattened beads; needed when SchNet is present.
+            Network graph over the flattened beads; needed when a network is present.
         options : KernelOptions, optional
-            Fused kernels to use for SchNet; default the reference path.
+            Fused kernels to use for the network; default the reference path.
 
         Returns
         -------
         dict of str to torch.Tensor, each shape (R,), float32
-            ``"schnet"`` first (if present), then the priors by name.
+            The network's term first (if present), named after its architecture
+            (``"schnet"``, ``"painn"``, ...), then the priors by name.
         """
         terms: dict[str, torch.Tensor] = {}
-        if self.schnet is not None:
-            terms["schnet"] = self._schnet_energy(pos, graph, options)
+        if self.network is not None:
+            terms[self.architecture] = self._network_energy(pos, graph, options)
         with segment_gathers(prior_segment_sums(pos, options)):
             for name, prior in self.priors.items():
                 terms[name] = prior(pos)
         return terms
 
-    def _schnet_energy(self, pos, graph, options) -> torch.Tensor:
+    def _network_energy(self, pos, graph, options) -> torch.Tensor:
         if graph is None:
-            raise ValueError("a SchNet potential needs a neighbour graph")
+            raise ValueError(f"a potential with a {self.architecture} network needs a "
+                             "neighbour graph")
         r_count, n, _ = pos.shape
         types = self.bead_types.repeat(r_count)
-        node_energy = self.schnet(pos.reshape(-1, 3), types, graph, options)
+        node_energy = self.network(pos.reshape(-1, 3), types, graph, options)
         return node_energy.reshape(r_count, n).sum(-1)
 
     def energy(
@@ -113,7 +148,7 @@ class Potential(nn.Module):
             return torch.stack(list(terms.values())).sum(0)
         from kernels.term_rows import term_energies
 
-        parts = [self._schnet_energy(pos, graph, options)] if self.schnet is not None else []
+        parts = [self._network_energy(pos, graph, options)] if self.network is not None else []
         specs = []
         with segment_gathers(True):
             for prior in self.priors.values():

@@ -16,7 +16,7 @@ this module as its ``pickle_module``: every global the pickle names goes through
   and run nothing; the converter reads their ``state`` afterwards;
 
 and refuses everything else with :class:`DisallowedGlobalError`, naming the
-global. Classes of mlcg models other than SchNet (PaiNN, MACE, ...) are refused
+global. Classes of mlcg models other than SchNet and PaiNN (MACE, ...) are refused
 with :class:`UnsupportedModelError`. No code from the file is ever executed.
 """
 
@@ -58,7 +58,7 @@ class DisallowedGlobalError(CheckpointRefused):
 
 
 class UnsupportedModelError(CheckpointRefused):
-    """The checkpoint holds an mlcg model other than SchNet."""
+    """The checkpoint holds an mlcg model other than SchNet or PaiNN."""
 
 
 class Record:
@@ -129,6 +129,7 @@ STATIC_PRIORS = (
 PACKAGE_CLASSES: dict[str, tuple[str, ...]] = {
     "gradients": ("SumOut", "GradientsOut", "EnergyOut"),
     "schnet": ("StandardSchNet", "SchNet", "InteractionBlock", "CFConv"),
+    "painn": ("StandardPaiNN", "PaiNN", "PaiNNInteraction", "PaiNNMixing"),
     "mlp": ("MLP",),
     "cutoff": ("CosineCutoff", "IdentityCutoff", "ShiftedCosineCutoff"),
     "radial_basis.gaussian": ("GaussianBasis",),
@@ -143,12 +144,13 @@ PACKAGE_CLASSES: dict[str, tuple[str, ...]] = {
 #: Modules of mlcg / flashmd models that are known but not convertible (same
 #: shortened paths as ``PACKAGE_CLASSES``), and single classes likewise.
 UNSUPPORTED_MODULES = {
-    "painn": "PaiNN", "mace": "MACE", "so3krates": "So3krates", "allegro": "Allegro",
+    "mace": "MACE", "so3krates": "So3krates", "allegro": "Allegro",
     "attention": "attention-based SchNet", "radial_basis.regularized_basis": "regularised-basis",
 }
 UNSUPPORTED_CLASSES = {
     "schnet.AttentiveSchNet": "AttentiveSchNet",
     "schnet.RBFRegularizedSchNet": "RBFRegularizedSchNet",
+    "painn.RBFRegularizedPaiNN": "RBFRegularizedPaiNN",
     "mlp.TypesMLP": "TypesMLP",
 }
 
@@ -255,7 +257,8 @@ def resolve_global(module: str, name: str) -> Any:
         if family is not None:
             raise UnsupportedModelError(
                 f"{dotted} belongs to an mlcg {family} model, which cannot be converted; "
-                "only SchNet / StandardSchNet models (with priors) are supported"
+                "only SchNet / StandardSchNet and PaiNN / StandardPaiNN models (with priors) "
+                "are supported"
             )
         if name in PACKAGE_CLASSES.get(short, ()):
             return record_class(module, name)

@@ -1,0 +1,110 @@
+"""The neural networks a :class:`~workbench.model.potential.Potential` can hold.
+
+Every architecture is one line of :data:`ARCHITECTURES`: its name (also the attribute
+of the potential that holds the network, the prefix of its state-dict keys, the name
+of its energy term and the key of its config in saved files) and where its config
+and network classes live, imported on first use. A network class must
+
+* be built as ``Network(config)`` from its config dataclass, which has ``to_dict()``
+  and a ``from_dict(dict)`` classmethod that refuses unknown keys;
+* expose ``config`` (with ``embedding_size``) and ``cutoff`` (graph radius, Å);
+* evaluate ``forward(pos, types, graph, options=None) -> node energies (N,)`` with
+  ``pos`` (N, 3), ``types`` (N,) int64 and a :class:`~workbench.neighbors.Graph`
+  whose padding slots and edges at or beyond the cutoff contribute nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, NamedTuple
+
+from torch import nn
+
+
+class Architecture(NamedTuple):
+    """Where an architecture's classes live.
+
+    Attributes
+    ----------
+    module : str
+        Dotted module path.
+    config : str
+        Name of the config dataclass in that module.
+    network : str
+        Name of the ``nn.Module`` class in that module.
+    """
+
+    module: str
+    config: str
+    network: str
+
+    def config_class(self) -> type:
+        """The config dataclass."""
+        return getattr(importlib.import_module(self.module), self.config)
+
+    def network_class(self) -> type[nn.Module]:
+        """The network class."""
+        return getattr(importlib.import_module(self.module), self.network)
+
+
+#: Registered architectures by name; files without a name hold ``"schnet"``.
+ARCHITECTURES: dict[str, Architecture] = {
+    "schnet": Architecture("workbench.model.schnet", "SchNetConfig", "CGSchNet"),
+    "painn": Architecture("workbench.model.painn", "PaiNNConfig", "CGPaiNN"),
+}
+
+#: Attributes of a Potential that an architecture name must not shadow.
+RESERVED_NAMES = frozenset({"network", "priors", "bead_types", "metadata", "architecture"})
+
+
+def _entry(name: str) -> Architecture:
+    if name in RESERVED_NAMES or name not in ARCHITECTURES:
+        raise ValueError(f"unknown network architecture {name!r}; known: {sorted(ARCHITECTURES)}")
+    return ARCHITECTURES[name]
+
+
+def architecture_of(network: nn.Module) -> str:
+    """Registered name of ``network``'s class.
+
+    Raises
+    ------
+    TypeError
+        A module of no registered architecture.
+    """
+    for name, entry in ARCHITECTURES.items():
+        if type(network) is entry.network_class():
+            return name
+    for name, entry in ARCHITECTURES.items():
+        if isinstance(network, entry.network_class()):
+            return name
+    raise TypeError(
+        f"{type(network).__name__} is not a registered network architecture "
+        f"({', '.join(sorted(ARCHITECTURES))}); add it to "
+        "workbench.model.architectures.ARCHITECTURES"
+    )
+
+
+def config_from_dict(name: str, data: dict) -> Any:
+    """The config of architecture ``name`` from its ``to_dict()`` form.
+
+    Raises
+    ------
+    ValueError
+        An unknown architecture or config key.
+    """
+    return _entry(name).config_class().from_dict(data)
+
+
+def build_network(name: str, config: Any) -> nn.Module:
+    """A freshly initialised network of architecture ``name``.
+
+    Parameters
+    ----------
+    name : str
+        Key of :data:`ARCHITECTURES`.
+    config : dataclass or dict
+        Its config, or the ``to_dict()`` form of it.
+    """
+    if isinstance(config, dict):
+        config = config_from_dict(name, config)
+    return _entry(name).network_class()(config)

@@ -1,0 +1,372 @@
+"""CGPaiNN in PyTorch, identical in math and layer names to mlcg's StandardPaiNN.
+
+PaiNN (polarizable interaction neural network) carries a scalar feature
+``q_i ∈ R^H`` and a vector feature ``μ_i ∈ R^{3×H}`` per bead. Module tree
+(docs/mlcg-format.md §5.4)::
+
+    embedding_layer                                 Embedding(embedding_size, H)
+    rbf_layer                                       GaussianBasis | ExpNormalBasis (+ its cutoff)
+    interaction_blocks.{b}.interatomic_context_net.{0,1,2}
+                                                    Linear(H, H), activation, Linear(H, 3H)
+    interaction_blocks.{b}.filter_network           Linear(K, 3H)
+    interaction_blocks.{b}.cutoff                   envelope on the filter output
+    mixing_blocks.{b}.intraatomic_context_net.{0,1,2}
+                                                    Linear(2H, H), activation, Linear(H, 3H)
+    mixing_blocks.{b}.mu_channel_mix                Linear(H, 2H, bias=False)
+    output_network.layers.{0,2,...}                 Linear(H, w1), act, ..., Linear(wm, 1),
+                                                    the last without bias
+
+State-dict keys are mlcg's, so an mlcg StandardPaiNN state dict loads 1:1.
+
+Forward pass, for directed edges ``e = (s → d)`` (message from ``s`` into ``d``):
+
+1. ``r_e = x_d − x_s``, ``ρ_e = sqrt(|r_e|² + 10⁻¹⁶) − 10⁻⁸`` (mlcg's ``safe_norm``),
+   ``n_e = r_e / ρ_e``; ``q = Emb[type]``, ``μ = 0``.
+2. Interaction: ``φ = W_f rbf(ρ) + b_f`` times ``C(ρ)`` (zero at and beyond r_c),
+   ``x = A_2 σ(A_1 q + a_1) + a_2``; per edge ``(Δq, Δμ^R, Δμ^μ) = split(φ_e ⊙ x_s)``;
+   ``q_d += Σ_e Δq``, ``μ_d += Σ_e (Δμ^R n_e + Δμ^μ μ_s)``.
+3. Mixing: ``(V, U) = split(M μ)`` along channels (``M`` = ``mu_channel_mix``),
+   ``‖V‖ = sqrt(Σ_xyz V² + ε)``, ``(a, b, c) = split(B_2 σ(B_1 [q, ‖V‖] + b_1) + b_2)``;
+   ``q += a + c ⊙ Σ_xyz V U``, ``μ += b ⊙ U``.
+4. Per-bead energy ``OutMLP(q)``.
+
+This module is the reference path only: edge tensors are materialised and
+aggregation is a scatter-add over the destination index. There are no fused kernels
+for PaiNN yet.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+
+from workbench.model.basis import ExpNormalBasis, GaussianBasis, make_cutoff
+from workbench.model.options import KernelOptions
+from workbench.model.schnet import ACTIVATIONS, MLP
+from workbench.neighbors import Graph
+
+#: mlcg's ``safe_norm``: ``sqrt(|r|² + eps) − sqrt(eps)``.
+_NORM_EPS = 1e-16
+_NORM_SHIFT = 1e-8
+
+FALLBACK_MESSAGE = "no fused kernels for PaiNN yet; reference path"
+
+
+@dataclass
+class PaiNNConfig:
+    """Hyper-parameters of :class:`CGPaiNN`.
+
+    Attributes
+    ----------
+    embedding_size : int
+        Number of bead types (rows of the embedding), at least 1 + largest type.
+    hidden : int
+        H, the width of the scalar and vector features.
+    blocks : int
+        Number of interaction (and mixing) blocks.
+    num_rbf : int
+        K.
+    cutoff : float
+        Graph radius and envelope radius r_c, Å.
+    cutoff_lower : float
+        r_l of the basis and envelopes, Å.
+    basis : str
+        ``"exp-normal"`` (mlcg's usual PaiNN basis) or ``"gaussian"``.
+    basis_envelope : str
+        Envelope inside the basis: ``"cosine"`` or ``"identity"``.
+    conv_envelope : str
+        Envelope on the filter output (mlcg's ``cutoff`` argument of StandardPaiNN):
+        ``"cosine"`` or ``"identity"``; either way it is zero at and beyond r_c.
+    output_widths : list of int
+        Hidden widths of the output network.
+    activation : str
+        One of ``ACTIVATIONS``.
+    epsilon : float
+        Added under the square root of the vector norms of the mixing blocks.
+    """
+
+    embedding_size: int = 25
+    hidden: int = 128
+    blocks: int = 3
+    num_rbf: int = 64
+    cutoff: float = 10.0
+    cutoff_lower: float = 0.0
+    basis: str = "exp-normal"
+    basis_envelope: str = "cosine"
+    conv_envelope: str = "cosine"
+    output_widths: list[int] = field(default_factory=lambda: [64])
+    activation: str = "tanh"
+    epsilon: float = 1e-8
+
+    def to_dict(self) -> dict:
+        """Plain-JSON form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PaiNNConfig:
+        """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown PaiNN config keys: {sorted(unknown)}")
+        return cls(**data)
+
+
+class PaiNNInteraction(nn.Module):
+    """Message block: scalar and vector updates gathered from the neighbours.
+
+    Parameters
+    ----------
+    config : PaiNNConfig
+    cutoff : nn.Module
+        The envelope on the filter output (mlcg shares one module between blocks).
+    """
+
+    def __init__(self, config: PaiNNConfig, cutoff: nn.Module):
+        super().__init__()
+        h = config.hidden
+        self.hidden = h
+        self.interatomic_context_net = nn.Sequential(
+            nn.Linear(h, h), ACTIVATIONS[config.activation](), nn.Linear(h, 3 * h)
+        )
+        self.filter_network = nn.Linear(config.num_rbf, 3 * h)
+        self.cutoff = cutoff
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        mu: torch.Tensor,
+        normdir: torch.Tensor,
+        rbf: torch.Tensor,
+        envelope: torch.Tensor,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Updated features ``q + Σ Δq`` and ``μ + Σ Δμ``.
+
+        Parameters
+        ----------
+        q : torch.Tensor, shape (N, H)
+            Scalar features (float32 or float64, as the module).
+        mu : torch.Tensor, shape (N, 3, H)
+            Vector features.
+        normdir : torch.Tensor, shape (E, 3)
+            Edge directions ``(x_dst − x_src) / ρ``.
+        rbf : torch.Tensor, shape (E, K)
+            Basis values of each edge.
+        envelope : torch.Tensor, shape (E,)
+            ``C(ρ_e)``, zero at and beyond the cutoff and on padding slots.
+        src, dst : torch.Tensor, shape (E,), int64
+            Edge endpoints, valid node indices.
+
+        Returns
+        -------
+        q : torch.Tensor, shape (N, H)
+        mu : torch.Tensor, shape (N, 3, H)
+        """
+        h = self.hidden
+        w = self.filter_network(rbf) * envelope[:, None]
+        x = self.interatomic_context_net(q)
+        m = w * x.index_select(0, src)
+        dq, dmu_r, dmu_mu = m.split(h, dim=-1)
+        dmu = dmu_r[:, None, :] * normdir[:, :, None] + dmu_mu[:, None, :] * mu.index_select(
+            0, src
+        )
+        q = q.index_add(0, dst, dq)
+        mu = mu.index_add(0, dst, dmu)
+        return q, mu
+
+
+class PaiNNMixing(nn.Module):
+    """Update block: mixes scalar and vector features of each bead.
+
+    Parameters
+    ----------
+    config : PaiNNConfig
+    """
+
+    def __init__(self, config: PaiNNConfig):
+        super().__init__()
+        h = config.hidden
+        self.hidden = h
+        self.epsilon = float(config.epsilon)
+        self.intraatomic_context_net = nn.Sequential(
+            nn.Linear(2 * h, h), ACTIVATIONS[config.activation](), nn.Linear(h, 3 * h)
+        )
+        self.mu_channel_mix = nn.Linear(h, 2 * h, bias=False)
+
+    def forward(self, q: torch.Tensor, mu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mixed features.
+
+        Parameters
+        ----------
+        q : torch.Tensor, shape (N, H)
+        mu : torch.Tensor, shape (N, 3, H)
+
+        Returns
+        -------
+        q : torch.Tensor, shape (N, H)
+        mu : torch.Tensor, shape (N, 3, H)
+        """
+        h = self.hidden
+        mu_v, mu_w = self.mu_channel_mix(mu).split(h, dim=-1)
+        norm_v = torch.sqrt((mu_v * mu_v).sum(dim=1) + self.epsilon)
+        x = self.intraatomic_context_net(torch.cat([q, norm_v], dim=-1))
+        dq, dmu, dqmu = x.split(h, dim=-1)
+        q = q + dq + dqmu * (mu_v * mu_w).sum(dim=1)
+        mu = mu + dmu[:, None, :] * mu_w
+        return q, mu
+
+
+class CGPaiNN(nn.Module):
+    """PaiNN energy model over a batch of replica graphs.
+
+    Parameters
+    ----------
+    config : PaiNNConfig, optional
+        Default ``PaiNNConfig()``.
+
+    Raises
+    ------
+    ValueError
+        An unknown activation, basis or envelope, or sizes below 1.
+    """
+
+    def __init__(self, config: PaiNNConfig | None = None):
+        super().__init__()
+        self.config = config = config or PaiNNConfig()
+        if config.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {config.activation!r}; choose from {sorted(ACTIVATIONS)}"
+            )
+        for name in ("embedding_size", "hidden", "blocks", "num_rbf"):
+            if int(getattr(config, name)) < 1:
+                raise ValueError(f"PaiNN {name} must be at least 1, got {getattr(config, name)}")
+        self.embedding_layer = nn.Embedding(config.embedding_size, config.hidden)
+        basis_cutoff = make_cutoff(config.basis_envelope, config.cutoff_lower, config.cutoff)
+        if config.basis == "gaussian":
+            self.rbf_layer = GaussianBasis(basis_cutoff, config.num_rbf)
+        elif config.basis == "exp-normal":
+            self.rbf_layer = ExpNormalBasis(basis_cutoff, config.num_rbf)
+        else:
+            raise ValueError(f"unknown basis {config.basis!r}; use 'gaussian' or 'exp-normal'")
+        conv_cutoff = make_cutoff(config.conv_envelope, config.cutoff_lower, config.cutoff)
+        self.interaction_blocks = nn.ModuleList(
+            PaiNNInteraction(config, conv_cutoff) for _ in range(config.blocks)
+        )
+        self.mixing_blocks = nn.ModuleList(PaiNNMixing(config) for _ in range(config.blocks))
+        self.output_network = MLP(
+            [config.hidden, *config.output_widths, 1], config.activation, last_bias=False
+        )
+        self._warned_options = False
+
+    @property
+    def cutoff(self) -> float:
+        """Graph radius r_c in Å."""
+        return self.config.cutoff
+
+    def edge_geometry(
+        self,
+        pos: torch.Tensor,
+        src: torch.Tensor,
+        dst: torch.Tensor,
+        valid: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Edge lengths and directions, padding slots made harmless.
+
+        Parameters
+        ----------
+        pos : torch.Tensor, shape (N, 3)
+        src, dst : torch.Tensor, shape (E,), int64
+        valid : torch.Tensor, shape (E,), bool, optional
+            Padding slots (``False``) get index 0 and a length beyond the cutoff, so
+            their envelope, messages and gradients are exactly zero.
+
+        Returns
+        -------
+        d : torch.Tensor, shape (E,)
+            mlcg's ``safe_norm`` of ``x_dst − x_src``.
+        normdir : torch.Tensor, shape (E, 3)
+            ``(x_dst − x_src) / d`` (the difference itself where ``d`` is 0).
+        src, dst : torch.Tensor, shape (E,), int64
+            Indices safe to gather with.
+        """
+        if valid is not None:
+            src = torch.where(valid, src, 0)
+            dst = torch.where(valid, dst, 0)
+        diff = pos.index_select(0, dst) - pos.index_select(0, src)
+        if valid is not None:
+            diff = torch.where(valid[:, None], diff, 2.0 * self.cutoff + 1.0)
+        d = torch.sqrt((diff * diff).sum(-1) + _NORM_EPS) - _NORM_SHIFT
+        safe = torch.where(d > 0, d, torch.ones_like(d))
+        return d, diff / safe[:, None], src, dst
+
+    def envelope(self, block: PaiNNInteraction, d: torch.Tensor) -> torch.Tensor:
+        """Filter envelope of a block, zero at and beyond the cutoff, shape (E,)."""
+        return torch.where(d < self.cutoff, block.cutoff(d), torch.zeros_like(d))
+
+    def _check_inputs(self, pos: torch.Tensor, types: torch.Tensor, graph: Graph) -> None:
+        if pos.ndim != 2 or pos.shape[-1] != 3:
+            raise ValueError(f"PaiNN positions must have shape (N, 3), got {tuple(pos.shape)}")
+        if types.shape != pos.shape[:1]:
+            raise ValueError(
+                f"PaiNN bead types must have shape ({pos.shape[0]},), got {tuple(types.shape)}"
+            )
+        if graph.src.ndim != 1 or graph.src.shape != graph.dst.shape:
+            raise ValueError(
+                f"graph src and dst must be 1-D of one length, got {tuple(graph.src.shape)} "
+                f"and {tuple(graph.dst.shape)}"
+            )
+        if graph.valid is not None and graph.valid.shape != graph.src.shape:
+            raise ValueError(
+                f"graph valid has shape {tuple(graph.valid.shape)}, edges "
+                f"{tuple(graph.src.shape)}"
+            )
+
+    def forward(
+        self,
+        pos: torch.Tensor,
+        types: torch.Tensor,
+        graph: Graph,
+        options: KernelOptions | None = None,
+    ) -> torch.Tensor:
+        """Per-node energies.
+
+        Parameters
+        ----------
+        pos : torch.Tensor, shape (N, 3), float32 (or float64 for a float64 model)
+            Flattened positions of all replicas, Å.
+        types : torch.Tensor, shape (N,), int64
+            Bead types.
+        graph : Graph
+            Directed edges (``src`` → ``dst``); edges at or beyond the cutoff and
+            padding slots contribute nothing.
+        options : KernelOptions, optional
+            Accepted for the common network interface. PaiNN has no fused kernels
+            yet: options asking for any technique run this reference path, with
+            one ``RuntimeWarning`` per model saying so.
+
+        Returns
+        -------
+        torch.Tensor, shape (N,), dtype of ``pos``
+            Energy of each bead, kcal/mol.
+
+        Raises
+        ------
+        ValueError
+            Positions, types or graph arrays of the wrong shape.
+        """
+        if options is not None and not options.is_baseline and not self._warned_options:
+            self._warned_options = True
+            warnings.warn(FALLBACK_MESSAGE, RuntimeWarning, stacklevel=2)
+        self._check_inputs(pos, types, graph)
+        d, normdir, src, dst = self.edge_geometry(pos, graph.src, graph.dst, graph.valid)
+        rbf = self.rbf_layer(d)
+        q = self.embedding_layer(types)
+        mu = q.new_zeros(q.shape[0], 3, q.shape[1])
+        for interaction, mixing in zip(self.interaction_blocks, self.mixing_blocks, strict=True):
+            q, mu = interaction(q, mu, normdir, rbf, self.envelope(interaction, d), src, dst)
+            q, mu = mixing(q, mu)
+        return self.output_network(q).squeeze(-1)
