@@ -120,19 +120,23 @@ def pack_edge_mlp(Wr, wd, W2, b2) -> EdgeMLPParams:
         Second layer's bias.
 
     The node columns and the first bias are not packed: they make ``xa``, ``xb``.
-    Weights are detached (the fused op returns no weight gradients).
+
+    Raises
+    ------
+    ValueError
+        A weight requires grad while autograd records (the fused op returns no weight
+        gradients): pack under ``torch.no_grad()`` or pass detached weights.
     """
+    check_no_grad("egnn_edge", Wr=Wr, wd=wd, W2=W2, b2=b2)
     F, K = Wr.shape
     if F < 16 or F & (F - 1) or W2.shape != (F, F) or wd.shape != (F,) or b2.shape != (F,):
         raise ValueError(f"egnn_edge needs F a power of two >= 16, W2 [F, F], wd and b2 [F]; got "
                          f"Wr {tuple(Wr.shape)}, W2 {tuple(W2.shape)}")
-    with torch.no_grad():
-        wr_t = Wr.new_zeros(next_pow2(K), F, dtype=torch.float32)
-        wr_t[:K] = Wr.t().float()
-        W2 = W2.detach().float()
-        return EdgeMLPParams(wr_t.contiguous(), wd.detach().float().contiguous(),
-                             W2.t().contiguous(), W2.contiguous(),
-                             b2.detach().float().contiguous(), K)
+    wr_t = Wr.new_zeros(next_pow2(K), F, dtype=torch.float32)
+    wr_t[:K] = Wr.t().float()
+    W2 = W2.float()
+    return EdgeMLPParams(wr_t.contiguous(), wd.float().contiguous(), W2.t().contiguous(),
+                         W2.contiguous(), b2.float().contiguous(), K)
 
 
 @triton.jit
@@ -274,7 +278,6 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
 
 def _kernel_args(params: EdgeMLPParams, spec: RadialSpec, precision: str, activation: str,
                  F: int) -> dict:
-    check_no_grad("egnn_edge", Wr=params.wr_t, wd=params.wd, W2=params.w2, b2=params.b2)
     if params.num_basis != spec.num_basis:
         raise ValueError(f"edge MLP expects K={params.num_basis}, basis has {spec.num_basis}")
     if params.width != F:

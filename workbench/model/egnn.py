@@ -347,10 +347,11 @@ def packed_edges(model: CGEGNN) -> PackedEdges:
         spec = RadialSpec.gaussian(basis.offset, basis.coeff, model.cutoff,
                                    envelope_in_basis=in_basis)
     cols = 2 * model.config.hidden
-    edges = [
-        pack_edge_mlp(layer.edge_lin1.weight[:, cols + 1 :], layer.edge_lin1.weight[:, cols],
-                      layer.edge_lin2.weight, layer.edge_lin2.bias)
-        for layer in model.layers
-    ]
+    with torch.no_grad():
+        edges = [
+            pack_edge_mlp(layer.edge_lin1.weight[:, cols + 1 :], layer.edge_lin1.weight[:, cols],
+                          layer.edge_lin2.weight, layer.edge_lin2.bias)
+            for layer in model.layers
+        ]
     model._packed_edges = PackedEdges(key, spec, edges)
     return model._packed_edges
