@@ -245,9 +245,8 @@ class CGEGNN(nn.Module):
         diff = pos.index_select(0, dst) - pos.index_select(0, src)
         if valid is not None:  # a scalar fill: no host-to-device copy (capturable)
             diff = torch.where(valid[:, None], diff, 2.0 * self.cutoff + 1.0)
-        d = torch.linalg.vector_norm(diff, dim=-1)
-        envelope = torch.where(d < self.cutoff, self.envelope(d), torch.zeros_like(d))
-        return (d / self.cutoff) ** 2, self.rbf_layer(d), envelope, src, dst
+        d = torch.linalg.vector_norm(diff, dim=-1)  # CosineCutoff: zero at and beyond r_c
+        return (d / self.cutoff) ** 2, self.rbf_layer(d), self.envelope(d), src, dst
 
     def forward(
         self,
