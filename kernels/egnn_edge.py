@@ -15,8 +15,9 @@ the kernel (N rows instead of E), so the kernel gathers rows of them instead of 
 Forward (`_edge_fwd_kernel`): one program owns one destination node, one segment of the
 destination-grouped CSR, loads ``xa[i]`` once and streams the segment's edges in tiles of
 ``BLOCK_E``. Per tile, on chip only: gather positions and ``xb[j]`` rows, distance,
-envelope, basis ``[BLOCK_E, KP]``, the basis GEMM and the second layer's GEMM (``tl.dot``,
-FP32 operands, FP32 accumulation), both activations, the envelope, added into a
+envelope, basis ``[BLOCK_E, KP]``, the basis GEMM and the second layer's GEMM (``tl.dot``
+with FP32 accumulation; FP32 operands, or float16 / bfloat16 operands with the weights
+stored so), both activations, the envelope, added into a
 ``[BLOCK_E, F]`` FP32 register accumulator summed once at the end and written once: no
 atomics, deterministic, nothing of size E x F or E x K in memory.
 
@@ -29,7 +30,9 @@ Backward, given ``gu = dL/du [N, F]``, the same per-tile recomputation in
 * over the source layout (the program owns ``j``): ``grad_xb[j] = sum_e dL/dz1_e``.
 
 ``dL/dz1_e = act'(z1_e) * ((act'(z2_e) * gu[i] C(d_e)) W2)`` is formed per tile in registers
-(one ``tl.dot`` with ``W2``). `kernels.segment_reduce.edge_grad_to_positions` then sums
+(one ``tl.dot`` with ``W2``; with 16-bit operands each row of ``dL/dz2`` is first divided by
+its largest magnitude, so small gradients keep their precision, and multiplied back after
+the product). `kernels.segment_reduce.edge_grad_to_positions` then sums
 ``g_e (r_i - r_j) / d`` into position gradients (no atomics). Nothing per edge but ``g`` is
 stored; weights and basis parameters get no gradient.
 
@@ -51,10 +54,12 @@ from kernels._triton import (
     pick_configs,
     tanh_f32,
     tl,
+    torch_to_tl_dtype,
     triton,
 )
 from kernels.cfconv import PRECISIONS, _load_weight
 from kernels.csr import GraphCSR, valid_edge_mask
+from kernels.quantize import DTYPES
 from kernels.radial_basis import (
     RadialSpec,
     edge_envelope,
@@ -73,18 +78,18 @@ ACTIVATIONS = ("silu", "tanh")
 
 @dataclass(frozen=True)
 class EdgeMLPParams:
-    """The edge-side weights of one EGNN edge MLP, packed for `egnn_edge` (FP32).
+    """The edge-side weights of one EGNN edge MLP, packed for `egnn_edge`.
 
     Attributes
     ----------
-    wr_t : Tensor, float32 [KP, F]
+    wr_t : Tensor, GEMM dtype [KP, F]
         ``Wr^T``, the first layer's basis columns transposed, rows ``>= K`` zero
         (``KP`` a power of two >= 16).
     wd : Tensor, float32 [F]
         The first layer's column for ``s(d) = d^2 / r_c^2``.
-    w2_t : Tensor, float32 [F, F]
+    w2_t : Tensor, GEMM dtype [F, F]
         ``W2^T`` (forward: ``t1 @ W2^T``).
-    w2 : Tensor, float32 [F, F]
+    w2 : Tensor, GEMM dtype [F, F]
         ``W2`` as stored by ``nn.Linear`` (backward: ``dL/dz2 @ W2``).
     b2 : Tensor, float32 [F]
         Second layer's bias.
@@ -104,8 +109,13 @@ class EdgeMLPParams:
         """F, the edge MLP's width (message size)."""
         return self.wd.numel()
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """Operand type of the GEMMs (float32, float16 or bfloat16)."""
+        return self.w2.dtype
 
-def pack_edge_mlp(Wr, wd, W2, b2) -> EdgeMLPParams:
+
+def pack_edge_mlp(Wr, wd, W2, b2, dtype=torch.float32) -> EdgeMLPParams:
     """Pack the edge-side weights of an EGNN edge MLP for `egnn_edge`.
 
     Parameters
@@ -118,6 +128,10 @@ def pack_edge_mlp(Wr, wd, W2, b2) -> EdgeMLPParams:
         Second layer's weight (``nn.Linear`` layout: out x in).
     b2 : Tensor [F]
         Second layer's bias.
+    dtype : torch.dtype or {"fp32", "fp16", "bf16"}
+        Operand type of the GEMMs: ``Wr`` and ``W2`` are stored rounded to it, and the
+        kernel rounds the other operand to it (FP32 accumulation in every case); ``wd``,
+        ``b2`` and everything outside the products stay FP32.
 
     The node columns and the first bias are not packed: they make ``xa``, ``xb``.
 
@@ -128,13 +142,14 @@ def pack_edge_mlp(Wr, wd, W2, b2) -> EdgeMLPParams:
         gradients): pack under ``torch.no_grad()`` or pass detached weights.
     """
     check_no_grad("egnn_edge", Wr=Wr, wd=wd, W2=W2, b2=b2)
+    dtype = DTYPES.get(dtype, dtype)
     F, K = Wr.shape
     if F < 16 or F & (F - 1) or W2.shape != (F, F) or wd.shape != (F,) or b2.shape != (F,):
         raise ValueError(f"egnn_edge needs F a power of two >= 16, W2 [F, F], wd and b2 [F]; got "
                          f"Wr {tuple(Wr.shape)}, W2 {tuple(W2.shape)}")
-    wr_t = Wr.new_zeros(next_pow2(K), F, dtype=torch.float32)
-    wr_t[:K] = Wr.t().float()
-    W2 = W2.float()
+    wr_t = Wr.new_zeros(next_pow2(K), F, dtype=dtype)
+    wr_t[:K] = Wr.t().to(dtype)
+    W2 = W2.to(dtype)
     return EdgeMLPParams(wr_t.contiguous(), wd.float().contiguous(), W2.t().contiguous(),
                          W2.contiguous(), b2.float().contiguous(), K)
 
@@ -156,7 +171,7 @@ def _activation(z, ACT: tl.constexpr):
 def _edge_tile(pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
                alpha, basis_lower, env_a, env_b, env_upper, env_lower,
                EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr, ENV_IN_BASIS: tl.constexpr,
-               ACT: tl.constexpr, KP: tl.constexpr, PREC: tl.constexpr):
+               ACT: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr):
     """Recompute one tile of edges: ``(d, c, dc, dbasis, t2, dact1, dact2)``; ``c`` and
     ``dc`` are zero on masked rows, so those rows add nothing to any sum."""
     _, _, _, d = edge_vector(pos_ptr, i, j, pmask)
@@ -165,9 +180,9 @@ def _edge_tile(pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, g
     dc = tl.where(pmask, dc, 0.0)
     basis, dbasis = radial_features(d, c, dc, mu_ptr, gamma_ptr, K, alpha, basis_lower, KP,
                                     EXP_NORMAL, ENV_IN_BASIS)
-    z1 = xa + xb + (d * d * inv_rc2)[:, None] * wd[None, :] + mma(basis, wr, tl.float32, PREC)
+    z1 = xa + xb + (d * d * inv_rc2)[:, None] * wd[None, :] + mma(basis, wr, DT, PREC)
     t1, dact1 = _activation(z1, ACT)
-    t2, dact2 = _activation(mma(t1, w2t, tl.float32, PREC) + b2[None, :], ACT)
+    t2, dact2 = _activation(mma(t1, w2t, DT, PREC) + b2[None, :], ACT)
     return d, c, dc, dbasis, t2, dact1, dact2
 
 
@@ -187,12 +202,13 @@ def _edge_fwd_kernel(pos_ptr, xa_ptr, xb_ptr, src_ptr, ptr_ptr, perm_ptr, wr_ptr
                      basis_lower, env_a, env_b, env_upper, env_lower,
                      EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                      ENV_IN_BASIS: tl.constexpr, ACT: tl.constexpr, F: tl.constexpr,
-                     KP: tl.constexpr, PREC: tl.constexpr, BLOCK_E: tl.constexpr):
+                     KP: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
+                     BLOCK_E: tl.constexpr):
     """``out[i] = sum_{p in segment i} m_{perm[p]}`` for the destination node ``i`` of this
     program (one program per node)."""
     f = tl.arange(0, F)
-    wr = _load_weight(wr_ptr, tl.arange(0, KP), f, F, 1, tl.float32, PREC)
-    w2t = _load_weight(w2t_ptr, f, f, F, 1, tl.float32, PREC)
+    wr = _load_weight(wr_ptr, tl.arange(0, KP), f, F, 1, DT, PREC)
+    w2t = _load_weight(w2t_ptr, f, f, F, 1, DT, PREC)
     wd = tl.load(wd_ptr + f)
     b2 = tl.load(b2_ptr + f)
     node = tl.program_id(0)
@@ -211,7 +227,7 @@ def _edge_fwd_kernel(pos_ptr, xa_ptr, xb_ptr, src_ptr, ptr_ptr, perm_ptr, wr_ptr
         _, c, _, _, t2, _, _ = _edge_tile(
             pos_ptr, xa, xb, owner, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
             alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
-            ENV_IN_BASIS, ACT, KP, PREC)
+            ENV_IN_BASIS, ACT, KP, DT, PREC)
         acc += t2 * c[:, None]
     tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
 
@@ -223,8 +239,8 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
                      mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b, env_upper,
                      env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                      ENV_IN_BASIS: tl.constexpr, ACT: tl.constexpr, BY_DST: tl.constexpr,
-                     F: tl.constexpr, KP: tl.constexpr, PREC: tl.constexpr,
-                     BLOCK_E: tl.constexpr):
+                     F: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr,
+                     PREC: tl.constexpr, BLOCK_E: tl.constexpr):
     """``out[n] = sum_{p in segment n} dL/dz1_{perm[p]}`` for this program's node ``n``.
 
     ``BY_DST``: the segments are the destination layout's (``n`` is every edge's ``i``;
@@ -232,9 +248,9 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
     the source layout's (``n`` is every edge's ``j``; ``out`` is ``grad_xb``).
     """
     f = tl.arange(0, F)
-    wr = _load_weight(wr_ptr, tl.arange(0, KP), f, F, 1, tl.float32, PREC)
-    w2t = _load_weight(w2t_ptr, f, f, F, 1, tl.float32, PREC)
-    w2 = _load_weight(w2_ptr, f, f, F, 1, tl.float32, PREC)
+    wr = _load_weight(wr_ptr, tl.arange(0, KP), f, F, 1, DT, PREC)
+    w2t = _load_weight(w2t_ptr, f, f, F, 1, DT, PREC)
+    w2 = _load_weight(w2_ptr, f, f, F, 1, DT, PREC)
     wd = tl.load(wd_ptr + f)
     b2 = tl.load(b2_ptr + f)
     node = tl.program_id(0)
@@ -265,12 +281,17 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
         d, c, dc, dbasis, t2, dact1, dact2 = _edge_tile(
             pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
             alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
-            ENV_IN_BASIS, ACT, KP, PREC)
+            ENV_IN_BASIS, ACT, KP, DT, PREC)
         gz2 = gu * c[:, None] * dact2
-        gz1 = mma(gz2, w2, tl.float32, PREC) * dact1
+        if DT != tl.float32:  # noqa: SIM300 - 16-bit: rows in the best-resolved range
+            rmax = tl.max(tl.abs(gz2), axis=1)
+            rmax = tl.where(rmax > 0, rmax, 1.0)
+            gz1 = mma(gz2 / rmax[:, None], w2, DT, PREC) * (rmax[:, None] * dact1)
+        else:
+            gz1 = mma(gz2, w2, DT, PREC) * dact1
         acc += gz1
         if BY_DST:
-            dz1 = (2.0 * d * inv_rc2)[:, None] * wd[None, :] + mma(dbasis, wr, tl.float32, PREC)
+            dz1 = (2.0 * d * inv_rc2)[:, None] * wd[None, :] + mma(dbasis, wr, DT, PREC)
             g = tl.sum(gu * t2, axis=1) * dc + tl.sum(gz1 * dz1, axis=1)
             tl.store(g_ptr + e, g, mask=pmask)
     tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
@@ -294,7 +315,8 @@ def _kernel_args(params: EdgeMLPParams, spec: RadialSpec, precision: str, activa
     del args["ENV_ON_FILTER"]
     return dict(wr_ptr=params.wr_t, wd_ptr=params.wd, w2t_ptr=params.w2_t, b2_ptr=params.b2,
                 inv_rc2=1.0 / spec.cutoff_upper**2, ACT=activation, F=F,
-                KP=params.wr_t.shape[0], PREC=precision, **args)
+                KP=params.wr_t.shape[0], DT=torch_to_tl_dtype(params.dtype), PREC=precision,
+                **args)
 
 
 class _EGNNEdge(torch.autograd.Function):
@@ -349,13 +371,14 @@ def egnn_edge(pos, xa, xb, src, dst, csr: GraphCSR, params: EdgeMLPParams, spec:
         Both CSR layouts of these edges (`kernels.csr.build_csr`); padding edges are in no
         segment and contribute nothing. Any graph (symmetry is not assumed).
     params : EdgeMLPParams
-        Packed edge-side weights (`pack_edge_mlp`).
+        Packed edge-side weights (`pack_edge_mlp`); their dtype selects FP32 or 16-bit GEMM
+        operands.
     spec : RadialSpec
         Basis and envelope; ``envelope_on_filter`` must be set (the messages' envelope).
     precision : {"tf32x3", "tf32", "ieee"}
         Product mode of the FP32 GEMMs (`kernels.cfconv.PRECISIONS`): three TF32 products
         (about FP32's accuracy, the default), one TF32 product of rounded operands, or
-        CUDA-core FMA. Sums onto nodes are FP32 in every mode.
+        CUDA-core FMA; ignored by 16-bit weights. Sums onto nodes are FP32 in every mode.
     activation : {"silu", "tanh"}
         The edge MLP's activation (after both layers).
 
@@ -374,7 +397,8 @@ def egnn_edge_reference(pos, xa, xb, src, dst, csr: GraphCSR, params: EdgeMLPPar
     """PyTorch reference of `egnn_edge` (materialises E x F; computes in ``pos.dtype``).
 
     Plain autograd, so it also differentiates float64 inputs for finite-difference checks.
-    ``precision`` is accepted for the same signature and changes nothing.
+    Uses the packed weights (rounded to 16 bits if packed so) in ``pos.dtype``; ``precision``
+    is accepted for the same signature and changes nothing.
     """
     act = torch.nn.functional.silu if activation == "silu" else torch.tanh
     valid = valid_edge_mask(csr)

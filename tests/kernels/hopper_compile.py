@@ -44,7 +44,8 @@ EGNN = dict(RADIAL, xa_ptr="*fp32", xb_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i3
             perm_ptr="*i32", wr_ptr="*fp32", wd_ptr="*fp32", w2t_ptr="*fp32", b2_ptr="*fp32",
             out_ptr="*fp32", num_nodes="i32", inv_rc2="fp32")
 EGNN_VARIANT = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=True, ACT="silu", F=64,
-                    KP=32, PREC="tf32x3", BLOCK_E=16)
+                    KP=32, DT=tl.float32, PREC="tf32x3", BLOCK_E=16)
+EGNN_16 = dict(EGNN, wr_ptr="*fp16", w2t_ptr="*fp16")
 KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "fused filter convolution": (
         _conv_kernel,
@@ -62,6 +63,12 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
         _edge_bwd_kernel,
         dict(EGNN, gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp32", g_ptr="*fp32"),
         [dict(EGNN_VARIANT, BY_DST=by_dst) for by_dst in (True, False)]),
+    "EGNN edge forward, fp16 operands": (
+        _edge_fwd_kernel, EGNN_16, [dict(EGNN_VARIANT, DT=tl.float16)]),
+    "EGNN edge backward, fp16 operands": (
+        _edge_bwd_kernel,
+        dict(EGNN_16, gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp16", g_ptr="*fp32"),
+        [dict(EGNN_VARIANT, DT=tl.float16, BY_DST=True)]),
     "tabulated forward": (
         tabulated._tab_fwd_kernel, dict(TABLE, src_ptr="*i64", out_ptr="*fp32"),
         [dict(t, F=128, FS=tabulated.FORWARD_SLICE, SLOTS_ARE_EDGES=s) for t in TILES

@@ -50,6 +50,20 @@ def test_egnn_edge_fp32_matches_reference(device, spec_name, precision, activati
     assert all(bool((grad[n:] == 0).all()) for grad in got[1:])  # the padding node's rows
 
 
+@pytest.mark.parametrize("dtype,bound", [("fp16", 1e-3), ("bf16", 1e-2)])
+def test_egnn_edge_16bit_operands_match_reference(device, dtype, bound):
+    """16-bit GEMM operands against the float64 reference of the same rounded weights: the
+    error is the rounding of the activations (fp16 ~1e-4, bf16 ~3e-3 measured)."""
+    g, spec, xa, xb, gu = _setup(device, "gauss_env", seed=2)
+    params = pack_edge_mlp(*edge_weights(seed=3, device=device), dtype=dtype)
+    assert params.w2.dtype != torch.float32
+    got = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu)
+    ref = _run(egnn_edge_reference, g, g["pos"].double(), xa.double(), xb.double(), params,
+               spec, gu)
+    for name, a, b in zip(("u", "grad_pos", "grad_xa", "grad_xb"), got, ref, strict=True):
+        assert rel_err(a, b) < bound, name
+
+
 def test_egnn_edge_position_gradient_finite_differences(device):
     """Kernel gradient against central differences of the float64 reference (envelope,
     basis and d² derivatives: many edges sit close to the cutoff)."""

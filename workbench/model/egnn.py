@@ -42,8 +42,9 @@ envelope no longer set by the distance the neighbour list tested). So:
 
 The reference path materialises edge tensors (``index_add_`` aggregation). With
 ``KernelOptions.fused_message_passing`` the edge block runs as one Triton kernel per layer
-(`kernels.egnn_edge`; FP32 operands, three-TF32 products, FP32 sums), the first edge layer
-split into per-node products ``xa = h Wi^T + b1`` and ``xb = h Wj^T``. The fused op returns
+(`kernels.egnn_edge`; FP32 operands as three-TF32 products, or float16 / bfloat16 operands
+with ``mlp_precision``; FP32 sums), the first edge layer split into per-node products
+``xa = h Wi^T + b1`` and ``xb = h Wj^T``. The fused op returns
 gradients for positions and features only (forces); training uses the reference path.
 """
 
@@ -55,7 +56,12 @@ import torch
 from torch import nn
 
 from workbench.model.basis import CosineCutoff, ExpNormalBasis, GaussianBasis, make_cutoff
-from workbench.model.fused_schnet import real_edge_graph, warn_fallback_once, weights_key
+from workbench.model.fused_schnet import (
+    PRECISION_DTYPES,
+    real_edge_graph,
+    warn_fallback_once,
+    weights_key,
+)
 from workbench.model.options import KernelOptions
 from workbench.model.schnet import ACTIVATIONS, MLP
 from workbench.neighbors import Graph
@@ -278,12 +284,14 @@ class CGEGNN(nn.Module):
         """
         if options is not None:
             missing = [t for t in NO_EGNN_KERNELS if getattr(options, t)]
+            if options.mlp_precision != "fp32" and not options.fused_message_passing:
+                missing.append(f"{options.mlp_precision} without fused_message_passing")
             if missing:
                 warn_fallback_once(f"CGEGNN has no fused kernels for {', '.join(missing)}")
             if options.fused_message_passing:
                 problem = fused_edge_problem(self, pos, options)
                 if problem is None:
-                    return self._fused_forward(pos, types, graph)
+                    return self._fused_forward(pos, types, graph, options.mlp_precision)
                 warn_fallback_once(problem)
         s, rbf, envelope, src, dst = self.edge_terms(pos, graph)
         h = self.embedding_layer(types)
@@ -291,11 +299,14 @@ class CGEGNN(nn.Module):
             h = layer.update(h, layer.messages(h, s, rbf, envelope, src, dst))
         return self.output_network(h).squeeze(-1)
 
-    def _fused_forward(self, pos: torch.Tensor, types: torch.Tensor, graph: Graph) -> torch.Tensor:
-        """`forward` with each edge block in `kernels.egnn_edge`."""
+    def _fused_forward(
+        self, pos: torch.Tensor, types: torch.Tensor, graph: Graph, precision: str
+    ) -> torch.Tensor:
+        """`forward` with each edge block in `kernels.egnn_edge` (GEMM operands in
+        ``precision``: ``"fp32"``, ``"fp16"`` or ``"bf16"``)."""
         from kernels import egnn_edge
 
-        packed = packed_edges(self)
+        packed = packed_edges(self, precision)
         src, dst, csr, _ = real_edge_graph(self, pos, graph)
         hidden = self.config.hidden
         h = self.embedding_layer(types)
@@ -318,8 +329,9 @@ def fused_edge_problem(model: CGEGNN, pos: torch.Tensor, options: KernelOptions)
         return "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
     if pos.dtype != torch.float32 or model.embedding_layer.weight.dtype != torch.float32:
         return "the EGNN edge kernel takes float32 positions and weights"
-    if options.mlp_precision != "fp32":
-        return f"the EGNN edge kernel is FP32 only, mlp_precision is {options.mlp_precision}"
+    bf16 = options.mlp_precision == "bf16"
+    if bf16 and pos.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return "this GPU does not support bf16"
     config = model.config
     if config.activation not in FUSED_ACTIVATIONS:
         return f"the EGNN edge kernel implements {FUSED_ACTIVATIONS}, not {config.activation}"
@@ -329,11 +341,12 @@ def fused_edge_problem(model: CGEGNN, pos: torch.Tensor, options: KernelOptions)
     return None
 
 
-def packed_edges(model: CGEGNN) -> PackedEdges:
-    """The basis description and packed edge weights, cached until a parameter changes."""
+def packed_edges(model: CGEGNN, precision: str) -> PackedEdges:
+    """The basis description and the edge weights packed in ``precision`` (``"fp32"``,
+    ``"fp16"`` or ``"bf16"``), cached until a parameter or the precision changes."""
     from kernels import RadialSpec, pack_edge_mlp
 
-    key = weights_key(model)
+    key = (precision, weights_key(model))
     cached = getattr(model, "_packed_edges", None)
     if cached is not None and cached.key == key:
         return cached
@@ -349,7 +362,8 @@ def packed_edges(model: CGEGNN) -> PackedEdges:
     with torch.no_grad():
         edges = [
             pack_edge_mlp(layer.edge_lin1.weight[:, cols + 1 :], layer.edge_lin1.weight[:, cols],
-                          layer.edge_lin2.weight, layer.edge_lin2.bias)
+                          layer.edge_lin2.weight, layer.edge_lin2.bias,
+                          PRECISION_DTYPES[precision])
             for layer in model.layers
         ]
     model._packed_edges = PackedEdges(key, spec, edges)
