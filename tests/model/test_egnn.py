@@ -185,7 +185,8 @@ def test_fused_path_falls_back_or_ignores_what_it_lacks_with_a_warning():
     odd = small_egnn(seed=7, cutoff=5.0, edge_width=24, layers=1)
     graph = exact_graph(pos, odd.cutoff)
     fused = KernelOptions(fused_message_passing=True)
-    assert "edge width" in fused_edge_problem(odd, pos, fused)
+    assert "edge width" in fused_edge_problem(odd, pos.device, fused)
+    assert "float32" in fused_edge_problem(small_egnn().double(), pos.device, fused)
     e_ref, _ = energy_and_forces(odd, pos, graph)
     with pytest.warns(RuntimeWarning, match="edge width"):
         e_odd, _ = energy_and_forces(odd, pos, graph, fused)

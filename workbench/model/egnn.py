@@ -289,7 +289,9 @@ class CGEGNN(nn.Module):
             if missing:
                 warn_fallback_once(f"CGEGNN has no fused kernels for {', '.join(missing)}")
             if options.fused_message_passing:
-                problem = fused_edge_problem(self, pos, options)
+                problem = fused_edge_problem(self, pos.device, options)
+                if problem is None and pos.dtype != torch.float32:
+                    problem = f"the EGNN edge kernel takes float32 positions, not {pos.dtype}"
                 if problem is None:
                     return self._fused_forward(pos, types, graph, options.mlp_precision)
                 warn_fallback_once(problem)
@@ -320,17 +322,20 @@ class CGEGNN(nn.Module):
         return self.output_network(h).squeeze(-1)
 
 
-def fused_edge_problem(model: CGEGNN, pos: torch.Tensor, options: KernelOptions) -> str | None:
-    """Why the fused EGNN edge kernel cannot run on ``pos``, or None if it can."""
+def fused_edge_problem(
+    model: CGEGNN, device: torch.device, options: KernelOptions
+) -> str | None:
+    """Why the fused EGNN edge kernel cannot run on ``device``, or None if it can (the
+    counterpart of `workbench.model.fused_schnet.fused_path_problem`)."""
     from kernels import triton_available
     from kernels._triton import INTERPRET
 
-    if not triton_available() or (pos.device.type != "cuda" and not INTERPRET):
+    if not triton_available() or (device.type != "cuda" and not INTERPRET):
         return "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
-    if pos.dtype != torch.float32 or model.embedding_layer.weight.dtype != torch.float32:
-        return "the EGNN edge kernel takes float32 positions and weights"
+    if model.embedding_layer.weight.dtype != torch.float32:
+        return "the EGNN edge kernel takes float32 weights"
     bf16 = options.mlp_precision == "bf16"
-    if bf16 and pos.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    if bf16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return "this GPU does not support bf16"
     config = model.config
     if config.activation not in FUSED_ACTIVATIONS:
