@@ -66,9 +66,6 @@ from workbench.model.options import KernelOptions
 from workbench.model.schnet import ACTIVATIONS, MLP
 from workbench.neighbors import Graph
 
-#: Activations the fused edge kernel implements (`kernels.egnn_edge.ACTIVATIONS`).
-FUSED_ACTIVATIONS = ("silu", "tanh")
-
 #: Model-level techniques of `KernelOptions` that CGEGNN has no kernels for (the MD-level
 #: ones, CUDA graphs, pair search and integrator, do not concern the model).
 NO_EGNN_KERNELS = ("fused_radial_basis", "csr_aggregation", "fused_update", "tabulated_filter",
@@ -329,6 +326,7 @@ def fused_edge_problem(
     counterpart of `workbench.model.fused_schnet.fused_path_problem`)."""
     from kernels import triton_available
     from kernels._triton import INTERPRET
+    from kernels.egnn_edge import ACTIVATIONS as FUSED_ACTIVATIONS
 
     if not triton_available() or (device.type != "cuda" and not INTERPRET):
         return "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
