@@ -178,7 +178,17 @@ class EGNNLayer(nn.Module):
 
 @dataclass
 class PackedEdges:
-    """The fused kernel's description of one model: basis and per-layer edge weights."""
+    """The fused kernel's description of one model at one precision.
+
+    Attributes
+    ----------
+    key : tuple
+        Precision and `weights_key` of the model when packed (the cache's validity).
+    spec : kernels.RadialSpec
+        Basis and envelope.
+    edges : list of kernels.EdgeMLPParams
+        Each layer's packed edge-side weights.
+    """
 
     key: tuple
     spec: object
