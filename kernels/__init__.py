@@ -41,6 +41,7 @@ from kernels.csr import (
     valid_edge_mask,
 )
 from kernels.edge_distances import edge_distances, edge_distances_reference
+from kernels.egnn_edge import EdgeMLPParams, egnn_edge, egnn_edge_reference, pack_edge_mlp
 from kernels.fused_update import linear, linear_reference, tanh_linear, tanh_linear_reference
 from kernels.langevin import (
     langevin_drift,
@@ -78,10 +79,11 @@ from kernels.tabulated import (
 __all__ = [
     "OPS", "Op", "get_op", "triton_available",
     "GraphCSR", "RadialSpec", "FilterParams", "PackedLinear", "FilterTable",
-    "LengthGradient",
-    "pack_filter", "pack_linear", "channel_scales", "valid_edge_mask", "build_filter_table",
+    "LengthGradient", "EdgeMLPParams",
+    "pack_filter", "pack_edge_mlp", "pack_linear", "channel_scales", "valid_edge_mask",
+    "build_filter_table",
     "build_csr", "build_csr_sorted_pairs", "radial_basis", "segment_sum",
-    "edge_grad_to_positions", "edge_distances", "cfconv",
+    "edge_grad_to_positions", "edge_distances", "cfconv", "egnn_edge",
     "tabulated_cfconv", "linear", "tanh_linear", "pair_energies", "PAIR_FORMS",
     "PairGraph", "pair_search_csr", "angle_energies", "dihedral_energies", "langevin_drift",
     "langevin_finish", "signed_segment_sum", "PairLayout", "PairFilterRows", "pair_layout",
@@ -107,6 +109,7 @@ OPS: dict[str, Op] = {
         Op("edge_grad_to_positions", edge_grad_to_positions, edge_grad_to_positions_reference),
         Op("edge_distances", edge_distances, edge_distances_reference),
         Op("cfconv", cfconv, cfconv_reference),
+        Op("egnn_edge", egnn_edge, egnn_edge_reference),
         Op("tabulated_cfconv", tabulated_cfconv, tabulated_cfconv_reference),
         Op("pair_filter_rows", pair_filter_rows, pair_filter_rows_reference),
         Op("linear", linear, linear_reference),

@@ -1,5 +1,5 @@
-"""Compile the fused-filter, tabulated, edge-length, pair-search and packed-linear kernels for
-sm_90.
+"""Compile the fused-filter, pair-filter, EGNN edge, tabulated, edge-length, pair-search and
+packed-linear kernels for sm_90.
 
 Run as a script in a process without ``TRITON_INTERPRET`` (under the interpreter the
 kernels are Python functions and cannot be compiled): ``python hopper_compile.py`` prints
@@ -25,13 +25,16 @@ from triton.runtime.autotuner import Autotuner
 from kernels import tabulated
 from kernels.cfconv import _conv_kernel, _length_grad_kernel
 from kernels.edge_distances import _distance_kernel
+from kernels.egnn_edge import _edge_bwd_kernel, _edge_fwd_kernel
 from kernels.fused_update import _linear_kernel
+from kernels.pair_filter import _pair_filter_kernel
 from kernels.pair_search import _count_kernel, _fill_kernel
 
 TABLE = {"c01_ptr": "*fp32", "c23_ptr": "*fp16", "scale_ptr": "*fp32", "ptr_ptr": "*i32",
          "perm_ptr": "*i32", "num_nodes": "i32", "num_intervals": "i32", "inv_h": "fp32",
          "cutoff": "fp32", "dist_ptr": "*fp32", "xs_ptr": "*fp32"}
 TILES = ({"BLOCK_E": 4}, {"BLOCK_E": 16})
+ROWS = {"dist_ptr": "*i32", "c01_ptr": "*fp16", "c23_ptr": "*fp16", "scale_ptr": "*fp16"}
 RADIAL = {"pos_ptr": "*fp32", "mu_ptr": "*fp32", "gamma_ptr": "*fp32", "K": "i32",
           "alpha": "fp32", "basis_lower": "fp32", "env_a": "fp32", "env_b": "fp32",
           "env_upper": "fp32", "env_lower": "fp32"}
@@ -39,6 +42,12 @@ FILTER = {"w1_ptr": "*fp16", "s1_ptr": "*fp32", "b1_ptr": "*fp32", "s2_ptr": "*f
           "xs_ptr": "*fp32", "feat_ptr": "*fp32", "own_ptr": "*fp32"}
 ENVELOPE = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=False, ENV_ON_FILTER=True,
                 F=128, KP=64, DT=tl.float16, PREC="tf32")
+EGNN = dict(RADIAL, xa_ptr="*fp32", xb_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i32",
+            perm_ptr="*i32", wr_ptr="*fp32", wd_ptr="*fp32", w2t_ptr="*fp32", b2_ptr="*fp32",
+            out_ptr="*fp32", num_nodes="i32", inv_rc2="fp32")
+EGNN_VARIANT = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=True, ACT="silu", F=64,
+                    KP=32, DT=tl.float32, PREC="tf32x3", BLOCK_E=16)
+EGNN_16 = dict(EGNN, wr_ptr="*fp16", w2t_ptr="*fp16")
 KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "fused filter convolution": (
         _conv_kernel,
@@ -51,16 +60,42 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
         dict(RADIAL, **FILTER, gu_ptr="*fp32", src_ptr="*i64", dst_ptr="*i64",
              order_ptr="*i32", count_ptr="*i32", w2t_ptr="*fp16", g_ptr="*fp32", E="i32"),
         [dict(ENVELOPE, PAIRS=True, BLOCK_E=16, FC=32)]),
+    "EGNN edge forward": (_edge_fwd_kernel, EGNN, [EGNN_VARIANT]),
+    "EGNN edge backward": (
+        _edge_bwd_kernel,
+        dict(EGNN, gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp32", g_ptr="*fp32"),
+        [dict(EGNN_VARIANT, BY_DST=by_dst) for by_dst in (True, False)]),
+    "EGNN edge forward, fp16 operands": (
+        _edge_fwd_kernel, EGNN_16, [dict(EGNN_VARIANT, DT=tl.float16)]),
+    "EGNN edge backward, fp16 operands": (
+        _edge_bwd_kernel,
+        dict(EGNN_16, gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp16", g_ptr="*fp32"),
+        [dict(EGNN_VARIANT, DT=tl.float16, BY_DST=True)]),
     "tabulated forward": (
         tabulated._tab_fwd_kernel, dict(TABLE, src_ptr="*i64", out_ptr="*fp32"),
-        [dict(t, F=128, FS=tabulated.FORWARD_SLICE, SLOTS_ARE_EDGES=s) for t in TILES
-         for s in (False, True)]),
+        [dict(t, F=128, FS=tabulated.FORWARD_SLICE, SLOTS_ARE_EDGES=s, ROWS=False)
+         for t in TILES for s in (False, True)]),
     "tabulated backward": (
         tabulated._tab_bwd_kernel,
         dict(TABLE, gu_ptr="*fp32", other_ptr="*i64", gxs_ptr="*fp32", g_ptr="*fp32",
              num_edges="i32"),
-        [dict(t, F=128, FS=tabulated.BACKWARD_SLICE, SLOTS_ARE_EDGES=s) for t in TILES
-         for s in (False, True)]),
+        [dict(t, F=128, FS=tabulated.BACKWARD_SLICE, SLOTS_ARE_EDGES=s, ROWS=False)
+         for t in TILES for s in (False, True)]),
+    "pair-row convolution forward": (
+        tabulated._tab_fwd_kernel, dict(TABLE, **ROWS, src_ptr="*i64", out_ptr="*fp32"),
+        [dict(BLOCK_E=16, F=128, FS=tabulated.FORWARD_SLICE, SLOTS_ARE_EDGES=True, ROWS=True)]),
+    "pair-row convolution backward": (
+        tabulated._tab_bwd_kernel,
+        dict(TABLE, **ROWS, gu_ptr="*fp32", other_ptr="*i64", gxs_ptr="*fp32",
+             g_ptr="*fp32", num_edges="i32"),
+        [dict(BLOCK_E=16, F=128, FS=tabulated.BACKWARD_SLICE, SLOTS_ARE_EDGES=True,
+              ROWS=True)]),
+    "pair filter rows": (
+        _pair_filter_kernel,
+        dict(RADIAL, **FILTER, dist_ptr="*fp32", edge_ptr="*i32", count_ptr="*i32",
+             w2_ptr="*fp16", b2_ptr="*fp32", w_out_ptr="*fp16", dw_out_ptr="*fp16",
+             capacity="i32", cutoff="fp32"),
+        [dict(ENVELOPE, BLOCK_P=32, NC=128), dict(ENVELOPE, BLOCK_P=64, NC=64)]),
     "edge lengths": (
         _distance_kernel,
         {"pos_ptr": "*fp32", "src_ptr": "*i64", "ptr_ptr": "*i32", "perm_ptr": "*i32",

@@ -51,6 +51,7 @@ class Architecture(NamedTuple):
 ARCHITECTURES: dict[str, Architecture] = {
     "schnet": Architecture("workbench.model.schnet", "SchNetConfig", "CGSchNet"),
     "painn": Architecture("workbench.model.painn", "PaiNNConfig", "CGPaiNN"),
+    "egnn": Architecture("workbench.model.egnn", "EGNNConfig", "CGEGNN"),
 }
 
 #: Attributes of a Potential that an architecture name must not shadow.

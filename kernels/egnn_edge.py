@@ -1,0 +1,413 @@
+"""Fused EGNN edge block: distance, basis, envelope, edge MLP and the sum of messages in one kernel.
+
+For one EGNN layer and every edge ``e = (src j -> dst i)`` with ``d_e = |r_i - r_j|``::
+
+    z1_e = xa[i] + xb[j] + s(d_e) wd + e(d_e) Wr^T                    [F]
+    m_e  = act(act(z1_e) W2^T + b2) * C(d_e)                          [F]
+    u_i  = sum_{e: dst_e = i} m_e                                     [N, F]
+
+with ``s(d) = d^2 / r_c^2``, ``e(d)`` the radial basis (K functions) and ``C`` the cosine
+envelope (`kernels.radial_basis`). This is the edge MLP ``phi_e(h_i, h_j, d^2, e(d))`` of
+EGNN (Satorras et al. 2021) with its first layer's weight split by input blocks: the node
+parts ``xa = h Wi^T + b1`` and ``xb = h Wj^T`` are per-node products ``[N, F]`` made before
+the kernel (N rows instead of E), so the kernel gathers rows of them instead of ``h``.
+
+Forward (`_edge_fwd_kernel`): one program owns one destination node, one segment of the
+destination-grouped CSR, loads ``xa[i]`` once and streams the segment's edges in tiles of
+``BLOCK_E``. Per tile, on chip only: gather positions and ``xb[j]`` rows, distance,
+envelope, basis ``[BLOCK_E, KP]``, the basis GEMM and the second layer's GEMM (``tl.dot``
+with FP32 accumulation; FP32 operands, or float16 / bfloat16 operands with the weights
+stored so), both activations, the envelope, added into a
+``[BLOCK_E, F]`` FP32 register accumulator summed once at the end and written once: no
+atomics, deterministic, nothing of size E x F or E x K in memory.
+
+Backward, given ``gu = dL/du [N, F]``, the same per-tile recomputation in
+`_edge_bwd_kernel`, launched twice:
+
+* over the destination layout (the program owns ``i``): ``grad_xa[i] = sum_e dL/dz1_e``,
+  and per edge ``g_e = dL/dd_e = C'(d) <gu[i], t2_e> + <dL/dz1_e, s'(d) wd + e'(d) Wr^T>``
+  (``e'`` includes the derivative of an envelope inside the basis), written once per edge;
+* over the source layout (the program owns ``j``): ``grad_xb[j] = sum_e dL/dz1_e``.
+
+``dL/dz1_e = act'(z1_e) * ((act'(z2_e) * gu[i] C(d_e)) W2)`` is formed per tile in registers
+(one ``tl.dot`` with ``W2``; with 16-bit operands each row of ``dL/dz2`` is first divided by
+its largest magnitude, so small gradients keep their precision, and multiplied back after
+the product). `kernels.segment_reduce.edge_grad_to_positions` then sums
+``g_e (r_i - r_j) / d`` into position gradients (no atomics). Nothing per edge but ``g`` is
+stored; weights and basis parameters get no gradient.
+
+Padding: edges outside every CSR segment (see `kernels.csr`) are never visited; edges at or
+beyond the cutoff have ``C = C' = 0``, so they add nothing to ``u`` or to any gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels._triton import (
+    autotune,
+    check_no_grad,
+    mma,
+    next_pow2,
+    pick_configs,
+    tanh_f32,
+    tl,
+    torch_to_tl_dtype,
+    triton,
+)
+from kernels.cfconv import PRECISIONS, _load_weight
+from kernels.csr import GraphCSR, valid_edge_mask
+from kernels.quantize import DTYPES
+from kernels.radial_basis import (
+    RadialSpec,
+    edge_envelope,
+    edge_vector,
+    radial_features,
+    radial_reference_terms,
+    reference_distances,
+)
+from kernels.segment_reduce import edge_grad_to_positions
+
+__all__ = ["EdgeMLPParams", "pack_edge_mlp", "egnn_edge", "egnn_edge_reference", "ACTIVATIONS"]
+
+#: Activations of the edge MLP the kernels implement.
+ACTIVATIONS = ("silu", "tanh")
+
+
+@dataclass(frozen=True)
+class EdgeMLPParams:
+    """The edge-side weights of one EGNN edge MLP, packed for `egnn_edge`.
+
+    Attributes
+    ----------
+    wr_t : Tensor, GEMM dtype [KP, F]
+        ``Wr^T``, the first layer's basis columns transposed, rows ``>= K`` zero
+        (``KP`` a power of two >= 16).
+    wd : Tensor, float32 [F]
+        The first layer's column for ``s(d) = d^2 / r_c^2``.
+    w2_t : Tensor, GEMM dtype [F, F]
+        ``W2^T`` (forward: ``t1 @ W2^T``).
+    w2 : Tensor, GEMM dtype [F, F]
+        ``W2`` as stored by ``nn.Linear`` (backward: ``dL/dz2 @ W2``).
+    b2 : Tensor, float32 [F]
+        Second layer's bias.
+    num_basis : int
+        K.
+    """
+
+    wr_t: torch.Tensor
+    wd: torch.Tensor
+    w2_t: torch.Tensor
+    w2: torch.Tensor
+    b2: torch.Tensor
+    num_basis: int
+
+    @property
+    def width(self) -> int:
+        """F, the edge MLP's width (message size)."""
+        return self.wd.numel()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Operand type of the GEMMs (float32, float16 or bfloat16)."""
+        return self.w2.dtype
+
+
+def pack_edge_mlp(Wr, wd, W2, b2, dtype=torch.float32) -> EdgeMLPParams:
+    """Pack the edge-side weights of an EGNN edge MLP for `egnn_edge`.
+
+    Parameters
+    ----------
+    Wr : Tensor [F, K]
+        First layer's columns acting on the radial basis.
+    wd : Tensor [F]
+        First layer's column acting on ``d^2 / r_c^2``.
+    W2 : Tensor [F, F]
+        Second layer's weight (``nn.Linear`` layout: out x in).
+    b2 : Tensor [F]
+        Second layer's bias.
+    dtype : torch.dtype or {"fp32", "fp16", "bf16"}
+        Operand type of the GEMMs: ``Wr`` and ``W2`` are stored rounded to it, and the
+        kernel rounds the other operand to it (FP32 accumulation in every case); ``wd``,
+        ``b2`` and everything outside the products stay FP32.
+
+    The node columns and the first bias are not packed: they make ``xa``, ``xb``.
+
+    Raises
+    ------
+    ValueError
+        A weight requires grad while autograd records (the fused op returns no weight
+        gradients): pack under ``torch.no_grad()`` or pass detached weights.
+    """
+    check_no_grad("egnn_edge", Wr=Wr, wd=wd, W2=W2, b2=b2)
+    dtype = DTYPES.get(dtype, dtype)
+    F, K = Wr.shape
+    if F < 16 or F & (F - 1) or W2.shape != (F, F) or wd.shape != (F,) or b2.shape != (F,):
+        raise ValueError(f"egnn_edge needs F a power of two >= 16, W2 [F, F], wd and b2 [F]; got "
+                         f"Wr {tuple(Wr.shape)}, W2 {tuple(W2.shape)}")
+    wr_t = Wr.new_zeros(next_pow2(K), F, dtype=dtype)
+    wr_t[:K] = Wr.t().to(dtype)
+    W2 = W2.to(dtype)
+    return EdgeMLPParams(wr_t.contiguous(), wd.float().contiguous(), W2.t().contiguous(),
+                         W2.contiguous(), b2.float().contiguous(), K)
+
+
+@triton.jit
+def _activation(z, ACT: tl.constexpr):
+    """``act(z)`` and ``act'(z)`` (SiLU or tanh), FP32."""
+    if ACT == "silu":
+        sig = 1.0 / (1.0 + tl.exp(-z))
+        y = z * sig
+        dy = sig * (1.0 + z * (1.0 - sig))
+    else:
+        y = tanh_f32(z)
+        dy = 1.0 - y * y
+    return y, dy
+
+
+@triton.jit
+def _edge_tile(pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
+               alpha, basis_lower, env_a, env_b, env_upper, env_lower,
+               EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr, ENV_IN_BASIS: tl.constexpr,
+               ACT: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr):
+    """Recompute one tile of edges: ``(d, c, dc, dbasis, t2, dact1, dact2)``; ``c`` and
+    ``dc`` are zero on masked rows, so those rows add nothing to any sum."""
+    _, _, _, d = edge_vector(pos_ptr, i, j, pmask)
+    c, dc = edge_envelope(d, env_a, env_b, env_upper, env_lower, ENV_LOWER, ENV_IN_BASIS, True)
+    c = tl.where(pmask, c, 0.0)
+    dc = tl.where(pmask, dc, 0.0)
+    basis, dbasis = radial_features(d, c, dc, mu_ptr, gamma_ptr, K, alpha, basis_lower, KP,
+                                    EXP_NORMAL, ENV_IN_BASIS)
+    z1 = xa + xb + (d * d * inv_rc2)[:, None] * wd[None, :] + mma(basis, wr, DT, PREC)
+    t1, dact1 = _activation(z1, ACT)
+    t2, dact2 = _activation(mma(t1, w2t, DT, PREC) + b2[None, :], ACT)
+    return d, c, dc, dbasis, t2, dact1, dact2
+
+
+def _cfg(e, w):
+    return triton.Config({"BLOCK_E": e}, num_warps=w, num_stages=1)
+
+
+# One node per program; small edge tiles keep the two GEMMs' accumulators in registers (as
+# for cfconv, docs/kernels.md). Not yet timed on a GPU.
+_CONFIGS = pick_configs([_cfg(16, 4), _cfg(32, 4), _cfg(32, 8)], _cfg(16, 4))
+
+
+@autotune(_CONFIGS, ["num_nodes", "F", "KP", "PREC", "ACT"])
+@triton.jit
+def _edge_fwd_kernel(pos_ptr, xa_ptr, xb_ptr, src_ptr, ptr_ptr, perm_ptr, wr_ptr, wd_ptr,
+                     w2t_ptr, b2_ptr, out_ptr, num_nodes, inv_rc2, mu_ptr, gamma_ptr, K, alpha,
+                     basis_lower, env_a, env_b, env_upper, env_lower,
+                     EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
+                     ENV_IN_BASIS: tl.constexpr, ACT: tl.constexpr, F: tl.constexpr,
+                     KP: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
+                     BLOCK_E: tl.constexpr):
+    """``out[i] = sum_{p in segment i} m_{perm[p]}`` for the destination node ``i`` of this
+    program (one program per node)."""
+    f = tl.arange(0, F)
+    wr = _load_weight(wr_ptr, tl.arange(0, KP), f, F, 1, DT, PREC)
+    w2t = _load_weight(w2t_ptr, f, f, F, 1, DT, PREC)
+    wd = tl.load(wd_ptr + f)
+    b2 = tl.load(b2_ptr + f)
+    node = tl.program_id(0)
+    start = tl.load(ptr_ptr + node)
+    end = tl.load(ptr_ptr + node + 1)
+    row = node.to(tl.int64) * F
+    xa = tl.load(xa_ptr + row + f)[None, :]  # the destination's row, once
+    owner = tl.full([BLOCK_E], node, tl.int64)
+    acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
+    for p0 in range(start, end, BLOCK_E):
+        p = p0 + tl.arange(0, BLOCK_E)
+        pmask = p < end
+        e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
+        j = tl.load(src_ptr + e, mask=pmask, other=0).to(tl.int64)
+        xb = tl.load(xb_ptr + j[:, None] * F + f[None, :], mask=pmask[:, None], other=0.0)
+        _, c, _, _, t2, _, _ = _edge_tile(
+            pos_ptr, xa, xb, owner, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
+            alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
+            ENV_IN_BASIS, ACT, KP, DT, PREC)
+        acc += t2 * c[:, None]
+    tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
+
+
+@autotune(_CONFIGS, ["num_nodes", "F", "KP", "PREC", "ACT", "BY_DST"])
+@triton.jit
+def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr, perm_ptr,
+                     wr_ptr, wd_ptr, w2t_ptr, w2_ptr, b2_ptr, g_ptr, out_ptr, num_nodes, inv_rc2,
+                     mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b, env_upper,
+                     env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
+                     ENV_IN_BASIS: tl.constexpr, ACT: tl.constexpr, BY_DST: tl.constexpr,
+                     F: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr,
+                     PREC: tl.constexpr, BLOCK_E: tl.constexpr):
+    """``out[n] = sum_{p in segment n} dL/dz1_{perm[p]}`` for this program's node ``n``.
+
+    ``BY_DST``: the segments are the destination layout's (``n`` is every edge's ``i``;
+    ``out`` is ``grad_xa``) and ``g[e] = dL/dd_e`` is written for every visited edge; else
+    the source layout's (``n`` is every edge's ``j``; ``out`` is ``grad_xb``).
+    """
+    f = tl.arange(0, F)
+    wr = _load_weight(wr_ptr, tl.arange(0, KP), f, F, 1, DT, PREC)
+    w2t = _load_weight(w2t_ptr, f, f, F, 1, DT, PREC)
+    w2 = _load_weight(w2_ptr, f, f, F, 1, DT, PREC)
+    wd = tl.load(wd_ptr + f)
+    b2 = tl.load(b2_ptr + f)
+    node = tl.program_id(0)
+    start = tl.load(ptr_ptr + node)
+    end = tl.load(ptr_ptr + node + 1)
+    row = node.to(tl.int64) * F
+    owner = tl.full([BLOCK_E], node, tl.int64)
+    if BY_DST:  # the destination's rows, once
+        xa = tl.load(xa_ptr + row + f)[None, :]
+        gu = tl.load(gu_ptr + row + f)[None, :]
+    else:
+        xb = tl.load(xb_ptr + row + f)[None, :]
+    acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
+    for p0 in range(start, end, BLOCK_E):
+        p = p0 + tl.arange(0, BLOCK_E)
+        pmask = p < end
+        rows = pmask[:, None]
+        e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
+        if BY_DST:
+            i = owner
+            j = tl.load(src_ptr + e, mask=pmask, other=0).to(tl.int64)
+            xb = tl.load(xb_ptr + j[:, None] * F + f[None, :], mask=rows, other=0.0)
+        else:
+            i = tl.load(dst_ptr + e, mask=pmask, other=0).to(tl.int64)
+            j = owner
+            xa = tl.load(xa_ptr + i[:, None] * F + f[None, :], mask=rows, other=0.0)
+            gu = tl.load(gu_ptr + i[:, None] * F + f[None, :], mask=rows, other=0.0)
+        d, c, dc, dbasis, t2, dact1, dact2 = _edge_tile(
+            pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
+            alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
+            ENV_IN_BASIS, ACT, KP, DT, PREC)
+        gz2 = gu * c[:, None] * dact2
+        if DT != tl.float32:  # noqa: SIM300 - 16-bit: rows in the best-resolved range
+            rmax = tl.max(tl.abs(gz2), axis=1)
+            rmax = tl.where(rmax > 0, rmax, 1.0)
+            gz1 = mma(gz2 / rmax[:, None], w2, DT, PREC) * (rmax[:, None] * dact1)
+        else:
+            gz1 = mma(gz2, w2, DT, PREC) * dact1
+        acc += gz1
+        if BY_DST:
+            dz1 = (2.0 * d * inv_rc2)[:, None] * wd[None, :] + mma(dbasis, wr, DT, PREC)
+            g = tl.sum(gu * t2, axis=1) * dc + tl.sum(gz1 * dz1, axis=1)
+            tl.store(g_ptr + e, g, mask=pmask)
+    tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
+
+
+def _kernel_args(params: EdgeMLPParams, spec: RadialSpec, precision: str, activation: str,
+                 F: int) -> dict:
+    if params.num_basis != spec.num_basis:
+        raise ValueError(f"edge MLP expects K={params.num_basis}, basis has {spec.num_basis}")
+    if params.width != F:
+        raise ValueError(f"edge MLP width {params.width} does not match xa, xb width {F}")
+    if not spec.envelope_on_filter:
+        raise ValueError("egnn_edge needs the cosine envelope on the messages "
+                         "(RadialSpec.envelope_on_filter)")
+    if precision not in PRECISIONS:
+        raise ValueError(f"egnn_edge precision must be one of {PRECISIONS}, got {precision!r}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"egnn_edge activation must be one of {ACTIVATIONS}, "
+                         f"got {activation!r}")
+    args = spec.kernel_args()
+    del args["ENV_ON_FILTER"]
+    return dict(wr_ptr=params.wr_t, wd_ptr=params.wd, w2t_ptr=params.w2_t, b2_ptr=params.b2,
+                inv_rc2=1.0 / spec.cutoff_upper**2, ACT=activation, F=F,
+                KP=params.wr_t.shape[0], DT=torch_to_tl_dtype(params.dtype), PREC=precision,
+                **args)
+
+
+class _EGNNEdge(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, pos, xa, xb, src, dst, csr, params, spec, precision, activation):
+        pos, xa, xb = pos.contiguous(), xa.contiguous(), xb.contiguous()
+        n, F = csr.num_nodes, xa.shape[1]
+        args = _kernel_args(params, spec, precision, activation, F)
+        out = torch.empty(n, F, dtype=torch.float32, device=xa.device)
+        if n:
+            _edge_fwd_kernel[(n,)](pos, xa, xb, src, csr.dst_ptr, csr.dst_perm, out_ptr=out,
+                                   num_nodes=n, **args)
+        ctx.save_for_backward(pos, xa, xb, src, dst, *csr)
+        ctx.args, ctx.w2 = args, params.w2
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_u):
+        pos, xa, xb, src, dst, *csr = ctx.saved_tensors
+        csr = GraphCSR(*csr)
+        n = csr.num_nodes
+        gu = grad_u.contiguous().float()
+        g = torch.zeros(src.numel(), dtype=torch.float32, device=xa.device)
+        grads = []
+        for by_dst, ptr, perm in ((True, csr.dst_ptr, csr.dst_perm),
+                                  (False, csr.src_ptr, csr.src_perm)):
+            out = torch.zeros_like(xa if by_dst else xb)  # rows beyond the graph's nodes: 0
+            if n:
+                _edge_bwd_kernel[(n,)](pos, xa, xb, gu, src, dst, ptr, perm, w2_ptr=ctx.w2,
+                                       g_ptr=g, out_ptr=out, num_nodes=n, BY_DST=by_dst,
+                                       **ctx.args)
+            grads.append(out)
+        grad_pos = edge_grad_to_positions(g, pos, src, dst, csr)
+        return grad_pos, grads[0], grads[1], None, None, None, None, None, None, None
+
+
+def egnn_edge(pos, xa, xb, src, dst, csr: GraphCSR, params: EdgeMLPParams, spec: RadialSpec,
+              precision: str = "tf32x3", activation: str = "silu"):
+    """Fused EGNN edge block: summed, enveloped edge-MLP messages per node (Triton).
+
+    Parameters
+    ----------
+    pos : Tensor, float32 [P, 3]
+        Flattened positions, ``P >= csr.num_nodes`` (extra rows, e.g. a padding node, are
+        ignored and get zero gradient). May require grad.
+    xa, xb : Tensor, float32 [P', F]
+        The first edge layer's destination part with its bias, ``h Wi^T + b1``, and source
+        part, ``h Wj^T``; ``P' >= csr.num_nodes``, F a power of two >= 16. May require grad.
+    src, dst : Tensor, int64 [E]
+        Edge endpoints (message ``src -> dst``).
+    csr : GraphCSR
+        Both CSR layouts of these edges (`kernels.csr.build_csr`); padding edges are in no
+        segment and contribute nothing. Any graph (symmetry is not assumed).
+    params : EdgeMLPParams
+        Packed edge-side weights (`pack_edge_mlp`); their dtype selects FP32 or 16-bit GEMM
+        operands.
+    spec : RadialSpec
+        Basis and envelope; ``envelope_on_filter`` must be set (the messages' envelope).
+    precision : {"tf32x3", "tf32", "ieee"}
+        Product mode of the FP32 GEMMs (`kernels.cfconv.PRECISIONS`): three TF32 products
+        (about FP32's accuracy, the default), one TF32 product of rounded operands, or
+        CUDA-core FMA; ignored by 16-bit weights. Sums onto nodes are FP32 in every mode.
+    activation : {"silu", "tanh"}
+        The edge MLP's activation (after both layers).
+
+    Returns
+    -------
+    Tensor, float32 [csr.num_nodes, F]
+        ``u_i = sum_{e: dst_e = i} act(act(z1_e) W2^T + b2) C(d_e)``. Gradients flow to
+        ``pos``, ``xa`` and ``xb`` only (recomputing the edge MLP per tile; see the module
+        docstring); weights and basis parameters get none.
+    """
+    return _EGNNEdge.apply(pos, xa, xb, src, dst, csr, params, spec, precision, activation)
+
+
+def egnn_edge_reference(pos, xa, xb, src, dst, csr: GraphCSR, params: EdgeMLPParams,
+                        spec: RadialSpec, precision: str = "ieee", activation: str = "silu"):
+    """PyTorch reference of `egnn_edge` (materialises E x F; computes in ``pos.dtype``).
+
+    Plain autograd, so it also differentiates float64 inputs for finite-difference checks.
+    Uses the packed weights (rounded to 16 bits if packed so) in ``pos.dtype``; ``precision``
+    is accepted for the same signature and changes nothing.
+    """
+    act = torch.nn.functional.silu if activation == "silu" else torch.tanh
+    valid = valid_edge_mask(csr)
+    n, dtype = csr.num_nodes, pos.dtype
+    dist = reference_distances(pos, src, dst, valid)
+    basis, env = radial_reference_terms(dist, spec)
+    wr = params.wr_t[: params.num_basis].to(dtype)
+    z1 = (xa.to(dtype)[torch.where(valid, dst, 0)] + xb.to(dtype)[torch.where(valid, src, 0)]
+          + (dist * dist / spec.cutoff_upper**2)[:, None] * params.wd.to(dtype) + basis @ wr)
+    m = act(act(z1) @ params.w2_t.to(dtype) + params.b2.to(dtype)) * env[:, None]
+    out = torch.zeros(n + 1, xa.shape[1], dtype=dtype, device=xa.device)
+    return out.index_add(0, torch.where(valid, dst, n), m * valid[:, None])[:n]

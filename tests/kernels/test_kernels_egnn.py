@@ -1,0 +1,126 @@
+"""Fused EGNN edge block: FP32 values and gradients against the float64 reference, finite
+differences, padding and edges beyond the cutoff, argument checks."""
+
+import pytest
+import torch
+from kernels_testlib import central_differences, make_graph, radial_specs, rel_err
+
+from kernels import RadialSpec, build_csr_reference, egnn_edge, get_op, pack_edge_mlp
+from kernels.egnn_edge import egnn_edge_reference
+
+
+def edge_weights(K=8, F=16, seed=1, device="cpu"):
+    """Random edge-side weights ``(Wr [F, K], wd [F], W2 [F, F], b2 [F])``."""
+    g = torch.Generator().manual_seed(seed)
+    return tuple(t.to(device) for t in (
+        torch.randn(F, K, generator=g) / K**0.5, torch.randn(F, generator=g),
+        torch.randn(F, F, generator=g) / F**0.5, torch.randn(F, generator=g) * 0.1))
+
+
+def _setup(device, spec_name, F=16, seed=0, **graph_kw):
+    g = make_graph(device=device, seed=seed, **graph_kw)
+    spec = radial_specs(device=device)[spec_name]
+    gen = torch.Generator().manual_seed(seed + 7)
+    rows = g["num_nodes"] + 1  # the padding node's row too
+    xa, xb = (torch.randn(rows, F, generator=gen).to(device) for _ in range(2))
+    gu = torch.randn(g["num_nodes"], F, generator=gen).to(device)
+    return g, spec, xa, xb, gu
+
+
+def _run(op, g, pos, xa, xb, params, spec, gu, precision="ieee", activation="silu"):
+    """``u`` and the gradients of ``<u, gu>`` w.r.t. ``pos``, ``xa``, ``xb``."""
+    pos, xa, xb = (t.clone().requires_grad_() for t in (pos, xa, xb))
+    u = op(pos, xa, xb, g["src"], g["dst"], g["csr"], params, spec, precision, activation)
+    grads = torch.autograd.grad((u * gu.to(u.dtype)).sum(), (pos, xa, xb))
+    return (u.detach(), *grads)
+
+
+@pytest.mark.parametrize("spec_name,precision,activation,F", [
+    ("gauss_env", "ieee", "silu", 16), ("expnorm", "tf32x3", "silu", 32),
+    ("gauss", "tf32x3", "tanh", 16), ("expnorm_lower", "ieee", "tanh", 16)])
+def test_egnn_edge_fp32_matches_reference(device, spec_name, precision, activation, F):
+    g, spec, xa, xb, gu = _setup(device, spec_name, F=F)
+    params = pack_edge_mlp(*edge_weights(F=F, device=device))
+    got = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu, precision, activation)
+    ref = _run(egnn_edge_reference, g, g["pos"].double(), xa.double(), xb.double(), params,
+               spec, gu, activation=activation)
+    for name, a, b in zip(("u", "grad_pos", "grad_xa", "grad_xb"), got, ref, strict=True):
+        assert rel_err(a, b) < 1e-5, name
+    n = g["num_nodes"]
+    assert all(bool((grad[n:] == 0).all()) for grad in got[1:])  # the padding node's rows
+
+
+@pytest.mark.parametrize("dtype,bound", [("fp16", 1e-3), ("bf16", 1e-2)])
+def test_egnn_edge_16bit_operands_match_reference(device, dtype, bound):
+    """16-bit GEMM operands against the float64 reference of the same rounded weights: the
+    error is the rounding of the activations (fp16 ~1e-4, bf16 ~3e-3 measured)."""
+    g, spec, xa, xb, gu = _setup(device, "gauss_env", seed=2)
+    params = pack_edge_mlp(*edge_weights(seed=3, device=device), dtype=dtype)
+    assert params.w2.dtype != torch.float32
+    got = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu)
+    ref = _run(egnn_edge_reference, g, g["pos"].double(), xa.double(), xb.double(), params,
+               spec, gu)
+    for name, a, b in zip(("u", "grad_pos", "grad_xa", "grad_xb"), got, ref, strict=True):
+        assert rel_err(a, b) < bound, name
+
+
+def test_egnn_edge_position_gradient_finite_differences(device):
+    """Kernel gradient against central differences of the float64 reference (envelope,
+    basis and d² derivatives: many edges sit close to the cutoff)."""
+    g, spec, xa, xb, gu = _setup(device, "gauss_env", seed=1)
+    params = pack_edge_mlp(*edge_weights(seed=2, device=device))
+    _, gp, _, _ = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu)
+    xa64, xb64, gu64 = xa.double(), xb.double(), gu.double()
+
+    def energy(p):
+        u = egnn_edge_reference(p, xa64, xb64, g["src"], g["dst"], g["csr"], params, spec)
+        return float((u * gu64).sum())
+
+    assert rel_err(gp, central_differences(energy, g["pos"].double())) < 1e-5
+
+
+def test_egnn_edge_padding_and_edges_beyond_the_cutoff_contribute_nothing(device):
+    """Edges in the CSR at or beyond the envelope's radius and padding slots change nothing:
+    the same sums and gradients as the graph of the edges within it; NaN padding rows are
+    never read."""
+    g, spec, xa, xb, gu = _setup(device, "gauss", cutoff=8.0, drop=0)  # edges up to 8 Å
+    params = pack_edge_mlp(*edge_weights(device=device))
+    n = g["num_nodes"]
+    pos = g["pos"].clone()
+    pos[n] = float("nan")
+    xa[n] = xb[n] = float("nan")
+    got = _run(egnn_edge, g, pos, xa, xb, params, spec, gu)
+    assert all(bool(torch.isfinite(t[:n]).all()) for t in got)
+    d = (pos[g["dst"]] - pos[g["src"]]).norm(dim=1)
+    inside = (g["dst"] < n) & (d < spec.cutoff_upper)
+    assert int((~inside & (g["dst"] < n)).sum()) > 20, "needs edges beyond the cutoff"
+    near = dict(g, src=g["src"][inside], dst=g["dst"][inside])
+    near["csr"] = build_csr_reference(near["src"], near["dst"], n)
+    want = _run(egnn_edge, near, pos, xa, xb, params, spec, gu)
+    for a, b in zip(got, want, strict=True):
+        assert rel_err(a[:n], b[:n]) < 1e-6
+    lonely = (g["csr"].dst_ptr[1:] > g["csr"].dst_ptr[:-1]) & (near["csr"].dst_ptr[1:]
+                                                               == near["csr"].dst_ptr[:-1])
+    assert bool((got[0][lonely] == 0).all())  # nodes whose every edge is beyond the cutoff
+
+
+def test_egnn_edge_argument_checks(device):
+    g, spec, xa, xb, _ = _setup(device, "gauss")
+    Wr, wd, W2, b2 = edge_weights(device=device)
+    with pytest.raises(ValueError, match="power of two"):
+        pack_edge_mlp(Wr[:12], wd[:12], W2[:12, :12], b2[:12])
+    params = pack_edge_mlp(Wr, wd, W2, b2)
+    args = (g["pos"], xa, xb, g["src"], g["dst"], g["csr"], params)
+    with pytest.raises(ValueError, match="K=8"):
+        egnn_edge(*args, radial_specs(K=16, device=device)["gauss"])
+    with pytest.raises(ValueError, match="activation"):
+        egnn_edge(*args, spec, activation="relu")
+    no_env = RadialSpec.gaussian(spec.centers, spec.widths[0], spec.cutoff_upper,
+                                 envelope_on_filter=False)
+    with pytest.raises(ValueError, match="envelope"):
+        egnn_edge(*args, no_env)
+    with pytest.raises(ValueError, match="require grad"):
+        pack_edge_mlp(Wr, wd, W2, b2.clone().requires_grad_())
+    with torch.no_grad():
+        pack_edge_mlp(Wr, wd, W2, b2.clone().requires_grad_())  # fine: nothing is recorded
+    assert get_op("egnn_edge", use_triton=False) is egnn_edge_reference
