@@ -131,27 +131,34 @@ class PairFilterRows:
         return self.w.shape[1]
 
 
-def _cfg(p, w, nc):
-    return triton.Config({"BLOCK_P": p, "NC": nc}, num_warps=w, num_stages=1)
+def _cfg(p, w, nc, hc=128):
+    return triton.Config({"BLOCK_P": p, "NC": nc, "HC": hc}, num_warps=w, num_stages=1)
 
 
-# Output columns in chunks of NC: the two [BLOCK_P, NC] FP32 accumulators of the second
-# layer stay small next to the hidden tiles. One H200 (570,000 pairs, F = 128, K = 50): FP32
-# 664 us at (64 rows, 4 warps, 32 columns) against 823 us at (32, 4, 128); FP16 497 us at
-# (32, 4, 128), 541 at (64, 8, 64). With FP16 operands, (64, 4, 32) and 128-row tiles stop
-# with an illegal address on sm_90 (Triton 3.6): they are offered to FP32 only.
-_FP32_ONLY = (_cfg(64, 4, 32), _cfg(128, 8, 32))
-_CONFIGS = pick_configs([_cfg(32, 4, 128), _cfg(64, 8, 64), _cfg(64, 8, 32), *_FP32_ONLY],
+# Two ways to keep the live tiles small: output columns in chunks of NC (the second
+# layer's two [BLOCK_P, NC] accumulators), or hidden units in chunks of HC (both outputs
+# accumulated over them; HC = F: no hidden chunks). One H200, 570,000 pairs, F = 128,
+# K = 50 (every shape is checked on CPU by `tests/kernels/test_pair_filter.py`):
+# FP16 385 us at (64 rows, 4 warps, HC 64), 400 at (128, 8, HC 64), 497 at (32, 4, no
+# chunks); FP32 658 us at (64, 4, NC 32), 824 at (128, 8, HC 64), 823 at (32, 4). With
+# 16-bit operands, 64- and 128-row tiles whose products have a 32-wide dimension stop with
+# an illegal address on sm_90 (Triton 3.6): those shapes are offered to FP32 only.
+_FP16_TILES = (_cfg(64, 4, 128, 64), _cfg(128, 8, 128, 64), _cfg(32, 4, 128, 128))
+_FP32_TILES = (_cfg(64, 4, 32, 128), _cfg(128, 8, 128, 64), _cfg(32, 4, 128, 128))
+_CONFIGS = pick_configs(list({str(c): c for c in (*_FP16_TILES, *_FP32_TILES)}.values()),
                         _cfg(16, 4, 16))
 
 
 def _prune(configs, named_args, **kwargs):
-    """Column chunks must divide F; the `_FP32_ONLY` tiles for FP32 operands only."""
+    """The tiles of the operand type (`_FP16_TILES` or `_FP32_TILES`; the interpreter's one
+    config otherwise), chunks no wider than F."""
     F = kwargs.get("F", named_args.get("F"))
     fp32 = kwargs.get("DT", named_args.get("DT")) == tl.float32
-    only = [c.kwargs for c in _FP32_ONLY]
-    fits = [c for c in configs if F % c.kwargs["NC"] == 0 and (fp32 or c.kwargs not in only)]
-    return fits or [triton.Config({**configs[0].kwargs, "NC": F}, num_warps=4, num_stages=1)]
+    tiles = [c.kwargs for c in (_FP32_TILES if fp32 else _FP16_TILES)]
+    chosen = [c for c in configs if c.kwargs in tiles] or configs
+    return [triton.Config({**c.kwargs, "NC": min(c.kwargs["NC"], F),
+                           "HC": min(c.kwargs["HC"], F)}, num_warps=c.num_warps, num_stages=1)
+            for c in chosen]
 
 
 @autotune(_CONFIGS, ["F", "KP", "PREC"], prune_configs_by={"early_config_prune": _prune})
@@ -162,7 +169,8 @@ def _pair_filter_kernel(dist_ptr, edge_ptr, count_ptr, w1_ptr, s1_ptr, b1_ptr, w
                         EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                         ENV_IN_BASIS: tl.constexpr, ENV_ON_FILTER: tl.constexpr,
                         F: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr,
-                        PREC: tl.constexpr, BLOCK_P: tl.constexpr, NC: tl.constexpr):
+                        PREC: tl.constexpr, BLOCK_P: tl.constexpr, NC: tl.constexpr,
+                        HC: tl.constexpr):
     """``w_out[k] = W(d)``, ``dw_out[k] = W'(d)`` at ``d = dist[edge[k]]`` for the rows ``k``
     of this tile below ``count[0]``.
 
@@ -187,24 +195,48 @@ def _pair_filter_kernel(dist_ptr, edge_ptr, count_ptr, w1_ptr, s1_ptr, b1_ptr, w
                               ENV_ON_FILTER)
         basis, dbasis = radial_features(d, c, dc, mu_ptr, gamma_ptr, K, alpha, basis_lower,
                                         KP, EXP_NORMAL, ENV_IN_BASIS)
-        w1 = _load_weight(w1_ptr, tl.arange(0, KP), f, F, 1, DT, PREC)
-        s1 = tl.load(s1_ptr + f)
-        t = _hidden(basis, w1, s1, tl.load(b1_ptr + f), DT, PREC)
-        r = (1.0 - t * t) * mma(dbasis, w1, DT, PREC) * s1[None, :]  # dt/dd
         inside = (mask & (d < cutoff))[:, None]
         ty = w_out_ptr.dtype.element_ty
-        for ch in tl.static_range(F // NC):
-            cols = ch * NC + tl.arange(0, NC)
-            w2 = _load_weight(w2_ptr, f, cols, F, 1, DT, PREC)
-            s2 = tl.load(s2_ptr + cols)[None, :]
-            w = mma(t, w2, DT, PREC) * s2 + tl.load(b2_ptr + cols)[None, :]
-            dw = mma(r, w2, DT, PREC) * s2
+        if HC < F:  # hidden units in chunks, both outputs accumulated over them
+            w = tl.zeros([BLOCK_P, F], dtype=tl.float32)
+            dw = tl.zeros([BLOCK_P, F], dtype=tl.float32)
+            for hc in tl.static_range(F // HC):
+                h = hc * HC + tl.arange(0, HC)
+                w1 = _load_weight(w1_ptr, tl.arange(0, KP), h, F, 1, DT, PREC)
+                s1 = tl.load(s1_ptr + h)
+                t = _hidden(basis, w1, s1, tl.load(b1_ptr + h), DT, PREC)
+                r = (1.0 - t * t) * mma(dbasis, w1, DT, PREC) * s1[None, :]  # dt/dd
+                w2 = _load_weight(w2_ptr, h, f, F, 1, DT, PREC)  # rows h of A2^T
+                w += mma(t, w2, DT, PREC)
+                dw += mma(r, w2, DT, PREC)
+            s2 = tl.load(s2_ptr + f)[None, :]
+            w = w * s2 + tl.load(b2_ptr + f)[None, :]
+            dw = dw * s2
             if ENV_ON_FILTER:
                 dw = dw * c[:, None] + w * dc[:, None]
                 w = w * c[:, None]
-            rows = k.to(tl.int64)[:, None] * F + cols[None, :]
+            rows = k.to(tl.int64)[:, None] * F + f[None, :]
             tl.store(w_out_ptr + rows, tl.where(inside, w, 0.0).to(ty), mask=mask[:, None])
             tl.store(dw_out_ptr + rows, tl.where(inside, dw, 0.0).to(ty), mask=mask[:, None])
+        else:
+            w1 = _load_weight(w1_ptr, tl.arange(0, KP), f, F, 1, DT, PREC)
+            s1 = tl.load(s1_ptr + f)
+            t = _hidden(basis, w1, s1, tl.load(b1_ptr + f), DT, PREC)
+            r = (1.0 - t * t) * mma(dbasis, w1, DT, PREC) * s1[None, :]  # dt/dd
+            for ch in tl.static_range(F // NC):
+                cols = ch * NC + tl.arange(0, NC)
+                w2 = _load_weight(w2_ptr, f, cols, F, 1, DT, PREC)
+                s2 = tl.load(s2_ptr + cols)[None, :]
+                w = mma(t, w2, DT, PREC) * s2 + tl.load(b2_ptr + cols)[None, :]
+                dw = mma(r, w2, DT, PREC) * s2
+                if ENV_ON_FILTER:
+                    dw = dw * c[:, None] + w * dc[:, None]
+                    w = w * c[:, None]
+                rows = k.to(tl.int64)[:, None] * F + cols[None, :]
+                tl.store(w_out_ptr + rows, tl.where(inside, w, 0.0).to(ty),
+                         mask=mask[:, None])
+                tl.store(dw_out_ptr + rows, tl.where(inside, dw, 0.0).to(ty),
+                         mask=mask[:, None])
 
 
 def pair_filter_rows(dist, layout: PairLayout, filt: FilterParams, spec: RadialSpec,

@@ -95,7 +95,7 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
         dict(RADIAL, **FILTER, dist_ptr="*fp32", edge_ptr="*i32", count_ptr="*i32",
              w2_ptr="*fp16", b2_ptr="*fp32", w_out_ptr="*fp16", dw_out_ptr="*fp16",
              capacity="i32", cutoff="fp32"),
-        [dict(ENVELOPE, BLOCK_P=32, NC=128), dict(ENVELOPE, BLOCK_P=64, NC=64)]),
+        [dict(ENVELOPE, BLOCK_P=32, NC=128, HC=128), dict(ENVELOPE, BLOCK_P=64, NC=128, HC=32)]),
     "edge lengths": (
         _distance_kernel,
         {"pos_ptr": "*fp32", "src_ptr": "*i64", "ptr_ptr": "*i32", "perm_ptr": "*i32",

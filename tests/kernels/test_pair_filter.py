@@ -121,3 +121,31 @@ def test_rows_refuse_bad_input(device):
     xs = torch.zeros(g["num_nodes"] + 1, 64, device=device)
     with pytest.raises(ValueError, match="matching the table"):
         tabulated_cfconv(dist, xs, g["src"], g["dst"], g["csr"], rows, symmetric=True)
+
+
+@pytest.mark.parametrize("tile", [dict(BLOCK_P=16, NC=16, HC=32), dict(BLOCK_P=16, NC=32, HC=16),
+                                  dict(BLOCK_P=32, NC=32, HC=32)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_every_tile_shape_gives_the_same_rows(device, tile, dtype):
+    """Output-column chunks (NC) and hidden-unit chunks (HC) are the same computation."""
+    import triton
+
+    from kernels.cfconv import _kernel_args
+    from kernels.pair_filter import ROW_DTYPES, _pair_filter_kernel
+
+    g = _symmetric_graph(device)
+    spec = radial_specs(device=device)["gauss_env"]
+    filt = _filter(device, spec, dtype)
+    layout = pair_layout(g["csr"], g["src"].numel())
+    dist = edge_distances(g["pos"], g["src"], g["dst"], g["csr"])
+    capacity = layout.edges.numel()
+    w = torch.zeros(capacity, 32, dtype=ROW_DTYPES[dtype], device=device)
+    dw = torch.zeros_like(w)
+    _pair_filter_kernel.fn[(triton.cdiv(capacity, tile["BLOCK_P"]),)](
+        dist, layout.edges, layout.count, w_out_ptr=w, dw_out_ptr=dw, capacity=capacity,
+        cutoff=spec.cutoff_upper, num_warps=4, **tile, **_kernel_args(filt, spec, "ieee", 32))
+    ref = pair_filter_rows_reference(dist.double(), layout, filt, spec)
+    count = int(layout.count)
+    tol = 2e-5 if dtype == torch.float32 else 2e-2
+    assert rel_err(w[:count], ref.w[:count]) < tol
+    assert rel_err(dw[:count], ref.dw[:count]) < tol
