@@ -147,7 +147,7 @@ def test_markdown_table_cells_and_dashes(files):
     assert lines[0] == "| group | step | CLN025 | 2JOF | 1YRF | 1ENH | 2A3D |"
     assert lines[1] == "| baseline | `baseline` | 4,000 (1.00×) | – | – | 1,000 (1.00×) | – |"
     assert lines[2] == "| alone | `fused_radial_basis` | – | – | – | 800 (0.80×) | – |"
-    assert "| +fused_integrator (= all) | – | – | – | 500 (0.50×) | – |" in text
+    assert "| +pair_filter (= all) | – | – | – | 500 (0.50×) | – |" in text
     assert "| *beyond the paper* | `all+tables` | – | – | – | – | – |" in text
     assert len(lines) == 1 + len(ablation_steps())  # the separator row starts with "|-"
     both = ablation.markdown(ablation.collect(ablation.load(files)))

@@ -8,7 +8,7 @@ import pkgutil
 
 import pytest
 import torch
-from kernels_testlib import make_graph, radial_specs
+from kernels_testlib import filter_weights, make_graph, radial_specs
 
 import kernels
 from benchmarks.bench_kernels import (
@@ -17,7 +17,18 @@ from benchmarks.bench_kernels import (
     make_schnet_weights,
     pack_schnet,
 )
-from kernels import _triton, build_csr, edge_distances, radial_basis, tabulated_cfconv
+from kernels import (
+    _triton,
+    build_csr,
+    build_csr_sorted_pairs,
+    edge_distances,
+    pack_filter,
+    pair_filter_rows,
+    pair_layout,
+    radial_basis,
+    tabulated_cfconv,
+)
+from kernels.egnn_edge import egnn_edge, pack_edge_mlp
 from kernels.tabulated import tabulate_filter
 
 Autotuner = pytest.importorskip("triton.runtime.autotuner").Autotuner
@@ -68,6 +79,22 @@ def test_every_autotuned_launch_has_a_key_the_disk_cache_can_write(device, launc
     u = tabulated_cfconv(edge_distances(pos, g["src"], g["dst"], g["csr"]), xs, g["src"],
                          g["dst"], g["csr"], table)
     torch.autograd.grad(u.sum(), pos)
+    # exact filter rows per pair, read by the row convolution
+    sym = make_graph(device=device, drop=0)
+    sym["csr"] = build_csr_sorted_pairs(sym["src"], sym["dst"], sym["num_nodes"])
+    spec = radial_specs(device=device)["gauss_env"]
+    A1, a1, A2, b2 = filter_weights(K=8, F=16, device=device)
+    pos = sym["pos"].clone().requires_grad_()
+    dist = edge_distances(pos, sym["src"], sym["dst"], sym["csr"])
+    rows = pair_filter_rows(dist, pair_layout(sym["csr"], sym["src"].numel()),
+                            pack_filter(A1, a1, A2, b2), spec)
+    u = tabulated_cfconv(dist, xs, sym["src"], sym["dst"], sym["csr"], rows, symmetric=True)
+    torch.autograd.grad(u.sum(), pos)
+    # the EGNN edge block, forward and backward
+    params = pack_edge_mlp(A1, torch.zeros(16, device=device), A2, b2)
+    xa = torch.randn(sym["num_nodes"] + 1, 16, device=device, requires_grad=True)
+    u = egnn_edge(pos, xa, xs, sym["src"], sym["dst"], sym["csr"], params, spec)
+    torch.autograd.grad(u.sum(), xa)
 
     assert set(launched_keys) == _autotuned_kernels()
     for name, (values, missing) in launched_keys.items():

@@ -122,7 +122,7 @@ def test_switches_reach_the_simulation_at_the_next_chunk(fake_run, gpu_like):
     assert [e.label for e in events] == [
         "baseline",
         "fused_radial_basis+fused_message_passing+csr_aggregation+fused_update"
-        "+fused_pair_search+fused_integrator+mlp_bf16",
+        "+fused_pair_search+fused_integrator+pair_filter+mlp_bf16",
         "baseline",
     ]
     assert events[1].step > 0 and events[2].step > events[1].step

@@ -37,10 +37,10 @@ def test_the_walk_adds_one_technique_per_stage():
     labels = [change_label(a, b) for a, b in zip(stages, stages[1:], strict=False)]
     assert labels == [
         "+fused_radial_basis", "+fused_message_passing", "+csr_aggregation", "+fused_update",
-        "+fused_pair_search", "+fused_integrator", "fp32→fp16", "+cuda_graph",
+        "+fused_pair_search", "+fused_integrator", "+pair_filter", "fp32→fp16", "+cuda_graph",
         "+tabulated_filter",
     ]
-    assert stages[6] == KernelOptions.parse("all")  # the ablation's cumulative order
+    assert stages[7] == KernelOptions.parse("all")  # the ablation's cumulative order
     assert stages[-1].cuda_graph and stages[-1].tabulated_filter
     assert stages[-1].mlp_precision == "fp16"
     assert walk_note(0) == "" and "CSR" in walk_note(3)
