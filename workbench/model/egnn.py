@@ -50,7 +50,8 @@ gradients for positions and features only (forces); training uses the reference 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -62,6 +63,7 @@ from workbench.model.fused_schnet import (
     warn_fallback_once,
     weights_key,
 )
+from workbench.model.network_config import NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.model.schnet import ACTIVATIONS, MLP
 from workbench.neighbors import Graph
@@ -73,7 +75,7 @@ NO_EGNN_KERNELS = ("fused_radial_basis", "csr_aggregation", "fused_update", "tab
 
 
 @dataclass
-class EGNNConfig:
+class EGNNConfig(NetworkConfig):
     """Hyper-parameters of :class:`CGEGNN`.
 
     Attributes
@@ -102,6 +104,8 @@ class EGNNConfig:
         One of ``ACTIVATIONS`` of `workbench.model.schnet` (``"silu"`` as in EGNN).
     """
 
+    label: ClassVar[str] = "EGNN"
+
     embedding_size: int = 25
     hidden: int = 64
     edge_width: int = 64
@@ -113,17 +117,6 @@ class EGNNConfig:
     output_widths: list[int] = field(default_factory=lambda: [64])
     activation: str = "silu"
 
-    def to_dict(self) -> dict:
-        """Plain-JSON form."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> EGNNConfig:
-        """Inverse of :meth:`to_dict`; unknown keys are an error."""
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown EGNN config keys: {sorted(unknown)}")
-        return cls(**data)
 
 
 class EGNNLayer(nn.Module):

@@ -38,12 +38,14 @@ for PaiNN yet.
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from workbench.model.basis import ExpNormalBasis, GaussianBasis, make_cutoff
+from workbench.model.network_config import NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.model.schnet import ACTIVATIONS, MLP
 from workbench.neighbors import Graph
@@ -56,7 +58,7 @@ FALLBACK_MESSAGE = "no fused kernels for PaiNN yet; reference path"
 
 
 @dataclass
-class PaiNNConfig:
+class PaiNNConfig(NetworkConfig):
     """Hyper-parameters of :class:`CGPaiNN`.
 
     Attributes
@@ -88,6 +90,8 @@ class PaiNNConfig:
         Added under the square root of the vector norms of the mixing blocks.
     """
 
+    label: ClassVar[str] = "PaiNN"
+
     embedding_size: int = 25
     hidden: int = 128
     blocks: int = 3
@@ -101,17 +105,6 @@ class PaiNNConfig:
     activation: str = "tanh"
     epsilon: float = 1e-8
 
-    def to_dict(self) -> dict:
-        """Plain-JSON form."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> PaiNNConfig:
-        """Inverse of :meth:`to_dict`; unknown keys are an error."""
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown PaiNN config keys: {sorted(unknown)}")
-        return cls(**data)
 
 
 class PaiNNInteraction(nn.Module):

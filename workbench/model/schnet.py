@@ -23,7 +23,8 @@ is again a ``scatter_add_``; on an H200 the pair is 10 % faster per step than
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -34,6 +35,7 @@ from workbench.model.fused_schnet import (
     fused_path_problem,
     warn_fallback_once,
 )
+from workbench.model.network_config import NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.model.pytorch_tables import table_node_energies
 from workbench.neighbors import Graph
@@ -42,7 +44,7 @@ ACTIVATIONS = {"tanh": nn.Tanh, "silu": nn.SiLU, "softplus": nn.Softplus, "gelu"
 
 
 @dataclass
-class SchNetConfig:
+class SchNetConfig(NetworkConfig):
     """Hyper-parameters of :class:`CGSchNet`.
 
     Attributes
@@ -73,6 +75,8 @@ class SchNetConfig:
         Whether the second filter Linear has a bias (some SchNet variants do).
     """
 
+    label: ClassVar[str] = "SchNet"
+
     embedding_size: int = 25
     hidden: int = 128
     filters: int = 128
@@ -87,17 +91,6 @@ class SchNetConfig:
     activation: str = "tanh"
     filter_bias: bool = False
 
-    def to_dict(self) -> dict:
-        """Plain-JSON form."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> SchNetConfig:
-        """Inverse of :meth:`to_dict`; unknown keys are an error."""
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown SchNet config keys: {sorted(unknown)}")
-        return cls(**data)
 
 
 class MLP(nn.Module):

@@ -1,0 +1,27 @@
+"""The plain-JSON form shared by the network configs (`SchNetConfig`, `PaiNNConfig`, ...)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import ClassVar
+
+
+class NetworkConfig:
+    """Mixin of a network's config dataclass: ``to_dict`` and its strict inverse.
+
+    Subclasses are dataclasses and set ``label``, the network's name in error messages.
+    """
+
+    label: ClassVar[str] = "network"
+
+    def to_dict(self) -> dict:
+        """Plain-JSON form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict):
+        """Inverse of :meth:`to_dict`; unknown keys are an error."""
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown {cls.label} config keys: {sorted(unknown)}")
+        return cls(**data)
