@@ -96,7 +96,10 @@ def test_cli_trains_the_architecture_given_with_its_sizes(data, tmp_path, capsys
     common = ["--data", str(data_file), "--epochs", "1", "--batch-size", "16",
               "--device", "cpu", "--quiet"]
     # the size flags set the keys of the same name over the recipe's mapping
+    # selection and validation runs in MD take the network as it is
     assert main(["train", "--config", str(recipe), "--num-rbf", "6", "--cutoff", "5",
+                 "--select-every", "1", "--select-steps", "20", "--select-replicas", "2",
+                 "--validate-steps", "20", "--validate-replicas", "2",
                  "--out", str(tmp_path / "egnn"), *common]) == 0
     model = load_potential(tmp_path / "egnn" / "cln025.pt")
     assert model.architecture == "egnn"
@@ -104,6 +107,8 @@ def test_cli_trains_the_architecture_given_with_its_sizes(data, tmp_path, capsys
                                               cutoff=5.0, output_widths=[8])
     card = json.loads((tmp_path / "egnn" / "cln025.json").read_text())
     assert card["architecture"] == "egnn" and card["egnn"]["layers"] == 1
+    assert card["training"]["selection_in_md"]["scores"][0]["epoch"] == 1
+    assert card["validation"]["force_rmse"] > 0
     assert "egnn" in capsys.readouterr().out
     # a size the architecture lacks, or an unknown key of the mapping, is refused by name
     for extra, message in (
