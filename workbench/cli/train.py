@@ -108,12 +108,12 @@ def add_parser(subparsers) -> None:
     train.add_argument(
         "--refine-priors", action=argparse.BooleanOptionalAction, default=False,
         help="after Boltzmann inversion, refit the bond, angle and dihedral priors to the "
-        "teacher's forces by linear least squares, so that SchNet is left the contacts "
+        "teacher's forces by linear least squares, so that the network is left the contacts "
         "(new priors only)",
     )
     train.add_argument(
         "--embedding", default=None, choices=["type", "bead"],
-        help="SchNet embedding: one vector per bead type (default, the CGSchNet convention) "
+        help="network embedding: one vector per bead type (default, the CGSchNet convention) "
         "or one per bead of the chain (pair-specific interactions, as a structure-based "
         "teacher has; the model holds for this sequence only); with --start-from the "
         "model's own is kept",
