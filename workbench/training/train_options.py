@@ -112,10 +112,18 @@ class TrainOptions:
     def network_config(self) -> Any:
         """The config of the network to train (``SchNetConfig``, ``PaiNNConfig``, ...): its
         defaults, then ``network``'s keys, then the size options given."""
-        given = yaml.safe_load(self.network) if self.network else {}
         sizes = {name: getattr(self, name) for name in SIZE_OPTIONS
                  if getattr(self, name) is not None}
-        return config_from_dict(self.architecture, {**given, **sizes})
+        return config_from_dict(self.architecture, {**self._network_mapping(), **sizes})
+
+    def _network_mapping(self) -> dict | None:
+        """``network`` read as YAML (JSON is YAML), ``{}`` without it; None where it is not
+        a mapping."""
+        try:
+            given = yaml.safe_load(self.network) if self.network else {}
+        except yaml.YAMLError:
+            return None
+        return given if isinstance(given, dict) else None
 
     @property
     def cold_temperatures(self) -> tuple[float, ...] | None:
@@ -201,11 +209,8 @@ class TrainOptions:
             if getattr(self, size) is not None and size not in keys:
                 raise SettingsError(size, f"is not a size of {name} (its config keys: "
                                     f"{', '.join(keys)}; give them with {{network}})")
-        try:
-            given = yaml.safe_load(self.network) if self.network else {}
-        except yaml.YAMLError:
-            given = None
-        if not isinstance(given, dict):
+        given = self._network_mapping()
+        if given is None:
             raise SettingsError("network", f"must be a mapping of {name}'s config keys "
                                 f"(YAML or JSON), got {self.network!r}")
         try:
