@@ -79,3 +79,11 @@ def test_every_shipped_recipe_parses_and_its_options_go_together():
         args = parse_arguments(["train", "--config", str(path), "--out", "o"])
         assert args.protein == path.stem and args.generate, path
         train_options(args)  # raises SettingsError where options contradict each other
+
+
+def test_a_mapping_in_a_recipe_is_the_option_written_as_json(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("arch: painn\nnetwork:\n  hidden: 64\n  output_widths: [32]\n")
+    args = parse_arguments(["train", "--config", str(recipe), "--generate", "--out", "o"])
+    assert args.arch == "painn" and args.network == '{"hidden": 64, "output_widths": [32]}'
+    assert train_options(args).network_config.output_widths == [32]

@@ -56,6 +56,15 @@ def test_a_section_carries_the_cards_figures_plot_and_defects(tmp_path):
     assert "](../docs/models/cln025-v1.long-run.png)" in page  # relative to the page
 
 
+def test_a_card_of_another_architecture_lists_its_config(tmp_path):
+    card = {key: value for key, value in CARD.items() if key != "schnet"}
+    card["architecture"] = "painn"
+    card["painn"] = {"hidden": 64, "blocks": 2, "cutoff": 8.0, "embedding": "type"}
+    page = model_section(card, Path("cln025-v1.pt"), tmp_path, tmp_path)
+    assert "| CGPaiNN config | hidden 64, blocks 2, cutoff 8 |" in page
+    assert "| embedding | type |" in page and "CGSchNet blocks" not in page
+
+
 def test_the_table_lists_each_protein_with_its_long_run():
     index = index_table({"cln025": (Path("cln025-v1.pt"), CARD)})
     assert "| [CLN025](#cln025) | `cln025-v1` | 0.471 | 5,000 | 0.961 | 0.692 / 0.730 |" in index

@@ -7,6 +7,8 @@ import pytest
 import torch
 from helpers import schnet_potential, system
 
+from workbench.model.architectures import build_network
+from workbench.model.potential import Potential
 from workbench.neighbors import NeighborList
 from workbench.teacher import teacher_potential
 from workbench.training import energy_scales
@@ -52,6 +54,22 @@ def test_scaling_multiplies_that_term_and_leaves_the_model_alone():
             factor = 0.7 if key == name else 1.0
             torch.testing.assert_close(after[key], factor * value, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(all_terms(model, pos)["schnet"], before["schnet"])
+
+
+@pytest.mark.parametrize(
+    ("arch", "config"),
+    [("painn", {"hidden": 8, "blocks": 1, "num_rbf": 6, "cutoff": 5.0}),
+     ("egnn", {"hidden": 8, "edge_width": 16, "layers": 1, "num_rbf": 6, "cutoff": 5.0})],
+)
+def test_the_network_term_of_any_architecture_is_scaled_by_its_name(arch, config):
+    sys = system("cln025")
+    torch.manual_seed(0)
+    model = Potential(sys.bead_types, build_network(arch, config))
+    pos = frames(sys)
+    assert scalable_terms(model) == [arch]
+    before = term_energies(model, pos, [arch])
+    torch.testing.assert_close(term_energies(scale_terms(model, {arch: 0.7}), pos, [arch]),
+                               0.7 * before, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,11 @@
-"""Training options that constrain one another refuse themselves, naming the field."""
+"""Training options that constrain one another refuse themselves, naming the field; the
+network's architecture and sizes."""
 
 import pytest
 
+from workbench.model.egnn import EGNNConfig
+from workbench.model.painn import PaiNNConfig
+from workbench.model.schnet import SchNetConfig
 from workbench.settings_error import SettingsError
 from workbench.training.train_options import TrainOptions
 
@@ -36,6 +40,36 @@ def test_defaults_and_lists():
     ],
 )
 def test_contradictions_name_the_field(changes, field, message):
+    with pytest.raises(SettingsError) as error:
+        TrainOptions(**changes)
+    assert error.value.field == field and message in error.value.message
+
+
+def test_the_network_config_of_each_architecture():
+    assert TrainOptions().network_config == SchNetConfig()  # the command's former defaults
+    options = TrainOptions(arch="painn", network="{hidden: 32, output_widths: [16]}",
+                           blocks=2, cutoff=8.0)
+    assert options.network_config == PaiNNConfig(hidden=32, output_widths=[16], blocks=2,
+                                                 cutoff=8.0)
+    # a size option overrides the same key of the mapping
+    assert TrainOptions(arch="egnn", network='{"hidden": 32}', hidden=16).network_config == (
+        EGNNConfig(hidden=16))
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"arch": "network"}, "arch", "must be one of egnn, painn, schnet"),
+        ({"arch": "egnn", "blocks": 2}, "blocks", "is not a size of egnn"),
+        ({"arch": "painn", "filters": 8}, "filters", "give them with {network}"),
+        ({"network": "[1, 2]"}, "network", "must be a mapping of schnet's config keys"),
+        ({"network": "{hidden: [}"}, "network", "must be a mapping"),
+        ({"arch": "egnn", "network": "{blocks: 2}"}, "network",
+         "unknown EGNN config keys: ['blocks'] (the egnn config keys: embedding_size"),
+    ],
+)
+def test_network_options_that_do_not_fit_the_architecture_name_the_field(changes, field,
+                                                                          message):
     with pytest.raises(SettingsError) as error:
         TrainOptions(**changes)
     assert error.value.field == field and message in error.value.message

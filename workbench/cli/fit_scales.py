@@ -27,8 +27,10 @@ def add_parser(subparsers) -> None:
         help="a long run of the model: its final structures start the first model sample "
         "(default: --teacher-start's); each later sample starts where the one before ended",
     )
-    scales.add_argument("--terms", default="schnet",
-                        help="comma list of the terms to scale: schnet and/or prior names")
+    scales.add_argument("--terms", default=None,
+                        help="comma list of the terms to scale: the network's, by its "
+                        "architecture (schnet, painn, egnn), and/or prior names (default: the "
+                        "network's)")
     scales.add_argument("--temperature", type=float, default=300.0)
     scales.add_argument("--replicas", type=int, default=None,
                         help="how many of the run's structures (default all)")
@@ -69,8 +71,11 @@ def execute(args) -> int:
                              f"{getattr(args, name)}")
     if not 0 <= args.discard < args.time:
         raise UsageError(f"--discard must lie in [0, --time), got {args.discard}")
-    names = [t.strip() for t in args.terms.split(",") if t.strip()]
     potential, system, teacher = model_and_teacher(args.model)
+    terms = args.terms or potential.architecture or ""
+    names = [t.strip() for t in terms.split(",") if t.strip()]
+    if not names:
+        raise UsageError("--terms: a prior-only model has no network term; name its priors")
     try:
         scale_terms(potential, dict.fromkeys(names, 1.0))  # refuses terms it cannot scale now
     except ValueError as error:

@@ -1,7 +1,8 @@
 """Recipe files: a command's options kept in YAML (``workbench train --config FILE``).
 
 A recipe's keys are the command's option names (``batch_size`` or ``batch-size``); its
-values are what the option takes (a list for a comma-list option, true for a switch).
+values are what the option takes (a list for a comma-list option, true for a switch, a
+mapping for an option that takes one, such as ``network``).
 The recipe becomes command-line arguments placed before the ones given, so that every
 option given on the command line overrides the file's.
 """
@@ -9,6 +10,7 @@ option given on the command line overrides the file's.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import yaml
@@ -67,6 +69,8 @@ def _tokens(action: argparse.Action, value, path) -> list[str]:
         return []
     if isinstance(value, list):
         return [flag, ",".join(str(item) for item in value)]
+    if isinstance(value, dict):  # JSON is YAML: the option reads it back as written
+        return [flag, json.dumps(value)]
     return [flag, str(value)]
 
 

@@ -1,4 +1,5 @@
-"""``workbench train``: CGSchNet + priors trained on a structure-based teacher.
+"""``workbench train``: a network (CGSchNet by default, ``--arch``) + priors trained on a
+structure-based teacher.
 
 Options come from the command line or from a recipe file (``--config``, see
 :mod:`workbench.cli.recipes`); the options that constrain one another are checked by
@@ -18,6 +19,7 @@ from workbench.cli.errors import UsageError
 from workbench.cli.output import folder_lock, refuse_existing, summary_table
 from workbench.cli.parser import command_parser, floats
 from workbench.md.reporters import ensure_writable_folder
+from workbench.model.architectures import ARCHITECTURES
 from workbench.settings_error import SettingsError
 from workbench.teacher import state_thresholds
 from workbench.training.train_options import TrainOptions
@@ -27,7 +29,8 @@ def add_parser(subparsers) -> None:
     """``workbench train`` and its options."""
     train = command_parser(
         subparsers, "train",
-        "train CGSchNet + priors on a structure-based teacher (force matching)",
+        "train a network (CGSchNet, CGPaiNN, CGEGNN) + priors on a structure-based teacher "
+        "(force matching)",
     )
     train.add_argument(
         "--config", default=None, metavar="RECIPE",
@@ -105,21 +108,34 @@ def add_parser(subparsers) -> None:
     train.add_argument(
         "--refine-priors", action=argparse.BooleanOptionalAction, default=False,
         help="after Boltzmann inversion, refit the bond, angle and dihedral priors to the "
-        "teacher's forces by linear least squares, so that SchNet is left the contacts "
+        "teacher's forces by linear least squares, so that the network is left the contacts "
         "(new priors only)",
     )
     train.add_argument(
         "--embedding", default=None, choices=["type", "bead"],
-        help="SchNet embedding: one vector per bead type (default, the CGSchNet convention) "
+        help="network embedding: one vector per bead type (default, the CGSchNet convention) "
         "or one per bead of the chain (pair-specific interactions, as a structure-based "
         "teacher has; the model holds for this sequence only); with --start-from the "
         "model's own is kept",
     )
-    train.add_argument("--hidden", type=int, default=128)
-    train.add_argument("--filters", type=int, default=128)
-    train.add_argument("--blocks", type=int, default=3)
-    train.add_argument("--num-rbf", type=int, default=50)
-    train.add_argument("--cutoff", type=float, default=10.0, help="Å")
+    train.add_argument(
+        "--arch", default=None, choices=sorted(ARCHITECTURES),
+        help="architecture of the network trained (default schnet; with --start-from the "
+        "model's own)",
+    )
+    train.add_argument(
+        "--network", default=None, metavar="MAPPING",
+        help="the network's sizes as a YAML/JSON mapping of its config keys, say "
+        "'{hidden: 64, blocks: 2}' (a mapping in a recipe); unset keys keep the "
+        "architecture's defaults; unknown keys are refused",
+    )
+    train.add_argument("--hidden", type=int, default=None,
+                       help="config key hidden (default 128 for schnet and painn, 64 for egnn)")
+    train.add_argument("--filters", type=int, default=None, help="config key filters (schnet)")
+    train.add_argument("--blocks", type=int, default=None,
+                       help="config key blocks (schnet, painn; egnn has layers)")
+    train.add_argument("--num-rbf", type=int, default=None, help="config key num_rbf")
+    train.add_argument("--cutoff", type=float, default=None, help="config key cutoff, Å")
     train.add_argument("--epochs", type=int, default=100)
     train.add_argument("--batch-size", type=int, default=32)
     train.add_argument("--lr", type=float, default=1e-3)
@@ -361,7 +377,6 @@ def train(args, locks: contextlib.ExitStack) -> int:
     """``workbench train``; ``locks`` keeps the output folder's lock to the end."""
     from workbench.md.simulation import checkpoint_positions, pooled_checkpoint_positions
     from workbench.model.io import load_potential
-    from workbench.model.schnet import SchNetConfig
     from workbench.runner import resolve_device
     from workbench.system import build_system
     from workbench.teacher import calibrate_epsilon, teacher_potential
@@ -537,10 +552,8 @@ def train(args, locks: contextlib.ExitStack) -> int:
         print(f"training ends {max(deadline - time.monotonic(), 0.0):.0f} s from now "
               f"(wall limit)")
     settings = TrainSettings(
-        schnet=SchNetConfig(
-            hidden=args.hidden, filters=args.filters, blocks=args.blocks,
-            num_rbf=args.num_rbf, cutoff=args.cutoff,
-        ),
+        # continued without --arch: the model's own network, whatever it is
+        network=None if options.arch is None and args.start_from else options.network_config,
         fit=FitSettings(
             epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.lr,
             patience=args.patience, seed=args.seed, device=str(device),
@@ -577,6 +590,7 @@ def train(args, locks: contextlib.ExitStack) -> int:
     _, card = train_potential(system, teacher, data, settings, out, sampler)
     training = card["training"]
     rows = [
+        ("network", card["architecture"]),
         ("teacher ε", f"{card['teacher']['epsilon']:g} kcal/mol"),
         ("frames", f"{card['data']['frames']} ({card['data']['frames_sampled_by_a_model']} "
                    "from --sampler, --compact, --cold or --noise)"),

@@ -85,6 +85,23 @@ def architecture_of(network: nn.Module) -> str:
     )
 
 
+def architecture_of_config(config: Any) -> str:
+    """Registered name of the architecture whose config class ``config`` is an instance of.
+
+    Raises
+    ------
+    TypeError
+        A config of no registered architecture.
+    """
+    for name, entry in ARCHITECTURES.items():
+        if type(config) is entry.config_class():
+            return name
+    raise TypeError(
+        f"{type(config).__name__} is the config of no registered network architecture "
+        f"({', '.join(sorted(ARCHITECTURES))})"
+    )
+
+
 def config_from_dict(name: str, data: dict) -> Any:
     """The config of architecture ``name`` from its ``to_dict()`` form.
 

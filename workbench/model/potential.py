@@ -48,7 +48,7 @@ class Potential(nn.Module):
         its state-dict keys start with it; ``network`` returns it whatever it is.
     schnet : CGSchNet or None
         The network when it is a CGSchNet, else None: the SchNet-only machinery (fused
-        kernels, tables, training) reads this and leaves other networks alone.
+        kernels, tables) reads this and leaves other networks alone.
     """
 
     def __init__(

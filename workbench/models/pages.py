@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path
 
+from workbench.model.architectures import ARCHITECTURES
 from workbench.models import shipped_models
 
 GENERATED = (
@@ -74,7 +75,8 @@ def _table(rows: list[tuple[str, object]]) -> list[str]:
 
 def _recipe(card: dict) -> list[str]:
     """The page's "Data and recipe" section: what the model was trained on and how."""
-    data, priors, net, fit = card["data"], card["priors"], card["schnet"], card["training"]
+    architecture = card.get("architecture", "schnet")  # cards before it was recorded: SchNet
+    data, priors, net, fit = card["data"], card["priors"], card[architecture], card["training"]
     noise = data.get("noise") or {}
     entropy = fit.get("relative_entropy") or {}
     refinement = priors.get("refinement") or {}
@@ -95,8 +97,7 @@ def _recipe(card: dict) -> list[str]:
         ("refined prior residual force RMS, before / after (kcal/mol/Å)",
          refinement and [refinement["residual_force_rms_boltzmann"],
                          refinement["residual_force_rms_refined"]]),
-        ("CGSchNet blocks / hidden / filters / RBF / cutoff (Å)",
-         _setting([net["blocks"], net["hidden"], net["filters"], net["num_rbf"], net["cutoff"]])),
+        _network_row(architecture, net),
         ("embedding", net.get("embedding")),
         ("epochs run (best)", f"{fit['epochs_run']} ({fit['best_epoch']})"),
         ("continued from a model trained for (epochs)", continued.get("epochs_before")),
@@ -109,6 +110,17 @@ def _recipe(card: dict) -> list[str]:
         ("validation energy RMSE (kcal/mol per frame)", fit.get("val_energy_rmse")),
     ]
     return ["### Data and recipe", "", *_table(rows)]
+
+
+def _network_row(architecture: str, net: dict) -> tuple[str, str | None]:
+    """The recipe's row of the network's sizes (``net``: the card's config of it)."""
+    if architecture == "schnet":
+        return ("CGSchNet blocks / hidden / filters / RBF / cutoff (Å)",
+                _setting([net["blocks"], net["hidden"], net["filters"], net["num_rbf"],
+                          net["cutoff"]]))
+    sizes = {key: value for key, value in net.items() if key != "embedding"}
+    return (f"{ARCHITECTURES[architecture].network} config",
+            ", ".join(f"{key} {_setting(value)}" for key, value in sizes.items()))
 
 
 def _long_run(name: str, run: dict, page_dir: Path, root: Path) -> list[str]:

@@ -5,7 +5,8 @@ tight in its native basin or frays depends on free-energy differences, sums over
 frames, where a small bias in the fitted energy decides (one epoch moved a 1YRF model from
 folded fraction 0.9 to 0.05; docs/decisions/0009-force-error-does-not-select-models.md).
 This module fits a few numbers instead of all weights: each chosen term ``k`` of the
-potential (``"schnet"`` or a prior by name) gets its energy multiplied by
+potential (the network, by its architecture's name, ``"schnet"``, ``"painn"``,
+``"egnn"``, or a prior by name) gets its energy multiplied by
 ``s_k = exp(λ_k)``. The relative entropy ``S(λ) = D_KL(teacher ‖ model)`` then has
 gradient and Hessian
 
@@ -20,9 +21,9 @@ every chosen term equals the teacher's. Each iteration samples the model by Lang
 a Newton step with the covariance part of the Hessian, capped in length (the covariance
 is measured in one state and a step can cross into another).
 
-Only terms whose energy is linear in some of their parameters can be scaled: SchNet (its
-last output layer) and the priors that name ``energy_parameters``; a repulsion
-``(σ/r)⁶`` cannot.
+Only terms whose energy is linear in some of their parameters can be scaled: the network
+(its ``output_network``'s last layer; every registered architecture has one) and the
+priors that name ``energy_parameters``; a repulsion ``(σ/r)⁶`` cannot.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ from workbench.units import KB
 
 def scalable_terms(potential: Potential) -> list[str]:
     """Names of the terms whose energy :func:`scale_terms` can multiply, in order."""
-    names = ["schnet"] if potential.schnet is not None else []
+    network = potential.network
+    names = [potential.architecture] if hasattr(network, "output_network") else []
     names += [name for name, prior in potential.priors.items() if prior.energy_parameters]
     return names
 
@@ -67,7 +69,7 @@ def scale_terms(potential: Potential, scales: dict[str, float]) -> Potential:
     Returns
     -------
     Potential
-        SchNet's last output layer (weight and bias) or the prior's ``energy_parameters``
+        The network's last output layer (weight and bias) or the prior's ``energy_parameters``
         multiplied: the term's energy and forces are multiplied, nothing else changes.
     """
     allowed = scalable_terms(potential)
@@ -82,8 +84,8 @@ def scale_terms(potential: Potential, scales: dict[str, float]) -> Potential:
     scaled = copy.deepcopy(potential)
     with torch.no_grad():
         for name, factor in scales.items():
-            if name == "schnet":
-                last = scaled.schnet.output_network.layers[-1]
+            if name == scaled.architecture:
+                last = scaled.network.output_network.layers[-1]
                 tensors = [last.weight] + ([last.bias] if last.bias is not None else [])
             else:
                 prior = scaled.priors[name]
@@ -119,7 +121,7 @@ def term_energies(
     for start in range(0, positions.shape[0], batch):
         pos = positions[start : start + batch].to(device)
         graph = None
-        if potential.schnet is not None:
+        if potential.network is not None:
             graph = NeighborList(pos.shape[1], potential.cutoff, skin=0.0).update(pos)
         with torch.no_grad():
             terms = potential.energy_terms(pos, graph)

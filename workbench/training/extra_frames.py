@@ -110,7 +110,7 @@ def squeezed_teacher(
         )
     rg_native = float(radius_of_gyration(system.native_positions))
     priors = {**teacher.priors, "squeeze": GyrationSqueeze(fraction * rg_native, strength)}
-    return Potential(system.bead_types, teacher.schnet, priors)
+    return Potential(system.bead_types, teacher.network, priors)
 
 
 def compacted_frames(

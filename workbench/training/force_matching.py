@@ -1,4 +1,5 @@
-"""Force matching: CGSchNet trained on teacher forces minus prior forces.
+"""Force matching: a network (CGSchNet, CGPaiNN, CGEGNN, ...) trained on teacher forces minus
+prior forces.
 
 The PyTorch reference path is used throughout (the fused kernels return no weight
 gradients): forces are ``−∂E/∂x`` from ``torch.autograd.grad(..., create_graph=True)``
@@ -39,11 +40,11 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 from tqdm import tqdm
 
 from workbench.model.potential import Potential
 from workbench.model.priors import PriorTerm
-from workbench.model.schnet import CGSchNet
 from workbench.neighbors import NeighborList
 from workbench.training.relative_entropy import (
     EnsembleSet,
@@ -228,7 +229,7 @@ def model_energy_and_forces(
         Energies (B,) in kcal/mol and forces (B, n, 3) in kcal/mol/Å, float32.
     """
     graph = None
-    if potential.schnet is not None:
+    if potential.network is not None:
         graph = NeighborList(pos.shape[1], potential.cutoff, skin=0.0).update(pos)
     with torch.enable_grad():
         pos = pos.detach().requires_grad_(True)
@@ -357,7 +358,7 @@ def _validation(
 
 
 def train_force_matching(
-    schnet: CGSchNet,
+    network: nn.Module,
     bead_types: torch.Tensor,
     train: tuple[torch.Tensor, torch.Tensor],
     validation: tuple[torch.Tensor, torch.Tensor],
@@ -368,7 +369,7 @@ def train_force_matching(
     ensemble: tuple[list[EnsembleSet], list[EnsembleSet]] | None = None,
     online: OnlineEnsemble | None = None,
 ) -> FitResult:
-    """Fit ``schnet`` (in place) so that its forces match the targets.
+    """Fit ``network`` (in place) so that its forces match the targets.
 
     Adam with ReduceLROnPlateau on the validation loss and early stopping; the weights
     of the best validation epoch are restored at the end, or, with a ``selector`` and
@@ -376,8 +377,9 @@ def train_force_matching(
 
     Parameters
     ----------
-    schnet : CGSchNet
-        Trained in place.
+    network : nn.Module
+        Trained in place: a network of any registered architecture
+        (:data:`workbench.model.architectures.ARCHITECTURES`).
     bead_types : torch.Tensor, shape (n,), int64
     train, validation : tuple of torch.Tensor
         Positions (M, n, 3) and target forces (M, n, 3), float32 (teacher minus priors),
@@ -390,7 +392,7 @@ def train_force_matching(
     progress : bool
         Show a tqdm bar over epochs.
     selector : callable, optional
-        ``selector() -> float``: a score of ``schnet``'s current weights, lower is better
+        ``selector() -> float``: a score of ``network``'s current weights, lower is better
         (say, how far the model's folded fraction in a short MD run is from the teacher's).
     ensemble : tuple of two lists of EnsembleSet, optional
         Training and validation frames of the relative-entropy term (one set per
@@ -414,8 +416,8 @@ def train_force_matching(
     -------
     FitResult
     """
-    potential = Potential(bead_types, schnet).to(settings.device)
-    optimizer = torch.optim.Adam(schnet.parameters(), lr=settings.learning_rate)
+    potential = Potential(bead_types, network).to(settings.device)
+    optimizer = torch.optim.Adam(network.parameters(), lr=settings.learning_rate)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
         optimizer, factor=settings.lr_factor, patience=settings.lr_patience
     )
@@ -430,11 +432,11 @@ def train_force_matching(
     if ensemble is not None and settings.weight_average > 0:
         raise ValueError("weight averaging goes with walkers or no ensemble term: the sampler "
                          "frames' reweighting check restores raw weights")
-    average = WeightAverage(schnet, settings.weight_average) if settings.weight_average else None
+    average = WeightAverage(network, settings.weight_average) if settings.weight_average else None
     max_norm = settings.grad_clip or math.inf
     online_set: EnsembleSet | None = None
     step = 0
-    within = _state_copy(schnet) if ensemble is not None else None  # last check passed
+    within = _state_copy(network) if ensemble is not None else None  # last check passed
     best_loss, best_state = math.inf, None
     selecting = selector is not None and settings.select_every > 0
     best_score, selected_state = math.inf, None
@@ -451,7 +453,7 @@ def train_force_matching(
     try:
         for epoch in bar:
             start = time.perf_counter()
-            schnet.train()
+            network.train()
             total, seen = 0.0, 0
             fractions: list[float] = []
             norms: list[torch.Tensor] = []  # gradient norms before clipping (no sync)
@@ -465,7 +467,7 @@ def train_force_matching(
                         fractions.append(smallest_sample_fraction(
                             potential, [online_set], settings.batch_size, settings.device
                         ))
-                    online_set = online.refresh(schnet)
+                    online_set = online.refresh(network)
                 sets = ensemble[0] if ensemble is not None else (
                     [online_set] if online_set is not None else None)
                 with float32_matmul_precision(steps_precision):
@@ -485,10 +487,10 @@ def train_force_matching(
                         loss = loss + settings.ensemble_weight * change
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
-                    norms.append(torch.nn.utils.clip_grad_norm_(schnet.parameters(), max_norm))
+                    norms.append(torch.nn.utils.clip_grad_norm_(network.parameters(), max_norm))
                     optimizer.step()
                     if average is not None:
-                        average.update(schnet)
+                        average.update(network)
                 step += 1
                 total += float(loss.detach()) * target.numel()
                 seen += target.numel()
@@ -496,10 +498,10 @@ def train_force_matching(
                     if smallest_sample_fraction(
                         potential, ensemble[1], settings.batch_size, settings.device
                     ) < settings.min_sample_fraction:
-                        schnet.load_state_dict(within)
+                        network.load_state_dict(within)
                         result.stopped_by_reweighting = True
                         break
-                    within = _state_copy(schnet)
+                    within = _state_copy(network)
                 if _out_of_time(settings, began, reserve):
                     result.stopped_by_time = True  # this epoch ends early, and training too
                     break
@@ -507,8 +509,8 @@ def train_force_matching(
             if norm is not None:
                 result.clipped_steps += int((norm > max_norm).sum())
             # validation, selection and the kept weights see the average (if any)
-            with average.applied(schnet) if average is not None else nullcontext():
-                schnet.eval()
+            with average.applied(network) if average is not None else nullcontext():
+                network.eval()
                 val_loss, val_force_rmse, val_energy_rmse = _validation(
                     potential, validation, settings
                 )
@@ -545,7 +547,7 @@ def train_force_matching(
                     val_loss < best_loss - settings.min_improvement * abs(best_loss)
                 ):
                     best_loss, result.best_epoch = val_loss, epoch
-                    best_state = _state_copy(schnet)
+                    best_state = _state_copy(network)
                 elif epoch - result.best_epoch >= settings.patience:
                     result.stopped_early = True
                 last = (result.stopped_early or result.stopped_by_time
@@ -556,7 +558,7 @@ def train_force_matching(
                     reserve = max(reserve, time.perf_counter() - scoring)
                     result.selection.append({"epoch": epoch, "score": score})
                     if score < best_score:
-                        best_score, selected_state = score, (epoch, _state_copy(schnet))
+                        best_score, selected_state = score, (epoch, _state_copy(network))
                     if not last and _out_of_time(settings, began, reserve):
                         # another epoch would end with a selection run past the limit
                         result.stopped_by_time = last = True
@@ -572,7 +574,7 @@ def train_force_matching(
         result.best_epoch = len(result.history)
         best_state = None if average is None else average.shadow
     if best_state is not None:
-        schnet.load_state_dict(best_state)
+        network.load_state_dict(best_state)
     return result
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from workbench.files import atomic_write_text
-from workbench.model.schnet import SchNetConfig
+from workbench.model.architectures import ARCHITECTURES, architecture_of_config
 from workbench.training.data import data_temperatures, sampled_mask
 from workbench.training.force_matching import LOG_COLUMNS, FitResult
 
@@ -58,11 +58,13 @@ def _number(value):
         return float(value)
 
 
-def model_description(prior_settings: dict) -> str:
+def model_description(prior_settings: dict, architecture: str = "schnet") -> str:
     """The card's one-line ``model``: how the priors were made (``prior_settings`` is the
-    card's priors record) and how CGSchNet was trained."""
+    card's priors record) and which network was trained (``architecture``, a key of
+    :data:`~workbench.model.architectures.ARCHITECTURES`)."""
     refined = ", bonded terms refined by force matching" if "refinement" in prior_settings else ""
-    return f"CGSchNet + priors fitted by Boltzmann inversion{refined}, trained by force matching"
+    network = ARCHITECTURES[architecture].network
+    return f"{network} + priors fitted by Boltzmann inversion{refined}, trained by force matching"
 
 
 def kept_prior_settings(start_from: str | os.PathLike, terms: list[str]) -> dict:
@@ -112,7 +114,7 @@ def build_model_card(
     protein: str,
     teacher_metadata: dict,
     data: dict[str, torch.Tensor],
-    config: SchNetConfig,
+    config,
     fit: FitResult,
     prior_settings: dict,
     validation: dict | None = None,
@@ -126,7 +128,10 @@ def build_model_card(
         The teacher's ``metadata`` (holds ε).
     data : dict
         The training data set (``positions``, ``forces``, ``temperature``).
-    config : SchNetConfig
+    config : dataclass
+        The network's config, of any registered architecture (``SchNetConfig``,
+        ``PaiNNConfig``, ...): the card's ``architecture`` names it and its ``to_dict()``
+        goes under that name, as in the model file.
     fit : FitResult
     prior_settings : dict
         How the priors were fitted (temperature, grouping, ...).
@@ -139,9 +144,10 @@ def build_model_card(
         JSON-able.
     """
     history = fit.history
+    architecture = architecture_of_config(config)
     return {
         "protein": protein,
-        "model": model_description(prior_settings),
+        "model": model_description(prior_settings, architecture),
         "teacher": teacher_metadata,
         "data": {
             "frames": int(data["positions"].shape[0]),
@@ -150,7 +156,8 @@ def build_model_card(
             "temperatures_K": data_temperatures(data),
         },
         "priors": prior_settings,
-        "schnet": config.to_dict(),
+        "architecture": architecture,
+        architecture: config.to_dict(),
         "training": {
             "epochs_run": len(history),
             "best_epoch": fit.best_epoch,

@@ -1,9 +1,10 @@
 """The whole training run of ``workbench train``: data, priors, force matching, card.
 
 Teacher data are read from a file or generated in the same job; priors are fitted by
-Boltzmann inversion to the frames at ``prior_temperature``; CGSchNet is trained on the
-teacher forces minus the prior forces (and, with an energy weight, on the teacher's energies
-minus the priors', up to a constant); the potential (SchNet + priors) is saved with
+Boltzmann inversion to the frames at ``prior_temperature``; a network of any registered
+architecture (CGSchNet by default, CGPaiNN, CGEGNN: ``TrainSettings.network``) is trained on
+the teacher forces minus the prior forces (and, with an energy weight, on the teacher's
+energies minus the priors', up to a constant); the potential (network + priors) is saved with
 :func:`~workbench.model.io.save_potential` as ``<out>/<protein>.pt`` with the model card
 ``<out>/<protein>.json``, which holds the epoch log (``training.log``, continued from the
 model training started from). While it trains, the epochs of this call are written, one
@@ -14,15 +15,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from workbench.md.simulation import checkpoint_positions
+from workbench.model.architectures import architecture_of_config, build_network
 from workbench.model.geometry import torsions
 from workbench.model.io import load_potential, save_potential
 from workbench.model.potential import Potential
 from workbench.model.priors import FourierDihedrals
-from workbench.model.schnet import CGSchNet, SchNetConfig
+from workbench.model.schnet import SchNetConfig
 from workbench.model_fit import check_model_fits
 from workbench.system.cg_system import CGSystem
 from workbench.system.topology import MIN_SEPARATION
@@ -61,6 +64,13 @@ class TrainSettings:
     Attributes
     ----------
     schnet : SchNetConfig
+        Sizes of the CGSchNet trained when ``network`` is None.
+    network : dataclass or None
+        Config of the network to train, of any registered architecture
+        (:data:`~workbench.model.architectures.ARCHITECTURES`: ``SchNetConfig``,
+        ``PaiNNConfig``, ``EGNNConfig``); it is built untrained with ``build_network`` and
+        saved with its architecture. None: a CGSchNet of ``schnet``. With ``start_from`` the
+        model's own network is continued; a config of another architecture is refused.
     fit : FitSettings
     validation_fraction : float
     prior_temperature : float or None
@@ -80,10 +90,10 @@ class TrainSettings:
     prior_refinement : bool
         Refit the Boltzmann-inverted bonds, angles and dihedrals to the teacher's forces
         on all frames (:func:`~workbench.training.prior_refinement.refine_priors`), so that
-        SchNet is left the contacts and not the difference between those terms' free
+        the network is left the contacts and not the difference between those terms' free
         energies and the teacher's own terms. Refused with ``start_from``.
     embedding : {"type", "bead"} or None
-        What the SchNet embedding tells apart: the bead types of the mapping (``"type"``,
+        What the network's embedding tells apart: the bead types of the mapping (``"type"``,
         the CGSchNet convention: beads of the same amino acid and kind share a vector), or
         every bead of the chain (``"bead"``: as many vectors as beads, so the network can
         give each pair its own interaction, as a structure-based teacher does; the model
@@ -101,9 +111,9 @@ class TrainSettings:
     progress : bool
     start_from : str or None
         A model saved by an earlier run for the same protein: training continues from its
-        SchNet weights (and configuration) and keeps its priors instead of refitting them,
-        so the force targets are the same; its epoch log, when present beside it, is
-        continued. Lets a long training run be split over several jobs.
+        network's weights (and architecture and configuration) and keeps its priors instead
+        of refitting them, so the force targets are the same; its epoch log, when present
+        beside it, is continued. Lets a long training run be split over several jobs.
     select_steps, select_replicas, select_by : int, int, str
         With ``fit.select_every``: the kept weights are those whose run of this many steps
         and replicas (half from native, half from unfolded structures, at the first of
@@ -131,6 +141,7 @@ class TrainSettings:
     """
 
     schnet: SchNetConfig = field(default_factory=SchNetConfig)
+    network: Any = None
     fit: FitSettings = field(default_factory=FitSettings)
     validation_fraction: float = 0.1
     prior_temperature: float | None = None
@@ -164,7 +175,7 @@ def train_potential(
     out: str | Path,
     sampler: SamplerFrames | None = None,
 ) -> tuple[Potential, dict]:
-    """Fit priors and CGSchNet to teacher data and save the potential and its card.
+    """Fit priors and a network to teacher data and save the potential and its card.
 
     Parameters
     ----------
@@ -195,11 +206,14 @@ def train_potential(
     at_prior_t = ((temperature - prior_t).abs() < 1e-3) & ~sampled_mask(data)
     if not at_prior_t.any():
         raise ValueError(f"no teacher-sampled frames at the prior temperature {prior_t} K")
+    config = settings.schnet if settings.network is None else settings.network
+    architecture = architecture_of_config(config)
     start = _starting_model(settings.start_from, system, teacher, settings.prior_repulsion,
                             settings.prior_repulsion_separation,
                             settings.prior_dihedral_degree,
                             settings.prior_repulsion_grouping,
-                            settings.prior_refinement)
+                            settings.prior_refinement,
+                            None if settings.network is None else architecture)
     types = _embedding_types(system, start, settings.embedding)
     if start is None:
         repulsion = settings.prior_repulsion or "power"
@@ -269,14 +283,15 @@ def train_potential(
         state = torch.random.get_rng_state()
         torch.manual_seed(settings.fit.seed)
         try:
-            schnet = CGSchNet(
-                replace(settings.schnet, embedding_size=int(types.max()) + 1)
-                if settings.embedding == "bead" else settings.schnet
+            network = build_network(
+                architecture,
+                replace(config, embedding_size=int(types.max()) + 1)
+                if settings.embedding == "bead" else config,
             )
         finally:
             torch.random.set_rng_state(state)
     else:
-        schnet = start.schnet
+        network, architecture = start.network, start.architecture
     earlier_log = read_epoch_log(settings.start_from) if start else []
     selector, selection = None, None
     if settings.fit.select_every > 0 and settings.select_steps > 0:
@@ -292,12 +307,12 @@ def train_potential(
         if settings.select_start is not None:
             others = checkpoint_positions(settings.select_start, system)
         selector, selection["teacher_folded"] = selection_score(
-            system, teacher, schnet.to(device), priors, selection["temperature_K"],
+            system, teacher, network.to(device), priors, selection["temperature_K"],
             settings.select_replicas, settings.select_steps, device, settings.fit.seed, types,
             settings.select_by, others,
         )
     fit = train_force_matching(
-        schnet,
+        network,
         types,
         tuple(t[train] for t in targets),
         tuple(t[val] for t in targets),
@@ -308,11 +323,12 @@ def train_potential(
         ensemble=ensemble,
         online=online,
     )
-    potential = Potential(types, schnet, priors).cpu()
+    potential = Potential(types, network, priors).cpu()
     potential.metadata = {
         "trained": True,
-        "description": f"CGSchNet + priors trained by force matching on the structure-based "
-        f"teacher of {system.name} (epsilon {teacher.metadata.get('epsilon')} kcal/mol)",
+        "description": f"{type(network).__name__} + priors trained by force matching on the "
+        f"structure-based teacher of {system.name} (epsilon {teacher.metadata.get('epsilon')} "
+        "kcal/mol)",
         "protein": system.name,
         "mapping": system.mapping,
         "sequence": list(system.residue_names),
@@ -321,10 +337,10 @@ def train_potential(
 
     def card_with(validation):
         card = build_model_card(
-            system.name, teacher.metadata, data, schnet.config, fit, prior_settings, validation
+            system.name, teacher.metadata, data, network.config, fit, prior_settings, validation
         )
         card["data"].update(settings.data_origin)
-        card["schnet"]["embedding"] = "bead" if _per_bead(system, types) else "type"
+        card[architecture]["embedding"] = "bead" if _per_bead(system, types) else "type"
         card["training"]["energy_weight"] = settings.fit.energy_weight
         card["training"]["tf32"] = settings.fit.tf32
         card["training"]["tf32_force_error"] = fit.tf32_force_error
@@ -440,19 +456,25 @@ def _starting_model(
     dihedral_degree: int | None = None,
     repulsion_grouping: str | None = None,
     refinement: bool = False,
+    architecture: str | None = None,
 ) -> Potential | None:
     """The model a run continues from, checked against the system, the teacher (the force
-    targets must not change under it) and, when given, the repulsion form; None for none.
-    Its priors are kept, so a repulsion separation or grouping, a dihedral degree or a
-    refinement given with it is refused."""
+    targets must not change under it) and, when given, the repulsion form and the network's
+    architecture; None for none. Its priors are kept, so a repulsion separation or grouping,
+    a dihedral degree or a refinement given with it is refused."""
     if path is None:
         return None
     start = load_potential(path)
     protein = start.metadata.get("protein")
-    if start.schnet is None or protein != system.name:
+    if start.network is None or protein != system.name:
         raise ValueError(
             f"{path} cannot be continued for {system.name}: it is "
-            + ("a prior-only potential" if start.schnet is None else f"a model of {protein}")
+            + ("a prior-only potential" if start.network is None else f"a model of {protein}")
+        )
+    if architecture is not None and architecture != start.architecture:
+        raise ValueError(
+            f"{path} holds a {start.architecture} network, which is continued as it is: leave "
+            f"out the architecture or give {start.architecture!r}, not {architecture!r}"
         )
     check_model_fits(start, system, str(path))
     refits = [name for name, value in (("repulsion separation", repulsion_separation),

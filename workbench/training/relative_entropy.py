@@ -15,7 +15,7 @@ so the term is zero at ``θ = θ0`` and its gradient, ``β (⟨∂U/∂θ⟩_tea
 ⟨∂U/∂θ⟩_θ)``, lowers the energy where the teacher goes more often than the model and
 raises it where the model goes more often. The reweighting holds while ``θ`` stays near
 ``θ0``: its effective sample fraction (Kish) is reported, and training stops when it falls
-below a threshold (the next round samples the new model). Only the SchNet part of ``U``
+below a threshold (the next round samples the new model). Only the network's part of ``U``
 depends on ``θ``: the priors are fixed, and enter through ``offset = U_prior − U_θ0``.
 
 *Online walkers* (:class:`OnlineEnsemble`): the term with frames of the model being
@@ -47,10 +47,10 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import torch
+from torch import nn
 
 from workbench.model.potential import Potential
 from workbench.model.priors import PriorTerm
-from workbench.model.schnet import CGSchNet
 from workbench.neighbors import NeighborList
 from workbench.system.cg_system import CGSystem
 from workbench.teacher import langevin_simulation, state_thresholds
@@ -148,8 +148,9 @@ def ensemble_sets(
 
 
 def schnet_energies(potential: Potential, pos: torch.Tensor) -> torch.Tensor:
-    """Energies ``(B,)`` (kcal/mol, float32) of ``potential`` at ``pos`` (B, n, 3) on the
-    reference path, differentiable with respect to its weights."""
+    """Energies ``(B,)`` (kcal/mol, float32) of ``potential`` (its network of any
+    architecture, and priors if any) at ``pos`` (B, n, 3) on the reference path,
+    differentiable with respect to its weights."""
     graph = NeighborList(pos.shape[1], potential.cutoff, skin=0.0).update(pos.detach())
     return potential.energy(pos, graph)
 
@@ -166,7 +167,7 @@ def relative_entropy_change(
     Parameters
     ----------
     potential : Potential
-        The SchNet part being trained (no priors: they are in the offsets).
+        The network being trained (no priors: they are in the offsets).
     frames : EnsembleSet
     device : str or torch.device
     reweight : bool
@@ -357,7 +358,7 @@ class OnlineEnsemble:
     ----------
     system : CGSystem
     bead_types : torch.Tensor, shape (n,), int64
-        Embedding types of the SchNet being trained.
+        Embedding types of the network being trained.
     priors : dict of PriorTerm
         The model's (fixed) priors: the walkers run the full potential.
     teacher_frames : torch.Tensor, shape (A, n, 3), float32
@@ -411,37 +412,37 @@ class OnlineEnsemble:
                 )
             given = round(self.settings.walkers * self.settings.start_fraction)
             self.positions[:given] = self.starts[torch.arange(given) % len(self.starts)].float()
-        self._schnet: CGSchNet | None = None
+        self._network: nn.Module | None = None
 
     def _teacher_sample(self, count: int) -> torch.Tensor:
         """``count`` teacher frames drawn at random (with replacement), (count, n, 3)."""
         index = torch.randint(self.teacher_frames.shape[0], (count,), generator=self._generator)
         return self.teacher_frames[index]
 
-    def refresh(self, schnet: CGSchNet) -> EnsembleSet:
-        """Run the walkers with a copy of ``schnet``'s current weights and return their
+    def refresh(self, network: nn.Module) -> EnsembleSet:
+        """Run the walkers with a copy of ``network``'s current weights and return their
         frames with as many teacher frames (the first run after ``settings.burn_in`` steps).
 
         Parameters
         ----------
-        schnet : CGSchNet
-            The network being trained (only read).
+        network : nn.Module
+            The network being trained, of any registered architecture (only read).
 
         Returns
         -------
         EnsembleSet
             ``model``: the walkers' kept frames (frames of walkers frozen in this run left
-            out); ``teacher``: random teacher frames, as many; offsets ``−U_θ0`` (SchNet
+            out); ``teacher``: random teacher frames, as many; offsets ``−U_θ0`` (network
             energy of the copy, kcal/mol), so that ``ΔU = U_θ − U_θ0``.
         """
         began = time.perf_counter()
-        if self._schnet is None:
-            self._schnet = copy.deepcopy(schnet).requires_grad_(False)
+        if self._network is None:
+            self._network = copy.deepcopy(network).requires_grad_(False)
         else:
-            self._schnet.load_state_dict(schnet.state_dict())
-        self._schnet.eval()
+            self._network.load_state_dict(network.state_dict())
+        self._network.eval()
         settings = self.settings
-        full = Potential(self.bead_types, self._schnet, self.priors)
+        full = Potential(self.bead_types, self._network, self.priors)
         sim = langevin_simulation(
             self.system, full, settings.temperature, self.positions, self.device,
             self.seed + len(self.history),
@@ -465,7 +466,7 @@ class OnlineEnsemble:
                 "run: the model being trained has blown up"
             )
         teacher = self._teacher_sample(model.shape[0])
-        sampler = Potential(self.bead_types, self._schnet).to(self.device)
+        sampler = Potential(self.bead_types, self._network).to(self.device)
         with torch.no_grad():
             offsets = [-batched_energies(sampler, x, settings.walkers, self.device).cpu()
                        for x in (teacher, model)]

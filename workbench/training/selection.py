@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
 from workbench.model.potential import Potential
 from workbench.model.priors import PriorTerm
-from workbench.model.schnet import CGSchNet
 from workbench.system.cg_system import CGSystem
 from workbench.teacher import mixed_starts, second_half_q, state_thresholds
 from workbench.training.validate import (
@@ -37,7 +37,7 @@ SELECTION_CRITERIA = ("folded", "ensemble")
 def selection_score(
     system: CGSystem,
     teacher: Potential,
-    schnet: CGSchNet,
+    network: nn.Module,
     priors: dict[str, PriorTerm],
     temperature: float,
     replicas: int,
@@ -48,7 +48,7 @@ def selection_score(
     criterion: str = "folded",
     other_starts: torch.Tensor | None = None,
 ) -> tuple[Callable[[], float], float]:
-    """A score of ``schnet`` + ``priors`` by a short run against the teacher's (0: the same).
+    """A score of ``network`` + ``priors`` by a short run against the teacher's (0: the same).
 
     Half of the replicas start from the native structure and half from unfolded ones (the
     chain without contact wells, run for ``steps`` steps once), so a run tells whether the
@@ -62,8 +62,9 @@ def selection_score(
     ----------
     system : CGSystem
     teacher : Potential
-    schnet : CGSchNet
-        The network being trained; scored with its weights at the time of each call.
+    network : nn.Module
+        The network being trained (any registered architecture); scored with its weights
+        at the time of each call.
     priors : dict of str to PriorTerm
         The model's prior terms.
     temperature : float
@@ -110,7 +111,7 @@ def selection_score(
     types = system.bead_types if bead_types is None else bead_types
 
     def score() -> float:
-        model = Potential(types, schnet, priors).to(device)
+        model = Potential(types, network, priors).to(device)
         q = second_half_q(system, model, temperature, starts, steps, device, seed)
         gap = abs(folded_fraction(q, folded_q) - target_folded)
         if criterion == "folded":

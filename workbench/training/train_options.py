@@ -8,9 +8,16 @@ other field as ``{name}``, for each front end to show by its own name.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
+import yaml
+
+from workbench.model.architectures import ARCHITECTURES, RESERVED_NAMES, config_from_dict
 from workbench.settings_error import SettingsError
+
+#: Size options that set the network config's field of the same name (where it has one).
+SIZE_OPTIONS = ("hidden", "filters", "blocks", "num_rbf", "cutoff")
 
 
 def _values(text: str | None) -> tuple[float, ...] | None:
@@ -53,6 +60,16 @@ class TrainOptions:
         the native radius of gyration to squeeze teacher frames to, noise scales (Å).
     noise_fraction : float
         Share of the teacher's frames copied at each noise scale.
+    arch : str or None
+        Architecture of the network trained, a key of
+        :data:`~workbench.model.architectures.ARCHITECTURES` (None: ``"schnet"``, or the
+        continued model's own).
+    network : str or None
+        YAML or JSON mapping of config keys of that architecture (``{hidden: 64, blocks:
+        2}``), on its config's defaults; checked by its ``Config.from_dict``.
+    hidden, filters, blocks, num_rbf, cutoff : int, int, int, int, float or None
+        Sizes that set the config field of the same name (over ``network``'s); one the
+        architecture's config lacks is refused.
     """
 
     data: str | None = None
@@ -73,11 +90,40 @@ class TrainOptions:
     compact: str | None = None
     noise: str | None = None
     noise_fraction: float = 0.1
+    arch: str | None = None
+    network: str | None = None
+    hidden: int | None = None
+    filters: int | None = None
+    blocks: int | None = None
+    num_rbf: int | None = None
+    cutoff: float | None = None
 
     def __post_init__(self):
         for check in (self._check_sources, self._check_ensemble_term, self._check_fit,
-                      self._check_extra_frames):
+                      self._check_extra_frames, self._check_network):
             check()
+
+    @property
+    def architecture(self) -> str:
+        """``arch``, ``"schnet"`` where none is given."""
+        return self.arch or "schnet"
+
+    @property
+    def network_config(self) -> Any:
+        """The config of the network to train (``SchNetConfig``, ``PaiNNConfig``, ...): its
+        defaults, then ``network``'s keys, then the size options given."""
+        sizes = {name: getattr(self, name) for name in SIZE_OPTIONS
+                 if getattr(self, name) is not None}
+        return config_from_dict(self.architecture, {**self._network_mapping(), **sizes})
+
+    def _network_mapping(self) -> dict | None:
+        """``network`` read as YAML (JSON is YAML), ``{}`` without it; None where it is not
+        a mapping."""
+        try:
+            given = yaml.safe_load(self.network) if self.network else {}
+        except yaml.YAMLError:
+            return None
+        return given if isinstance(given, dict) else None
 
     @property
     def cold_temperatures(self) -> tuple[float, ...] | None:
@@ -152,3 +198,23 @@ class TrainOptions:
             raise SettingsError("noise", f"scales must be positive Å, got {self.noise}")
         if not 0.0 < self.noise_fraction <= 1.0:
             raise SettingsError("noise_fraction", f"must lie in (0, 1], got {self.noise_fraction}")
+
+    def _check_network(self) -> None:
+        name = self.architecture
+        if name in RESERVED_NAMES or name not in ARCHITECTURES:
+            raise SettingsError("arch", f"must be one of {', '.join(sorted(ARCHITECTURES))}, "
+                                f"got {name!r}")
+        keys = [f.name for f in fields(ARCHITECTURES[name].config_class())]
+        for size in SIZE_OPTIONS:
+            if getattr(self, size) is not None and size not in keys:
+                raise SettingsError(size, f"is not a size of {name} (its config keys: "
+                                    f"{', '.join(keys)}; give them with {{network}})")
+        given = self._network_mapping()
+        if given is None:
+            raise SettingsError("network", f"must be a mapping of {name}'s config keys "
+                                f"(YAML or JSON), got {self.network!r}")
+        try:
+            config_from_dict(name, given)
+        except ValueError as error:
+            raise SettingsError("network", f": {error} (the {name} config keys: "
+                                f"{', '.join(keys)})") from None

@@ -400,7 +400,7 @@ def compare_end_structures(
         ``teacher_spread`` (std of the same difference over the teacher run's),
         ``force_rmse_model_run`` and ``force_rmse_teacher_run`` (kcal/mol/Å, model forces
         against the teacher's), ``terms_model_run`` / ``terms_teacher_run``: the mean
-        energy of each of the model's terms (SchNet and every prior) at each set, and
+        energy of each of the model's terms (its network and every prior) at each set, and
         ``teacher_terms_model_run`` / ``teacher_terms_teacher_run``: the same for the
         teacher's terms (which of them a basin of the model's own strains: loose native
         contacts, twisted dihedrals, overlaps); ``flipped_dihedrals_model_run`` /
@@ -415,7 +415,7 @@ def compare_end_structures(
         difference[name] = energy - teacher_energy
         numbers[f"force_rmse_{name}"] = float((forces - teacher_forces).square().mean().sqrt())
         graph = None
-        if model.schnet is not None:
+        if model.network is not None:
             graph = NeighborList(pos.shape[1], model.cutoff, skin=0.0).update(pos)
         with torch.no_grad():
             terms = model.energy_terms(pos, graph)
