@@ -17,7 +17,7 @@ of a pair. So each step, per block:
    * xs[src_e], W'[row_e]>``, one destination-layout walk each, no atomics.
 
 Against the per-edge recomputation of `kernels.cfconv`: half the filter evaluations, tiles
-of 64-128 rows instead of one node's 16-32 edges (tensor cores busy, the weights' fragments
+of 32-128 pairs instead of one node's 16-32 edges (tensor cores busier, the weights' fragments
 reused across the tile), and a backward without any GEMM; for the price of writing the
 pair rows once (``2 F`` values per pair and block) and reading them per edge. Nothing of
 size E x F is written (the rows are per pair, ``E/2 x F``; in 16-bit half of that again).
