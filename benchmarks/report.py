@@ -3,8 +3,9 @@
 One file per machine (``h100.json``, ``h200.json``, ``cpu.json``) holds its runs in the
 order they were added: ``{"runs": [{"name", "environment", "command", "records"}, ...]}``,
 each run the ``bench.json`` that ``workbench bench --out FOLDER`` writes, with a name that
-says what it measured. A new measurement replaces an old one: for every GPU,
-configuration, model, protein and replica count the latest record is kept (by the run's
+says what it measured. A new measurement replaces an old one: for every GPU, network
+architecture (a record without one is SchNet), configuration, model, protein and replica
+count the latest record is kept (by the run's
 ``environment.date``; on the same date the run added later, and within a run the later
 record). Run from the repository root::
 
@@ -103,6 +104,7 @@ def load_records(folder: str | Path) -> list[dict]:
             env = payload["environment"]
             for order, record in enumerate(payload["records"]):
                 records.append({**record, "model": record.get("model", "demo"),
+                                "architecture": record.get("architecture", "schnet"),
                                 "gpu": gpu_name(env.get("gpu")), "date": env["date"],
                                 "command": payload["command"],
                                 "name": payload.get("name", path.stem), "source": path.name,
@@ -115,17 +117,18 @@ def _rank(record: dict) -> tuple:
 
 
 def latest(records: list[dict]) -> list[dict]:
-    """The newest record per GPU, configuration, model, protein and replica count."""
+    """The newest record per GPU, architecture, configuration, model, protein and replica
+    count."""
     kept: dict[tuple, dict] = {}
     for record in records:
-        key = (record["gpu"], record["label"], record["model"], record["protein"],
-               record["replicas"])
+        key = (record["gpu"], record["architecture"], record["label"], record["model"],
+               record["protein"], record["replicas"])
         if key not in kept or _rank(record) >= _rank(kept[key]):
             kept[key] = record
     size = {protein: i for i, protein in enumerate(PROTEINS)}
     return sorted(kept.values(), key=lambda r: (r["gpu"], size.get(r["protein"], 99),
                                                 r["protein"], r["replicas"], r["model"],
-                                                -r["timestep_mol_per_s"]))
+                                                str(r["architecture"]), -r["timestep_mol_per_s"]))
 
 
 def add_run(bench_json: str | Path, folder: str | Path, name: str | None = None) -> Path:
@@ -150,11 +153,12 @@ def add_run(bench_json: str | Path, folder: str | Path, name: str | None = None)
 
 
 def target_figure(target: Target, gpu: str, records: list[dict]) -> dict | None:
-    """The record that answers ``target`` on ``gpu`` (the fastest one it allows), or None."""
+    """The record that answers ``target`` on ``gpu`` (the fastest one it allows), or None;
+    the targets are the SchNet demo model's."""
     candidates = [
         r for r in records
         if r["gpu"] == gpu and r["protein"] == target.protein and r["replicas"] == target.replicas
-        and r["model"] == "demo"
+        and r["model"] == "demo" and r["architecture"] == "schnet"
         and (r["label"] == target.config if target.config else
              r["label"] != "baseline" and r["options"].get("mlp_precision", "fp32") == "fp32")
     ]
@@ -196,7 +200,8 @@ def render(records: list[dict]) -> str:
         "Throughput in timestep·mol/s: MD steps × replicas per wall second of whole steps "
         "(neighbour list, forces, integrator), median of timed windows after a warm-up; "
         "Langevin at 300 K, 4-fs steps, default CGSchNet sizes (hidden 128, filters 128, "
-        "3 blocks, 50 RBF, cutoff 10 Å), the untrained demo model unless the model column "
+        "3 blocks, 50 RBF, cutoff 10 Å) unless the network column names another architecture "
+        "(its default sizes), the untrained demo model unless the model column "
         "says otherwise. Peak GB is `torch.cuda.max_memory_allocated` over the timed "
         "windows. The full protocol, and how to add a result, is in "
         "[docs/benchmark-protocol.md](docs/benchmark-protocol.md).",
@@ -214,14 +219,15 @@ def render(records: list[dict]) -> str:
     ]
     for gpu in gpus:
         lines += [f"## {gpu}", "",
-                  "| protein | beads | replicas | config | model | timestep·mol/s | ns/day | "
-                  "peak GB | edges/replica | date | run |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| protein | beads | replicas | network | config | model | timestep·mol/s | "
+                  "ns/day | peak GB | edges/replica | date | run |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in (r for r in shown if r["gpu"] == gpu):
             peak = "–" if r.get("peak_memory_gb") is None else f"{r['peak_memory_gb']:.2f}"
             edges = r.get("edges_per_replica")
             lines.append(
-                f"| {r['protein']} | {r['beads']} | {r['replicas']:,} | `{r['label']}` | "
+                f"| {r['protein']} | {r['beads']} | {r['replicas']:,} | "
+                f"{r['architecture'] or '–'} | `{r['label']}` | "
                 f"{r['model']} | {r['timestep_mol_per_s']:,.0f} | {r['ns_per_day']:,.0f} | "
                 f"{peak} | {'–' if edges is None else f'{edges:,.0f}'} | {r['date']} | "
                 f"[{ref[r['source'], r['run']]}] |")

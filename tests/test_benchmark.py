@@ -2,9 +2,18 @@
 the names of benchmark configurations."""
 
 import pytest
+from helpers import interpreter_only
 
-from workbench.benchmark import BenchCase, bench_cases, markdown_table, run_case, write_results
+from workbench.benchmark import (
+    BenchCase,
+    bench_cases,
+    markdown_table,
+    network_label,
+    run_case,
+    write_results,
+)
 from workbench.model.options import KernelOptions
+from workbench.settings_error import SettingsError
 
 
 def test_record_and_table(tmp_path):
@@ -18,7 +27,8 @@ def test_record_and_table(tmp_path):
     assert record["peak_memory_gb"] is None and record["peak_memory_setup_gb"] is None
     assert "launches" not in record
     table = markdown_table([record])
-    assert "| cln025 | 49 | 2 | baseline |" in table and table.rstrip().endswith("| – |")
+    assert record["architecture"] == "schnet" and record["force_path"] == "reference"
+    assert "| cln025 | 49 | 2 | schnet | baseline |" in table and table.rstrip().endswith("| – |")
     json_path, md_path = write_results([record], tmp_path / "bench", "workbench bench")
     assert json_path.is_file() and "workbench bench" in md_path.read_text()
 
@@ -31,6 +41,45 @@ def test_bench_cases_cross_proteins_replicas_and_configurations():
     assert cases[1].options == KernelOptions.parse("tables+graph-fp16")
     with pytest.raises(ValueError, match="unknown kernel technique"):
         bench_cases(["cln025"], [4], ["tabulated_filter+warp_drive"])
+
+
+def test_bench_cases_run_every_configuration_for_each_architecture():
+    cases = bench_cases(["cln025"], [4], ["baseline", "all"], architectures=("schnet", "egnn"))
+    assert [(c.architecture, c.label) for c in cases] == [
+        ("schnet", "baseline"), ("schnet", "all"), ("egnn", "baseline"), ("egnn", "all")]
+    assert cases[1].options == cases[3].options and cases[1].options is not cases[3].options
+    with pytest.raises(SettingsError, match="architecture must be registered"):
+        bench_cases(["cln025"], [4], ["baseline"], architectures=("schnet", "transformer"))
+
+
+@pytest.mark.parametrize("architecture", ["painn", "egnn"])
+def test_a_record_names_its_network_and_claims_no_fused_path_it_lacks(architecture,
+                                                                      monkeypatch):
+    import kernels._triton
+
+    monkeypatch.setattr(kernels._triton, "INTERPRET", False)  # a CPU without Triton
+    case = BenchCase("cln025", 2, "all", KernelOptions.parse("all"), architecture=architecture)
+    record = run_case(case, device="cpu", steps=1, warmup=0, repeats=1)
+    assert record["architecture"] == architecture and record["force_path"] == "reference"
+    assert record["options"] == KernelOptions().to_dict()  # nothing fused ran
+    assert f"| cln025 | 49 | 2 | {architecture} | all |" in markdown_table([record])
+
+
+@interpreter_only
+@pytest.mark.parametrize(("architecture", "path", "kept"), [
+    ("painn", "reference", ("fused_pair_search", "fused_integrator")),
+    ("egnn", "triton", ("fused_message_passing", "fused_pair_search", "fused_integrator")),
+])
+def test_where_triton_runs_a_record_keeps_what_the_network_implements(architecture, path,
+                                                                      kept):
+    case = BenchCase("cln025", 2, "all", KernelOptions.parse("all"), architecture=architecture)
+    record = run_case(case, device="cpu", steps=1, warmup=0, repeats=1)
+    assert record["force_path"] == path
+    assert record["options"] == KernelOptions(**dict.fromkeys(kept, True)).to_dict()
+
+
+def test_records_without_an_architecture_are_schnet():
+    assert network_label({}) == "schnet" and network_label({"architecture": None}) == "–"
 
 
 def test_demo_model_is_chosen_over_a_shipped_one(monkeypatch):

@@ -1,21 +1,30 @@
-"""The run's throughput meter (warm-up excluded from the rate, and reported apart) and the
-process settings of a CPU run."""
+"""The run's throughput meter (warm-up excluded from the rate, and reported apart), the
+process settings of a CPU run, and the network a run's architecture chooses."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
 
+from workbench.cli.errors import flag
+from workbench.model.native_priors import demo_potential
 from workbench.runner import (
     DEFAULT_THREADS,
+    DEMO_MODEL,
     ONE_THREAD_BELOW,
+    RunSettings,
     ThroughputMeter,
+    choose_potential,
     configure_cpu_process,
     cpu_threads,
     keep_freed_memory,
+    prepare_run,
 )
+from workbench.settings_error import SettingsError
+from workbench.system import build_system
 
 
 def test_meter_reports_the_first_chunk_apart_from_the_steady_rate():
@@ -59,3 +68,45 @@ def test_configure_sets_the_threads_of_the_run(monkeypatch):
         assert torch.get_num_threads() == cpu_threads() <= DEFAULT_THREADS
     finally:
         torch.set_num_threads(threads)
+
+
+# -- the network of a run ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("architecture", "name"),
+                         [("schnet", "CGSchNet"), ("painn", "CGPaiNN"), ("egnn", "CGEGNN")])
+def test_the_demo_model_is_a_network_of_the_chosen_architecture(architecture, name):
+    settings = RunSettings(protein="cln025", replicas=2, steps=1, device="cpu",
+                           model=DEMO_MODEL, architecture=architecture)
+    prepared = prepare_run(settings)
+    potential = prepared.simulation.potential
+    assert potential.architecture == architecture and not potential.metadata["trained"]
+    assert set(potential.priors) == set(demo_potential(prepared.system).priors)
+    assert any(f"random {name} weights" in notice for notice in prepared.notices)
+    prepared.advance(1)
+
+
+def test_an_unknown_architecture_is_refused_by_name():
+    with pytest.raises(SettingsError, match="architecture must be one of schnet, painn, egnn"):
+        RunSettings(architecture="transformer")
+    with pytest.raises(SettingsError, match="architecture must be one of"):
+        RunSettings(architecture="priors")  # an attribute of Potential, not a network
+
+
+def test_a_model_file_of_another_architecture_is_refused(tmp_path):
+    from workbench.model.io import save_potential
+
+    path = save_potential(demo_potential(build_system("cln025"), architecture="egnn"),
+                          tmp_path / "egnn.pt")
+    settings = RunSettings(protein="cln025", replicas=2, device="cpu", model=str(path))
+    with pytest.raises(SettingsError, match="holds a 'egnn' network") as error:
+        prepare_run(settings)
+    assert error.value.field == "architecture"
+    assert "set --arch to 'egnn'" in error.value.describe(flag)
+    prepared = prepare_run(replace(settings, architecture="egnn"))
+    assert prepared.simulation.potential.architecture == "egnn"
+
+
+def test_the_shipped_schnet_model_gives_way_to_the_demo_model_of_another_architecture():
+    potential, notice = choose_potential(build_system("cln025"), None, "painn")
+    assert potential.architecture == "painn" and "is a 'schnet' network" in notice

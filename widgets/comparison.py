@@ -1,11 +1,14 @@
-"""A/B race of two kernel configurations on the same system, seeds and device.
+"""A/B race of two kernel configurations, or two network architectures, on the same system,
+seeds and device.
 
-Both simulations start from the same coordinates with the same seed and share
-one potential; a background thread advances them in alternating chunks, so both
-lines of the race plot grow together and both feel the same machine load. Each
-chunk is timed on its own (with a device synchronisation), peak memory is taken
-per chunk, Q is sampled after every chunk, and the forces of both configurations
-are compared on identical coordinates at the start and at the end.
+Both simulations start from the same coordinates with the same seed; of one architecture
+they share one potential, of two each side has the untrained demo model of its own (or the
+model file, which must hold that side's network). A background thread advances them in
+alternating chunks, so both lines of the race plot grow together and both feel the same
+machine load. Each chunk is timed on its own (with a device synchronisation), peak memory
+is taken per chunk, Q is sampled after every chunk, and the forces of both configurations
+are compared on identical coordinates at the start and at the end (sides of one potential
+only: two networks' forces differ by design).
 """
 
 from __future__ import annotations
@@ -94,6 +97,8 @@ class SideSnapshot:
     ----------
     name : str
         ``"A"`` or ``"B"``.
+    network : str or None
+        Architecture of the side's network (None: a prior-only potential).
     label : str
         Applied switches (``"baseline"``, ``"fused_radial_basis+…"``).
     requested_label : str
@@ -113,6 +118,7 @@ class SideSnapshot:
     """
 
     name: str
+    network: str | None
     label: str
     requested_label: str
     wall_s: np.ndarray
@@ -181,6 +187,7 @@ class _Side:
         chunks = self.meter.chunks
         return SideSnapshot(
             name=self.name,
+            network=self.sim.potential.architecture,
             label=options_label(self.sim.options),
             requested_label=options_label(self.requested),
             wall_s=np.array(self.wall_s),
@@ -215,7 +222,7 @@ class CompareRunner(BackgroundWork):
     Parameters
     ----------
     settings : RunSettings
-        System, replicas, temperature, time step, seed and device of both runs.
+        System, model, replicas, temperature, time step, seed and device of both runs.
     options_a, options_b : KernelOptions
     steps : int
         Steps each configuration runs.
@@ -224,6 +231,9 @@ class CompareRunner(BackgroundWork):
     prepare : callable, optional
         ``prepare(settings) -> PreparedRun``.
     clock : callable
+    architectures : (str, str), optional
+        Network architecture of A and of B (default both ``settings.architecture``); two
+        different ones race two networks, each prepared from the settings with its own.
     """
 
     thread_name = "workbench-compare"
@@ -237,10 +247,14 @@ class CompareRunner(BackgroundWork):
         chunk_steps: int | None = None,
         prepare: Callable[[RunSettings], PreparedRun] = prepare_run,
         clock: Callable[[], float] = time.perf_counter,
+        architectures: tuple[str, str] | None = None,
     ):
         if steps < 1:
             raise ValueError(f"steps must be at least 1, got {steps}")
         self.settings = copy.deepcopy(settings)
+        self.architectures = tuple(architectures or (settings.architecture,) * 2)
+        for architecture in self.architectures:  # refused here, not in the worker
+            replace(self.settings, architecture=architecture)
         self.options_a = replace(options_a)
         self.options_b = replace(options_b)
         self.steps = int(steps)
@@ -296,25 +310,42 @@ class CompareRunner(BackgroundWork):
 
     def _build(self) -> None:
         # a race of kernel switches: both sides at one temperature, without exchanges
-        settings = replace(self.settings, options=KernelOptions.baseline(), ladder=None)
+        arch_a, arch_b = self.architectures
+        settings = replace(self.settings, options=KernelOptions.baseline(), ladder=None,
+                           architecture=arch_a)
         prepared = self._prepare(settings)
+        notices = list(prepared.notices)
         sim_a = prepared.simulation
-        sim_b = twin_simulation(sim_a, self.settings, KernelOptions.baseline())
+        if arch_b == arch_a:
+            sim_b = twin_simulation(sim_a, self.settings, KernelOptions.baseline())
+        else:
+            other = self._prepare(replace(settings, architecture=arch_b))
+            sim_b = other.simulation
+            notices = [f"A: {n}" for n in notices] + [f"B: {n}" for n in other.notices]
         sides = []
         for name, sim, requested in (("A", sim_a, self.options_a), ("B", sim_b, self.options_b)):
-            sim.options, message = usable_options(requested, sim.device)
+            sim.options, message = usable_options(requested, sim.device,
+                                                  sim.potential.architecture)
             if message:
                 self._messages.append(f"{name}: {message}")
             meter = ThroughputMeter(sim.replicas, self.settings.timestep_fs, sim.device)
             sides.append(_Side(name, sim, meter, requested))
         with self._lock:
-            self._messages[:0] = prepared.notices
+            self._messages[:0] = notices
             self._sides = sides
             self._message = "racing"
         self._notify(True)
 
     def _measure_deviation(self, when: str) -> None:
         sim_a, sim_b = self._sides[0].sim, self._sides[1].sim
+        if sim_b.potential is not sim_a.potential:
+            if when == "start":
+                with self._lock:
+                    self._messages.append(
+                        f"A ({sim_a.potential.architecture}) and B "
+                        f"({sim_b.potential.architecture}) are different networks: their "
+                        "forces are not compared")
+            return
         try:
             deviation = force_deviation(
                 sim_a.potential, sim_a.positions, sim_a.graph, sim_a.options, sim_b.options

@@ -263,7 +263,8 @@ class SimulationController(BackgroundWork):
             self._notices.extend(prepared.notices)
         with self._sim_lock:
             requested = sim.options
-            applied, message = usable_options(requested, sim.device)
+            applied, message = usable_options(requested, sim.device,
+                                              sim.potential.architecture)
             sim.options = applied
             with self._lock:
                 self._sim = sim
@@ -316,7 +317,7 @@ class SimulationController(BackgroundWork):
             requested, self._pending_options = self._pending_options, None
         if requested is None or requested == sim.options:
             return
-        applied, message = usable_options(requested, sim.device)
+        applied, message = usable_options(requested, sim.device, sim.potential.architecture)
         self._switch(sim, requested, applied, message)
 
     def _switch(self, sim, requested: KernelOptions, applied: KernelOptions, message) -> None:

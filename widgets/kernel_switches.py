@@ -1,19 +1,29 @@
 """Kernel switches of a run: what was asked for, what could run, and when.
 
-The fused kernels need a CUDA GPU. When a requested set of switches cannot run,
-the run keeps the PyTorch reference path (the tabulated filters, which also run in
-PyTorch, stay on) and the user gets one clear message, whether the reason is known in
-advance (no GPU), or the engine raises or warns.
+Each network architecture implements its own techniques
+(`workbench.model.force_paths.implemented_techniques`: CGSchNet all, CGEGNN its fused edge
+kernel and the step's techniques, CGPaiNN the step's only); the others are switched off
+with a message. The fused kernels need a CUDA GPU. When a requested set of switches cannot
+run, the run keeps the PyTorch reference path (a CGSchNet's tabulated filters, which also
+run in PyTorch, stay on) and the user gets one clear message, whether the reason is known
+in advance (no GPU, a technique the network lacks), or the engine raises or warns.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from workbench.model.ablation import TURNS_ON, WALK, walk_stages
-from workbench.model.force_paths import PYTORCH_TECHNIQUES, triton_runs_on
+from workbench.model.force_paths import (
+    PYTORCH_TECHNIQUES,
+    STEP_TECHNIQUES,
+    drop_unimplemented,
+    implemented_techniques,
+    network_name,
+    triton_runs_on,
+)
 from workbench.model.options import KernelOptions
 
 
@@ -67,10 +77,27 @@ def change_label(before: KernelOptions | None, after: KernelOptions) -> str:
     return " ".join(parts) or "no change"
 
 
+def absent_techniques_note(architecture: str | None) -> str:
+    """Why the kernel switches of a network of ``architecture`` leave techniques out (``""``
+    when none is left out)."""
+    shown = implemented_techniques(architecture)
+    absent = [name for name in KernelOptions.techniques() if name not in shown]
+    if not absent:
+        return ""
+    network = "a prior-only potential" if architecture is None else network_name(architecture)
+    own = [name for name in shown if name not in STEP_TECHNIQUES]
+    kernels = (f"its fused kernels are {', '.join(own)}" if own else "it has no fused kernels")
+    graphs = "" if "cuda_graph" in shown else (
+        "; whole-step CUDA graphs capture CGSchNet steps only (workbench.md.captured_steps)")
+    return (f"{network}: {kernels}; the pair search and the Langevin steps run for any "
+            f"network{graphs}. Not offered: {', '.join(absent)}.")
+
+
 def usable_options(
-    options: KernelOptions, device: torch.device
+    options: KernelOptions, device: torch.device, architecture: str | None = "schnet"
 ) -> tuple[KernelOptions, str | None]:
-    """The switches that can run on ``device`` and a message when they differ from the request.
+    """The switches that can run on ``device`` for a network of ``architecture`` and a
+    message when they differ from the request.
 
     Parameters
     ----------
@@ -78,28 +105,36 @@ def usable_options(
         Requested switches.
     device : torch.device
         Device of the simulation.
+    architecture : str or None
+        The potential's network (`workbench.model.force_paths.implemented_techniques`;
+        None: a prior-only potential).
 
     Returns
     -------
     (KernelOptions, str or None)
-        ``options`` itself, or the reference path with the reason. Off a GPU the
-        techniques with a PyTorch implementation stay on (``tabulated_filter``:
-        `workbench.model.pytorch_tables`).
+        ``options`` itself, or what of them runs with the reason: the techniques the
+        network has no kernels for are off; off a GPU, the reference path, but a
+        CGSchNet's techniques with a PyTorch implementation stay on
+        (``tabulated_filter``: `workbench.model.pytorch_tables`).
     """
-    if options.is_baseline or device.type == "cuda":
-        return options, None
+    implemented = replace(options)
+    absent = drop_unimplemented(implemented, architecture)
+    note = None if not absent else (
+        f"{network_name(architecture)} has no fused kernels for {', '.join(absent)}: they "
+        "are off")
+    if implemented.is_baseline or device.type == "cuda":
+        return (options, None) if note is None else (implemented, note + ".")
     # the techniques with a PyTorch path stay on, except under TRITON_INTERPRET (tests),
     # where they would run in the Triton interpreter
-    keep = () if triton_runs_on(device) else PYTORCH_TECHNIQUES
-    kept = KernelOptions(**{name: getattr(options, name) for name in keep})
+    keep = () if triton_runs_on(device) or architecture != "schnet" else PYTORCH_TECHNIQUES
+    kept = KernelOptions(**{name: getattr(implemented, name) for name in keep})
     if kept == options:
         return options, None
     rest = ("it keeps the PyTorch reference path" if kept.is_baseline else
             f"only {options_label(kept)} runs, in PyTorch; the rest keeps the reference path")
-    return kept, (
-        f"Fused kernels ({options_label(options)}) need a CUDA GPU; this run is on "
-        f"{device.type}, so {rest}."
-    )
+    device_note = (f"Fused kernels ({options_label(implemented)}) need a CUDA GPU; this run "
+                   f"is on {device.type}, so {rest}.")
+    return kept, device_note if note is None else f"{note}. {device_note}"
 
 
 def failure_message(options: KernelOptions, exc: BaseException) -> str:

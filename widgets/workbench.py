@@ -30,7 +30,8 @@ class Workbench(ipw.VBox):
     Layout: Launch and Kernels on top; the live plots (and, for a run with a
     temperature ladder, the parallel-tempering panel) beside the 3-D structure;
     Adjacency, Replay, Compare and Export in tabs below. The panels follow the run
-    started last or the run folder opened last in Replay.
+    started last or the run folder opened last in Replay. The Kernels panel offers the
+    techniques of the network architecture chosen in Launch.
 
     Parameters
     ----------
@@ -60,7 +61,7 @@ class Workbench(ipw.VBox):
         replay: str | Path | None = None,
     ):
         settings = settings or default_settings()
-        self.kernels = KernelsPanel(options=settings.options)
+        self.kernels = KernelsPanel(options=settings.options, architecture=settings.architecture)
         self.launch = LaunchPanel(
             settings,
             until_stopped=until_stopped,
@@ -77,6 +78,8 @@ class Workbench(ipw.VBox):
         self.launch.on_new_run(self._follow)
         self.replay.on_open(self._follow_replay)
         self.launch.protein.observe(self._preview_protein, names="value")
+        self.launch.architecture.observe(
+            lambda change: self.kernels.set_architecture(change["new"]), names="value")
         tabs = ipw.Tab(children=[self.adjacency, self.replay, self.compare, self.export])
         for index, title in enumerate(("Adjacency", "Replay", "Compare", "Export")):
             tabs.set_title(index, title)

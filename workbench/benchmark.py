@@ -3,9 +3,12 @@
 Per configuration: a fresh simulation, warm-up steps (compilation, autotuning,
 allocator growth) excluded, then ``repeats`` timed windows of ``steps`` whole
 MD steps (neighbour list, forces, integrator); the median window gives
-timestep·mol/s. ``force_path`` records what evaluated the forces (``reference``,
-``triton``, or ``pytorch-tables`` where a CPU asks for ``tabulated_filter``) and, on a CPU,
-``threads`` PyTorch's intra-op threads. Peak memory is ``torch.cuda.max_memory_allocated``
+timestep·mol/s. ``architecture`` records the network (``schnet``, ``painn``, ``egnn``;
+None for a prior-only model), ``force_path`` what evaluated the forces (``reference``,
+``triton``, or ``pytorch-tables`` where a CPU asks a CGSchNet for ``tabulated_filter``; a
+network is on ``triton`` only with one of its own kernels on,
+`workbench.model.force_paths.force_path`) and, on a CPU, ``threads`` PyTorch's intra-op
+threads. Peak memory is ``torch.cuda.max_memory_allocated``
 over the timed windows (``peak_memory_gb``) and over set-up and warm-up, graph capture included
 (``peak_memory_setup_gb``, what a GPU must hold to start the run). The step-time
 breakdown times the neighbour-list update, the energy (forward) and the energy plus
@@ -18,13 +21,14 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from pathlib import Path
 
 import torch
 
 from workbench.files import atomic_write_text
+from workbench.model.architectures import ARCHITECTURES, RESERVED_NAMES
 from workbench.model.force_paths import force_path
 from workbench.model.options import KernelOptions
 from workbench.runner import DEMO_MODEL, RunSettings, prepare_run, resolve_device
@@ -34,13 +38,15 @@ from workbench.units import ns_per_day
 
 @dataclass
 class BenchCase:
-    """One benchmark configuration."""
+    """One benchmark configuration (``architecture``: the network, see
+    `RunSettings.architecture`)."""
 
     protein: str
     replicas: int
     label: str
     options: KernelOptions = field(default_factory=KernelOptions)
     model: str | None = DEMO_MODEL
+    architecture: str = "schnet"
 
 
 @dataclass(frozen=True)
@@ -59,24 +65,29 @@ class BenchProtocol:
 
 
 def bench_cases(
-    proteins: list[str], replicas: list[int], configs: list[str], model: str | None = DEMO_MODEL
+    proteins: list[str], replicas: list[int], configs: list[str], model: str | None = DEMO_MODEL,
+    architectures: tuple[str, ...] = ("schnet",),
 ) -> list[BenchCase]:
-    """Every protein × replica count × configuration, a configuration being a
-    `KernelOptions.parse` name (``tables+graph``, ``all-fp16``); ``model`` None: each
-    protein's shipped model.
+    """Every architecture × protein × replica count × configuration, a configuration being
+    a `KernelOptions.parse` name (``tables+graph``, ``all-fp16``); ``model`` None: each
+    protein's shipped model (the demo model of an architecture it is not of).
 
     Raises
     ------
     SettingsError
-        A replica count below 1.
+        A replica count below 1, or an architecture that is not registered.
     ValueError
         A configuration name that `KernelOptions.parse` does not know.
     """
     if not all(r >= 1 for r in replicas):
         raise SettingsError("replicas", f"must all be at least 1, got {replicas}")
+    unknown = [a for a in architectures if a not in ARCHITECTURES or a in RESERVED_NAMES]
+    if unknown or not architectures:
+        raise SettingsError("architecture", f"must be registered ({', '.join(ARCHITECTURES)}), "
+                            f"got {list(unknown or architectures)}")
     options = {config: KernelOptions.parse(config) for config in configs}
-    return [BenchCase(p, r, c, options[c], model)
-            for p in proteins for r in replicas for c in configs]
+    return [BenchCase(p, r, c, replace(options[c]), model, a)
+            for a in architectures for p in proteins for r in replicas for c in configs]
 
 
 def _sync(device: torch.device) -> None:
@@ -190,6 +201,7 @@ def run_case(
     settings = RunSettings(
         protein=case.protein,
         model=case.model,
+        architecture=case.architecture,
         replicas=case.replicas,
         steps=steps,
         timestep_fs=timestep_fs,
@@ -222,6 +234,7 @@ def run_case(
         "replicas": case.replicas,
         "label": case.label,
         "model": case.model or "shipped",
+        "architecture": sim.potential.architecture,
         "options": case.options.to_dict(),
         "timestep_mol_per_s": rate,
         "windows": windows,
@@ -232,7 +245,7 @@ def run_case(
         "peak_memory_setup_gb": setup_peak,
         "edges_per_replica": _edges_within_cutoff(sim) / case.replicas,
         "frozen_replicas": len(sim.frozen_report()),
-        "force_path": force_path(sim.potential.schnet, dev, sim.options),
+        "force_path": force_path(sim.potential.network, dev, sim.options),
         "threads": torch.get_num_threads() if dev.type == "cpu" else None,
     }
     if launches and dev.type == "cuda":
@@ -274,11 +287,18 @@ def environment() -> dict:
     }
 
 
+def network_label(record: dict) -> str:
+    """The network of a record: its ``architecture``, ``"schnet"`` for a record without one
+    (written before records named it), ``"–"`` for a prior-only model."""
+    architecture = record.get("architecture", "schnet")
+    return "–" if architecture is None else architecture
+
+
 def markdown_table(records: list[dict]) -> str:
     """Markdown table of benchmark records."""
     head = (
-        "| protein | beads | replicas | config | timestep·mol/s | ns/day | peak GB | "
-        "edges/replica | launches/step (host, kernels) |\n|---|---|---|---|---|---|---|---|---|"
+        "| protein | beads | replicas | network | config | timestep·mol/s | ns/day | peak GB | "
+        "edges/replica | launches/step (host, kernels) |\n|---|---|---|---|---|---|---|---|---|---|"
     )
     rows = []
     for r in records:
@@ -295,7 +315,7 @@ def markdown_table(records: list[dict]) -> str:
             label += " (PyTorch tables" + (
                 f", {threads} thread{'s' * (threads != 1)})" if threads else ")")
         rows.append(
-            f"| {r['protein']} | {r['beads']} | {r['replicas']} | {label} | "
+            f"| {r['protein']} | {r['beads']} | {r['replicas']} | {network_label(r)} | {label} | "
             f"{r['timestep_mol_per_s']:,.0f} | {r['ns_per_day']:,.1f} | {peak} | {edges} | "
             f"{launches} |"
         )

@@ -24,7 +24,8 @@ import torch
 
 from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
 from workbench.md.tempering import ReplicaExchange, geometric_ladder
-from workbench.model.force_paths import settle_options
+from workbench.model.architectures import ARCHITECTURES, RESERVED_NAMES
+from workbench.model.force_paths import network_name, settle_options
 from workbench.model.io import ForeignModelError, load_potential
 from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
@@ -72,6 +73,11 @@ class RunSettings:
     model : str or None
         Path of a saved potential or a published CGSchNet (mlcg) checkpoint, ``"demo"``
         for the untrained demo model; None: the shipped model, else the demo model.
+    architecture : str
+        The network: a key of `workbench.model.architectures.ARCHITECTURES` (``"schnet"``,
+        ``"painn"``, ``"egnn"``). The untrained demo model is built with it (default
+        sizes, the same priors); a model file or checkpoint must hold a network of it
+        (`check_architecture`); the shipped model is used only when it does.
     structures : str or None
         mlcg ``*_configurations.pt`` with starting structures for an mlcg model.
     mapping : str
@@ -103,6 +109,7 @@ class RunSettings:
     seed: int = 0
     device: str = "auto"
     model: str | None = None
+    architecture: str = "schnet"
     structures: str | None = None
     mapping: str = "five-bead"
     options: KernelOptions = field(default_factory=KernelOptions)
@@ -133,6 +140,9 @@ class RunSettings:
             raise SettingsError("save_interval", f"must be at least 1, got {self.save_interval}")
         if self.first_replica < 0:
             raise SettingsError("first_replica", f"must be non-negative, got {self.first_replica}")
+        if self.architecture in RESERVED_NAMES or self.architecture not in ARCHITECTURES:
+            raise SettingsError("architecture", f"must be one of {', '.join(ARCHITECTURES)}, "
+                                f"got {self.architecture!r}")
         if self.structures is not None and self.model is None:
             raise SettingsError("structures", "needs {model} (an mlcg checkpoint)")
         if not 0.0 <= self.denatured_fraction <= 1.0:
@@ -228,14 +238,34 @@ def _variant_note(teacher: Potential) -> str:
     return "".join(", " + text.format(value) for value, text in notes if value is not None)
 
 
-def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, str | None]:
+def check_architecture(potential: Potential, architecture: str, model: str) -> None:
+    """Refuse a model whose network is not of ``architecture`` (a prior-only model, such
+    as the teacher, has none and passes).
+
+    Raises
+    ------
+    SettingsError
+        On the ``architecture`` field, naming the file's architecture.
+    """
+    found = potential.architecture
+    if found is not None and found != architecture:
+        raise SettingsError(
+            "architecture", f"is {architecture!r}, but the model {model} holds a {found!r} "
+            f"network ({network_name(found)}); set {{architecture}} to {found!r} to run it")
+
+
+def choose_potential(
+    system: CGSystem, model: str | None, architecture: str = "schnet"
+) -> tuple[Potential, str | None]:
     """The potential for a run and a notice about it (None for a model file given).
 
     ``model``: a file, :data:`DEMO_MODEL` for the untrained demo model,
     :data:`TEACHER_MODEL` for the protein's teacher (a variant: `teacher_variant`), or None
     for the shipped model of the bundled protein with the system's sequence (the demo model
-    where there is none or it has not passed its validation). A model file made for
-    another system is refused (`check_model_fits`).
+    where there is none, it has not passed its validation or its network is not of
+    ``architecture``). A model file made for another system is refused
+    (`check_model_fits`), and so is one whose network is not of ``architecture``
+    (`check_architecture`); the demo model is a network of ``architecture``.
     """
     variant = teacher_variant(model)
     if model == TEACHER_MODEL or variant is not None:
@@ -247,24 +277,33 @@ def choose_potential(system: CGSystem, model: str | None) -> tuple[Potential, st
         )
     if model is not None and model != DEMO_MODEL:
         potential = load_potential(model)
+        check_architecture(potential, architecture, model)
         check_model_fits(potential, system, model)
         return potential, None
     # the shipped model of the bundled protein with this sequence, whatever the file's name
     protein = bundled_match(system) if model is None else None
     shipped = None if protein is None else shipped_model_path(protein, system.mapping)
+    other_network = None
     if shipped is not None:
-        return load_potential(shipped), (
-            f"Trained model shipped for {protein}, validated against its teacher "
-            f"(model card: {shipped.with_suffix('.json')})."
-        )
-    potential = demo_potential(system)
+        potential = load_potential(shipped)
+        if potential.architecture in (None, architecture):
+            return potential, (
+                f"Trained model shipped for {protein}, validated against its teacher "
+                f"(model card: {shipped.with_suffix('.json')})."
+            )
+        other_network = potential.architecture
+    potential = demo_potential(system, architecture=architecture)
+    name = network_name(architecture)
     notice = (
-        f"Untrained demo model: random CGSchNet weights plus priors and native-contact wells "
-        f"fitted to the native structure of {system.name}. Its SchNet term is not trained; "
+        f"Untrained demo model: random {name} weights plus priors and native-contact wells "
+        f"fitted to the native structure of {system.name}. Its {name} term is not trained; "
         "use --model for a trained potential."
     )
+    if other_network is not None:
+        notice += (f" The model shipped for {protein} ({shipped}) is a {other_network!r} "
+                   f"network, not {architecture!r}.")
     unvalidated = None if protein is None else shipped_model_file(protein, system.mapping)
-    if unvalidated is not None:
+    if unvalidated is not None and other_network is None:
         notice += (
             f" A trained model ships ({unvalidated}) but has not passed its validation "
             "against its teacher (see its card); run it with --model."
@@ -345,6 +384,7 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
             raise ValueError("--denatured-fraction does not apply to an mlcg model: its "
                              "configurations are the starting structures")
         system, potential, positions = imported
+        check_architecture(potential, settings.architecture, settings.model)
         network = {"schnet": "CGSchNet", "painn": "PaiNN"}.get(potential.architecture, "mlcg")
         model_notice = (
             f"Published {network} checkpoint {settings.model}: the system comes from its "
@@ -355,7 +395,7 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
             neighbors = replace(neighbors, exclude_bonded=True)
     else:
         system = build_system(settings.protein, mapping=settings.mapping)
-        potential, model_notice = choose_potential(system, settings.model)
+        potential, model_notice = choose_potential(system, settings.model, settings.architecture)
         denatured = round(settings.denatured_fraction * settings.replicas)
         if denatured:
             positions = mixed_starts(system, settings.temperature, settings.replicas, denatured,
@@ -363,7 +403,7 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
     if device.type == "cpu":  # threads first: the path's notice names them
         tables = settings.options.tabulated_filter and potential.schnet is not None
         configure_cpu_process(beads=settings.replicas * system.n_beads if tables else None)
-    path_notices = settle_options(settings.options, device, potential.schnet)
+    path_notices = settle_options(settings.options, device, potential.network)
     integrator = LangevinIntegrator(
         settings.timestep_fs / FS_PER_PS, settings.friction, settings.temperature
     )

@@ -72,7 +72,7 @@ def test_the_page_shows_latest_figures_targets_dates_and_commands(tmp_path):
     page = report.render(report.load_records(tmp_path))
     assert len(page.splitlines()) < 200
     assert "36,500" in page and "30,000" not in page and "34,000" not in page
-    assert "| 1enh | 269 | 64 | `tables+graph` | demo | 36,500 |" in page
+    assert "| 1enh | 269 | 64 | schnet | `tables+graph` | demo | 36,500 |" in page
     assert "2026-11-24" in page and "`h100.json` run 2, new: `workbench bench --new`" in page
     assert "workbench bench --old" in page  # still the source of the baseline figure
     assert "workbench bench --sweep" in page  # the 1,024-replica figure
@@ -83,6 +83,22 @@ def test_the_page_shows_latest_figures_targets_dates_and_commands(tmp_path):
     assert "| 1ENH × 64, fastest path | H200 | ≥ 48,000 | 32,000 (`tables+graph`, " in page
     assert ("| 1ENH × 64, reference path | H100 | ≥ 1,725 | 1,800 (`baseline`, 2026-11-20) "
             "| met |") in page
+
+
+def test_each_architecture_keeps_its_own_latest_record_and_targets_read_schnet(tmp_path):
+    h100 = "NVIDIA H100 80GB HBM3"
+    runs = [run("schnet", h100, "2026-11-24", "workbench bench",
+                [record("1enh", "tables+graph", 36500.0)]),  # no architecture: SchNet
+            run("arch", h100, "2026-11-25", "workbench bench --arch egnn,painn",
+                [record("1enh", "tables+graph", 90000.0, architecture="egnn"),
+                 record("1enh", "tables+graph", 1000.0, architecture="painn")])]
+    (tmp_path / "h100.json").write_text(json.dumps({"runs": runs}))
+    kept = report.latest(report.load_records(tmp_path))
+    assert {(r["architecture"], r["timestep_mol_per_s"]) for r in kept} == {
+        ("schnet", 36500.0), ("egnn", 90000.0), ("painn", 1000.0)}
+    page = report.render(report.load_records(tmp_path))
+    assert "| 1enh | 269 | 64 | egnn | `tables+graph` | demo | 90,000 |" in page
+    assert "| 1ENH × 64, fastest path | H100 | ≥ 36,000 | 36,500 (`tables+graph`, " in page
 
 
 def test_the_command_writes_the_page(tmp_path):

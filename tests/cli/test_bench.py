@@ -12,6 +12,7 @@ from workbench.cli import main
         (["--replicas", "4,0"], "--replicas must all be at least 1"),
         (["--replicas", "four"], "--replicas must be a comma list of counts"),
         (["--configs", "baseline,warp_drive"], "--configs: unknown kernel technique"),
+        (["--arch", "schnet,transformer"], "--arch must be registered"),
     ],
 )
 def test_bench_refuses_bad_options_before_running(extra, message, tmp_path, capsys):

@@ -363,3 +363,28 @@ def test_progress_shows_from_the_first_step_and_saves_stay_on_their_interval(
     assert sizes == [1, 2, 4, 1, 8, 4]  # doubling, never across the saves at 8 and 16
     assert [steps for steps, _ in meters[0].chunks] == [8, 8, 4]  # one chunk per save
     assert [int(r["step"]) for r in read_rows(out / "metrics.csv")][::2] == [8, 16]
+
+
+# -- the network ------------------------------------------------------------------------
+
+
+def test_arch_runs_the_demo_model_of_that_network_and_says_what_ran(tmp_path, capsys):
+    out = tmp_path / "egnn"
+    assert main([*RUN, "--arch", "egnn", "--kernels", "fused_update+pair_filter", "--no-trajectory",
+                 "--out", str(out)]) == 0
+    captured = capsys.readouterr().out
+    assert "random CGEGNN weights" in captured
+    assert "CGEGNN has no fused kernels for fused_update, pair_filter" in captured
+    assert json.loads((out / "run.json").read_text())["settings"]["architecture"] == "egnn"
+
+
+def test_arch_must_match_the_model_file(tmp_path, capsys):
+    from workbench.model.io import save_potential
+    from workbench.model.native_priors import demo_potential
+    from workbench.system import build_system
+
+    path = save_potential(demo_potential(build_system("cln025"), architecture="painn"),
+                          tmp_path / "painn.pt")
+    assert main([*RUN, "--model", str(path)]) == 2
+    assert "--arch is 'schnet', but the model" in capsys.readouterr().err
+    assert main([*RUN, "--model", str(path), "--arch", "painn", "--no-trajectory"]) == 0

@@ -2,9 +2,10 @@
 
 import pytest
 import torch
-from helpers import interpreter_only, schnet_potential
+from helpers import interpreter_only, schnet_potential, tiny_system
 
-from workbench.model.force_paths import force_path, settle_options
+from workbench.model.force_paths import force_path, implemented_techniques, settle_options
+from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
 
 CPU = torch.device("cpu")
@@ -48,3 +49,94 @@ def test_the_interpreter_runs_the_triton_path():
     net = schnet_potential(priors=False).schnet
     assert settle_options(options, CPU, net) == [] and options.tabulated_filter
     assert force_path(net, CPU, options) == "triton"
+
+
+# -- networks of other architectures ------------------------------------------------------
+
+
+def demo_network(architecture):
+    return demo_potential(tiny_system(), architecture=architecture).network
+
+
+def test_each_architecture_implements_its_own_techniques():
+    assert implemented_techniques("schnet") == KernelOptions.techniques()
+    assert implemented_techniques("painn") == ("fused_pair_search", "fused_integrator")
+    assert implemented_techniques("egnn") == ("fused_message_passing", "fused_pair_search",
+                                              "fused_integrator")
+    assert implemented_techniques(None) == ("cuda_graph", "fused_pair_search",
+                                            "fused_integrator")
+
+
+@pytest.fixture
+def no_schnet_problem(monkeypatch):
+    """`fused_path_problem` is CGSchNet's: calling it on another network is an error."""
+    import workbench.model.fused_schnet
+
+    def refuse(network, *_):
+        raise AssertionError(f"fused_path_problem called on {type(network).__name__}")
+
+    monkeypatch.setattr(workbench.model.fused_schnet, "fused_path_problem", refuse)
+
+
+@pytest.mark.parametrize("architecture", ["painn", "egnn"])
+def test_a_cpu_runs_other_networks_on_their_reference_path(architecture, no_triton,
+                                                           no_schnet_problem):
+    net = demo_network(architecture)
+    options = KernelOptions.all_on("fp16", tabulated_filter=True, cuda_graph=True)
+    notices = settle_options(options, CPU, net)
+    assert options == KernelOptions() and force_path(net, CPU, options) == "reference"
+    assert "tabulated_filter" in notices[0] and "no fused kernels" in notices[0]
+    assert "fused_pair_search" in notices[1] and "fell back" in notices[1]
+
+
+@interpreter_only
+def test_painn_keeps_only_the_steps_techniques(no_schnet_problem):
+    net = demo_network("painn")
+    options = KernelOptions.all_on("bf16", tabulated_filter=True, cuda_graph=True)
+    notices = settle_options(options, CPU, net)
+    assert options == KernelOptions(fused_pair_search=True, fused_integrator=True)
+    assert notices == [
+        "CGPaiNN has no fused kernels for fused_radial_basis, fused_message_passing, "
+        "csr_aggregation, fused_update, tabulated_filter, cuda_graph, pair_filter, "
+        "mlp_precision=bf16: switched off, its PyTorch reference path runs."]
+    assert force_path(net, CPU, options) == "reference"  # the network's forces are PyTorch's
+
+
+@interpreter_only
+def test_egnn_keeps_its_edge_kernel_and_its_precision(no_schnet_problem):
+    net = demo_network("egnn")
+    options = KernelOptions.all_on("fp16", tabulated_filter=True)
+    settle_options(options, CPU, net)
+    assert options == KernelOptions(fused_message_passing=True, fused_pair_search=True,
+                                    fused_integrator=True, mlp_precision="fp16")
+    assert force_path(net, CPU, options) == "triton"
+    steps_only = KernelOptions(fused_integrator=True, mlp_precision="fp16")
+    assert "mlp_precision=fp16" in settle_options(steps_only, CPU, net)[0]
+    assert steps_only == KernelOptions(fused_integrator=True)
+    assert force_path(net, CPU, steps_only) == "reference"
+
+
+@interpreter_only
+def test_an_egnn_its_kernel_cannot_run_falls_back_with_the_kernels_reason():
+    from workbench.model.egnn import EGNNConfig
+
+    sys = tiny_system()
+    net = demo_potential(sys, EGNNConfig(edge_width=24), architecture="egnn").network
+    options = KernelOptions(fused_message_passing=True)
+    notices = settle_options(options, CPU, net)
+    assert options == KernelOptions() and "power-of-two edge width" in notices[0]
+
+
+@interpreter_only
+@pytest.mark.filterwarnings("ignore:.*no fused kernels:RuntimeWarning")
+def test_a_simulation_reports_what_its_network_runs():
+    from workbench.md import LangevinIntegrator, Simulation
+
+    sys = tiny_system()
+    for architecture, ran in (("painn", {}), ("egnn", {"fused_message_passing": True})):
+        potential = demo_potential(sys, architecture=architecture)
+        sim = Simulation(sys, potential, LangevinIntegrator(0.002, 1.0, 300.0), replicas=1,
+                         options=KernelOptions(fused_message_passing=True, fused_update=True,
+                                               mlp_precision="fp16"))
+        precision = "fp16" if ran else "fp32"
+        assert sim.applied_options() == KernelOptions(**ran, mlp_precision=precision)

@@ -58,7 +58,7 @@ class FakeSimulation:
             self.positions = system.native_positions.cpu().repeat(replicas, 1, 1)
         self.jitter = jitter
         self._noise = torch.Generator().manual_seed(0)
-        self.potential = SimpleNamespace(cutoff=10.0)
+        self.potential = SimpleNamespace(cutoff=10.0, architecture="schnet")
         self.graph = None
         self.step_seconds = step_seconds
         self.fail_at = fail_at
@@ -140,5 +140,6 @@ def ladder_settings(tmp_path):
 def gpu_like(monkeypatch):
     """Pretend the fused path can run (as on a GPU) so switches reach the simulation."""
     monkeypatch.setattr(
-        "widgets.controller.usable_options", lambda options, device: (options, None)
+        "widgets.controller.usable_options",
+        lambda options, device, architecture: (options, None),
     )

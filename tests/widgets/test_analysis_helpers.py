@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from widgets.adjacency_frames import ADDED, KEPT, REMOVED, diff_codes, edge_counts, frame_adjacency
-from widgets.kernel_switches import options_label, usable_options
+from widgets.kernel_switches import absent_techniques_note, options_label, usable_options
 from widgets.modes import LAPTOP_RATE, default_settings, run_mode
 from widgets.panels.live_plots import replica_band
 from workbench.model.options import KernelOptions
@@ -72,3 +72,23 @@ def test_the_run_mode_follows_the_environment(monkeypatch):
         run_mode()
     first, second = default_settings("demo"), default_settings("demo")
     assert first.neighbors is not second.neighbors
+
+
+def test_switches_follow_the_network_architecture(monkeypatch):
+    import kernels._triton
+
+    gpu = torch.device("cuda")  # only its type is read
+    asked = KernelOptions.all_on("fp16", tabulated_filter=True)
+    applied, message = usable_options(asked, gpu, "egnn")
+    assert applied == KernelOptions(fused_message_passing=True, fused_pair_search=True,
+                                    fused_integrator=True, mlp_precision="fp16")
+    assert message.startswith("CGEGNN has no fused kernels for fused_radial_basis")
+    applied, message = usable_options(asked, gpu, "painn")
+    assert applied == KernelOptions(fused_pair_search=True, fused_integrator=True)
+    assert "mlp_precision=fp16" in message
+    assert usable_options(asked, gpu, "schnet") == (asked, None)
+    monkeypatch.setattr(kernels._triton, "INTERPRET", False)  # a CPU as users have it
+    applied, message = usable_options(KernelOptions(tabulated_filter=True),
+                                      torch.device("cpu"), "egnn")
+    assert applied.is_baseline and "tabulated_filter" in message  # SchNet's PyTorch path only
+    assert absent_techniques_note("schnet") == ""

@@ -116,3 +116,23 @@ def test_export_without_a_run_says_so():
     panel = ExportPanel()
     panel.metrics_button.click()
     assert "start a simulation first" in panel.result.value
+
+
+def test_a_race_of_two_architectures_gives_each_side_its_network():
+    panel = ComparePanel(settings=RunSettings(replicas=2, steps=2, save_interval=1,
+                                              model="demo"), steps=2)
+    panel.arch_b.value = "egnn"
+    panel.preset_b.value = panel.preset_a.value  # both on the reference path
+    runner = panel.run()
+    assert runner.wait(120) is RunState.STOPPED
+    panel.refresh()
+    race = runner.snapshot()
+    assert race.error is None and (race.a.network, race.b.network) == ("schnet", "egnn")
+    assert runner._sides[1].sim.potential.architecture == "egnn"
+    assert race.deviation_start is None and race.deviation_end is None
+    assert any("different networks" in message for message in race.messages)
+    assert race.speedup > 0 and "A: schnet · baseline" in panel.race.data[0].name
+    assert "B: egnn · " in panel.summary.value
+    with pytest.raises(ValueError, match="architecture must be one of"):
+        CompareRunner(SETTINGS, KernelOptions(), KernelOptions(), steps=1,
+                      architectures=("schnet", "transformer"))

@@ -242,3 +242,45 @@ def test_workbench_composes_every_panel(fake_run):
         assert panel.source is controller
     assert set(workbench.figures()) >= {"throughput", "memory", "rmsd_q", "race"}
     assert "tempering" not in workbench.figures()  # no ladder in this run
+
+
+# -- network architectures -----------------------------------------------------------------
+
+
+def shown_toggles(panel) -> set[str]:
+    return {name for name, toggle in panel.toggles.items() if toggle.layout.display != "none"}
+
+
+def test_the_kernels_panel_offers_what_the_network_implements():
+    panel = KernelsPanel(options=KernelOptions.all_on("fp16"), architecture="egnn")
+    assert shown_toggles(panel) == {"fused_message_passing", "fused_pair_search",
+                                    "fused_integrator"}
+    assert panel.options == KernelOptions(fused_message_passing=True, fused_pair_search=True,
+                                          fused_integrator=True, mlp_precision="fp16")
+    assert "CGEGNN: its fused kernels are fused_message_passing" in panel.absent_note.value
+    assert "capture CGSchNet steps only" in panel.absent_note.value
+    panel.set_architecture("painn")
+    assert shown_toggles(panel) == {"fused_pair_search", "fused_integrator"}
+    assert panel.precision.disabled and panel.options == KernelOptions(
+        fused_pair_search=True, fused_integrator=True)
+    assert "CGPaiNN: it has no fused kernels" in panel.absent_note.value
+    panel.all_on.click()  # only what PaiNN implements
+    assert panel.options == KernelOptions(fused_pair_search=True, fused_integrator=True)
+    panel.set_architecture("schnet")
+    assert shown_toggles(panel) == set(KernelOptions.techniques())
+    assert panel.absent_note.value == "" and not panel.precision.disabled
+
+
+def test_the_launch_architecture_reaches_the_run_and_the_kernel_switches(fake_run):
+    prepare, _ = fake_run()
+    workbench = Workbench(RunSettings(replicas=2, steps=2, architecture="egnn"),
+                          prepare=prepare)
+    assert workbench.launch.architecture.options == ("schnet", "painn", "egnn")
+    assert workbench.kernels.architecture == "egnn"
+    workbench.launch.architecture.value = "painn"
+    assert workbench.kernels.architecture == "painn"
+    assert shown_toggles(workbench.kernels) == {"fused_pair_search", "fused_integrator"}
+    assert workbench.launch.settings().architecture == "painn"
+    controller = workbench.start()
+    controller.wait(5)
+    assert controller.settings.architecture == "painn"

@@ -1,4 +1,5 @@
-"""Compare panel: configuration A against B on the same system, seeds and device."""
+"""Compare panel: configuration A against B, each with its network architecture, on the same
+system, seeds and device."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import ipywidgets as ipw
 from widgets.comparison import PRESETS, CompareRunner, CompareSnapshot
 from widgets.modes import default_settings
 from widgets.panels.base import COLORS, LivePanel, new_figure
+from workbench.model.architectures import ARCHITECTURES
 from workbench.model.options import KernelOptions
 from workbench.runner import RunSettings
 
@@ -24,8 +26,14 @@ def _deviation_text(label: str, deviation) -> str:
     )
 
 
+def _side_title(side) -> str:
+    """``"A: egnn · baseline"``: a side's name, network and applied switches."""
+    return f"{side.name}: {side.network or 'priors only'} · {side.label}"
+
+
 class ComparePanel(LivePanel):
-    """Race two kernel configurations and show speedup, memory, force deviation and Q.
+    """Race two kernel configurations, or two network architectures (each side has its own),
+    and show speedup, memory, force deviation (one network) and Q.
 
     Parameters
     ----------
@@ -53,6 +61,10 @@ class ComparePanel(LivePanel):
         names = list(PRESETS)
         self.preset_a = ipw.Dropdown(options=names, value=names[0], description="A")
         self.preset_b = ipw.Dropdown(options=names, value=names[1], description="B")
+        self.arch_a, self.arch_b = (
+            ipw.Dropdown(options=list(ARCHITECTURES), value=self._settings.architecture,
+                         description=f"{side} network", layout={"width": "200px"})
+            for side in "AB")
         self.steps = ipw.BoundedIntText(
             value=steps or self._settings.steps,
             min=1,
@@ -100,6 +112,7 @@ class ComparePanel(LivePanel):
         self.set_body(
             ipw.HTML("<b>Compare</b>: same system, seeds and device; chunks alternate A, B."),
             ipw.HBox([self.preset_a, self.preset_b, self.steps]),
+            ipw.HBox([self.arch_a, self.arch_b]),
             ipw.HBox([self.run_button, self.stop_button]),
             self.summary,
             ipw.HBox([self.race, self.rates]),
@@ -116,7 +129,8 @@ class ComparePanel(LivePanel):
         return {"race": self.race, "race_rates": self.rates, "race_q": self.q_histogram}
 
     def run(self) -> CompareRunner:
-        """Start a race with the chosen presets (the previous one must have ended)."""
+        """Start a race with the chosen presets and networks (the previous one must have
+        ended)."""
         if self.source is not None and self.source.state.active:
             return self.source
         runner = CompareRunner(
@@ -124,6 +138,7 @@ class ComparePanel(LivePanel):
             KernelOptions.parse(PRESETS[self.preset_a.value]),
             KernelOptions.parse(PRESETS[self.preset_b.value]),
             steps=self.steps.value,
+            architectures=(self.arch_a.value, self.arch_b.value),
         )
         self.attach(runner)
         runner.start()
@@ -139,12 +154,13 @@ class ComparePanel(LivePanel):
                     continue
                 self.race.data[index].x = side.wall_s
                 self.race.data[index].y = side.timestep_mol
-                self.race.data[index].name = f"{side.name}: {side.label}"
+                title = _side_title(side)
+                self.race.data[index].name = title
                 self.rates.data[index].x = side.wall_s
                 self.rates.data[index].y = side.rate
-                self.rates.data[index].name = f"{side.name}: {side.label}"
+                self.rates.data[index].name = title
                 self.q_histogram.data[index].x = side.q
-                self.q_histogram.data[index].name = f"{side.name}: {side.label}"
+                self.q_histogram.data[index].name = title
         self.summary.value = self._summary(snapshot)
 
     def _summary(self, snapshot: CompareSnapshot) -> str:
@@ -164,7 +180,7 @@ class ComparePanel(LivePanel):
                 continue
             memory = "n/a (CPU)" if side.peak_memory_gb is None else f"{side.peak_memory_gb:.2f} GB"
             lines.append(
-                f"{side.name} ({html.escape(side.label)}): {side.mean_rate:,.1f} "
+                f"{html.escape(_side_title(side))}: {side.mean_rate:,.1f} "
                 f"timestep·mol/s, peak memory {memory}"
             )
         for label, deviation in (

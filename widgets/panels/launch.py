@@ -1,5 +1,5 @@
-"""Launch panel: what to simulate, on how many GPUs, and the Start / Pause / Resume / Stop
-buttons."""
+"""Launch panel: what to simulate with which network, on how many GPUs, and the Start /
+Pause / Resume / Stop buttons."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from widgets.panels.base import LivePanel
 from widgets.sharded import ShardedController
 from widgets.snapshot import RunState, Snapshot
 from workbench.distributed import ShardedResult, ShardedSettings, launch_sharded
+from workbench.model.architectures import ARCHITECTURES
 from workbench.model.options import KernelOptions
 from workbench.runner import PreparedRun, RunSettings, prepare_run
 from workbench.settings_error import SettingsError
@@ -185,6 +186,14 @@ class LaunchPanel(LivePanel):
             layout=narrow,
             style=style,
         )
+        self.architecture = ipw.Dropdown(
+            options=list(ARCHITECTURES),
+            value=s.architecture,
+            description="architecture",
+            tooltip="network of the untrained demo model; a model file must hold one of it",
+            layout=narrow,
+            style=style,
+        )
         self.model = ipw.Text(
             value=s.model or "",
             placeholder="trained model path (optional)",
@@ -217,7 +226,7 @@ class LaunchPanel(LivePanel):
             ipw.HBox([self.steps, self.until_stopped]),
             ipw.HBox([self.timestep, self.save_interval]),
             ipw.HBox([self.seed, self.device]),
-            self.gpus,
+            ipw.HBox([self.gpus, self.architecture]),
             self.model,
             ipw.HBox([self.start_button, self.pause_button, self.resume_button, self.stop_button]),
             self.status,
@@ -252,6 +261,7 @@ class LaunchPanel(LivePanel):
             denatured_fraction=self.denatured.value,
             device=self.device.value,
             model=self.model.value.strip() or None,
+            architecture=self.architecture.value,
             options=self.options_source(),
         )
 

@@ -10,6 +10,7 @@ import torch
 from workbench.cli.errors import UsageError
 from workbench.cli.output import folder_lock, refuse_existing
 from workbench.cli.parser import command_parser
+from workbench.model.architectures import ARCHITECTURES
 from workbench.model.options import PRESETS
 from workbench.settings_error import SettingsError
 
@@ -27,6 +28,11 @@ def add_parser(subparsers) -> None:
         help=f"comma list of presets ({', '.join(PRESETS)}) or techniques joined by + (e.g. "
         "tabulated_filter+cuda_graph), each optionally with -fp16 or -bf16 (e.g. "
         "all+tables-fp16)",
+    )
+    bench.add_argument(
+        "--arch", default="schnet",
+        help=f"comma list of network architectures ({', '.join(ARCHITECTURES)}): every "
+        "config runs for each (the demo model of each; a --model file must hold it)",
     )
     bench.add_argument("--steps", type=int, default=200, help="timed steps per window")
     bench.add_argument("--warmup", type=int, default=30)
@@ -59,10 +65,11 @@ def execute(args) -> int:
         raise UsageError(f"--replicas must be a comma list of counts, got {args.replicas!r}") \
             from None
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    architectures = tuple(a.strip() for a in args.arch.split(",") if a.strip())
     protocol = BenchProtocol(args.steps, args.warmup, args.repeats)
     try:
         cases = bench_cases(proteins, replicas, configs,
-                            None if args.model == "shipped" else args.model)
+                            None if args.model == "shipped" else args.model, architectures)
     except SettingsError:
         raise
     except ValueError as error:  # a configuration name
@@ -75,7 +82,7 @@ def execute(args) -> int:
 
 def run_cases(args, cases, protocol) -> int:
     """Run the benchmark cases, print each result and write the tables to ``args.out``."""
-    from workbench.benchmark import markdown_table, run_case, write_results
+    from workbench.benchmark import markdown_table, network_label, run_case, write_results
 
     records = []
     failures = 0
@@ -86,16 +93,19 @@ def run_cases(args, cases, protocol) -> int:
                 args.breakdown, profile=args.profile, launches=args.launches,
             )
         except torch.cuda.OutOfMemoryError:
-            print(f"{case.protein} × {case.replicas} {case.label}: out of memory", flush=True)
+            print(f"{case.protein} × {case.replicas} {case.architecture} {case.label}: out of "
+                  "memory", flush=True)
             torch.cuda.empty_cache()
             continue
         except Exception as exc:  # noqa: BLE001 - one failing case must not end the table
-            print(f"{case.protein} × {case.replicas} {case.label}: failed: {exc!r}", flush=True)
+            print(f"{case.protein} × {case.replicas} {case.architecture} {case.label}: failed: "
+                  f"{exc!r}", flush=True)
             failures += 1
             continue
         records.append(record)
         print(
-            f"{record['protein']} × {record['replicas']} {record['label']}: "
+            f"{record['protein']} × {record['replicas']} {network_label(record)} "
+            f"{record['label']} ({record['force_path']}): "
             f"{record['timestep_mol_per_s']:,.0f} timestep·mol/s"
             + (f", breakdown {record['breakdown']}" if "breakdown" in record else ""),
             flush=True,

@@ -34,7 +34,7 @@ REPORTED_ERRORS = (UsageError, SettingsError, *INPUT_ERRORS)
 
 #: Settings fields whose flag is not ``--`` and the field's name with dashes.
 FIELD_FLAGS = {"timestep_fs": "--dt", "learning_rate": "--lr", "options": "--kernels",
-               "neighbors": "--skin/--exclude-bonded"}
+               "neighbors": "--skin/--exclude-bonded", "architecture": "--arch"}
 
 
 def flag(field: str) -> str:

@@ -35,6 +35,7 @@ from workbench.files import atomic_write_text
 from workbench.md import NeighborSettings
 from workbench.md.reporters import MetricsReporter, TrajectoryReporter
 from workbench.md.simulation import CheckpointError
+from workbench.model.architectures import ARCHITECTURES
 from workbench.model.options import PRECISIONS, PRESETS, KernelOptions
 from workbench.model_fit import bundled_match
 from workbench.resume import (
@@ -127,6 +128,11 @@ def add_parser(subparsers) -> None:
         "demo model); default: the shipped model of --protein",
     )
     run.add_argument(
+        "--arch", default="schnet", choices=list(ARCHITECTURES),
+        help="network architecture: of the untrained demo model, and the one a --model "
+        "file must hold (default schnet)",
+    )
+    run.add_argument(
         "--structures", default=None,
         help="mlcg *_configurations.pt: starting structures for an mlcg --model",
     )
@@ -196,6 +202,7 @@ def run_settings(args) -> RunSettings:
         seed=args.seed,
         device=args.device,
         model=args.model,
+        architecture=args.arch,
         structures=args.structures,
         mapping=args.mapping,
         options=kernel_options(args.kernels, args.mlp_precision),

@@ -321,19 +321,22 @@ class Simulation:
             limits.max_extent, next_step, in_place))
 
     def applied_options(self) -> KernelOptions:
-        """The kernel options as they run here: a technique this device or model cannot
-        run (no Triton, an unsupported model, no CUDA for graphs) is off."""
-        from workbench.model.fused_schnet import fused_path_problem
+        """The kernel options as they run here: a technique this device or network cannot
+        run (no Triton, no kernels of the network's architecture for it, an unsupported
+        model, no CUDA for graphs) is off, and so is a 16-bit precision no kernel reads."""
+        from workbench.model.force_paths import drop_unimplemented, fused_problem
 
-        schnet = self.potential.schnet
+        network = self.potential.network
+        options = replace(self.options)
+        drop_unimplemented(options, self.potential.architecture)
         techniques = {name: False for name in KernelOptions.techniques()}
-        if schnet is not None and fused_path_problem(schnet, self.device, self.options) is None:
-            techniques.update({name: getattr(self.options, name) for name in techniques})
+        if network is not None and fused_problem(network, self.device, options) is None:
+            techniques.update({name: getattr(options, name) for name in techniques})
         techniques["fused_integrator"] = self.fuses_steps()
         techniques["fused_pair_search"] = self.searches_pairs()
         techniques["cuda_graph"] = (self.options.cuda_graph and self.device.type == "cuda"
                                     and captured_steps_problem(self) is None)
-        return replace(self.options, **techniques)
+        return replace(options, **techniques)
 
     def _uses_cuda_graph(self) -> bool:
         if not self.options.cuda_graph:

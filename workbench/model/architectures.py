@@ -32,11 +32,18 @@ class Architecture(NamedTuple):
         Name of the config dataclass in that module.
     network : str
         Name of the ``nn.Module`` class in that module.
+    fused : tuple of str
+        The techniques of `workbench.model.options.KernelOptions` that run Triton kernels
+        for this network (its own kernels, and ``cuda_graph`` where
+        `workbench.md.captured_steps` captures its steps); the others run its reference
+        path. The MD step's own techniques (``fused_pair_search``, ``fused_integrator``)
+        run whatever the network (`workbench.model.force_paths.STEP_TECHNIQUES`).
     """
 
     module: str
     config: str
     network: str
+    fused: tuple[str, ...] = ()
 
     def config_class(self) -> type:
         """The config dataclass."""
@@ -49,9 +56,12 @@ class Architecture(NamedTuple):
 
 #: Registered architectures by name; files without a name hold ``"schnet"``.
 ARCHITECTURES: dict[str, Architecture] = {
-    "schnet": Architecture("workbench.model.schnet", "SchNetConfig", "CGSchNet"),
+    "schnet": Architecture("workbench.model.schnet", "SchNetConfig", "CGSchNet",
+                           ("fused_radial_basis", "fused_message_passing", "csr_aggregation",
+                            "fused_update", "tabulated_filter", "cuda_graph", "pair_filter")),
     "painn": Architecture("workbench.model.painn", "PaiNNConfig", "CGPaiNN"),
-    "egnn": Architecture("workbench.model.egnn", "EGNNConfig", "CGEGNN"),
+    "egnn": Architecture("workbench.model.egnn", "EGNNConfig", "CGEGNN",
+                         ("fused_message_passing",)),
 }
 
 #: Attributes of a Potential that an architecture name must not shadow.
@@ -62,6 +72,18 @@ def _entry(name: str) -> Architecture:
     if name in RESERVED_NAMES or name not in ARCHITECTURES:
         raise ValueError(f"unknown network architecture {name!r}; known: {sorted(ARCHITECTURES)}")
     return ARCHITECTURES[name]
+
+
+def fused_techniques(name: str) -> tuple[str, ...]:
+    """The techniques that run Triton kernels for a network of architecture ``name``
+    (`Architecture.fused`).
+
+    Raises
+    ------
+    ValueError
+        An unknown architecture.
+    """
+    return _entry(name).fused
 
 
 def architecture_of(network: nn.Module) -> str:

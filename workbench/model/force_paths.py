@@ -1,23 +1,45 @@
-"""Which force path a run's `KernelOptions` get on its device, told to the user.
+"""Which force path a run's `KernelOptions` get on its device and network, told to the user.
 
-Where the Triton kernels can run (`fused_path_problem` finds nothing), every technique runs
-as asked. Elsewhere (a CPU, or a model the kernels do not implement) ``tabulated_filter``
-still runs, in PyTorch (`workbench.model.pytorch_tables`), and every other technique falls
-back to the PyTorch reference path. `settle_options` switches those off in the options
-themselves, so that what a run reports (its banner, summary and benchmark record) is what
-ran, and says so in a notice.
+Each architecture implements its own techniques (`workbench.model.architectures`,
+`Architecture.fused`: CGSchNet all of them, CGEGNN ``fused_message_passing``, CGPaiNN none);
+the MD step's own techniques (`STEP_TECHNIQUES`: the Triton pair search and the fused
+Langevin steps) run whatever the network. `settle_options` switches the others off in the
+options themselves, so that what a run reports (its banner, summary and benchmark record)
+is what ran, and says so in a notice.
+
+Where the Triton kernels can run (`fused_problem` finds nothing), every remaining technique
+runs as asked. Elsewhere (a CPU, or a model the kernels do not implement) a CGSchNet's
+``tabulated_filter`` still runs, in PyTorch (`workbench.model.pytorch_tables`), and every
+other technique falls back to the PyTorch reference path.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import fields
 
 import torch
+from torch import nn
 
+from workbench.model.architectures import ARCHITECTURES, architecture_of, fused_techniques
 from workbench.model.options import KernelOptions
 
-#: Techniques with a PyTorch implementation besides the Triton one.
+#: Techniques with a PyTorch implementation besides the Triton one (CGSchNet's).
 PYTORCH_TECHNIQUES = frozenset({"tabulated_filter"})
+
+#: Techniques of the MD step around the network, which run whatever network the potential
+#: holds: the graph from the Triton pair search, and the fused Langevin steps.
+STEP_TECHNIQUES = frozenset({"fused_pair_search", "fused_integrator"})
+
+#: Where an architecture's kernels say why they cannot run a network (``module``,
+#: ``function(network, device, options) -> str | None``); an architecture without an entry
+#: needs Triton on the device only.
+FUSED_PROBLEMS = {
+    "schnet": ("workbench.model.fused_schnet", "fused_path_problem"),
+    "egnn": ("workbench.model.egnn", "fused_edge_problem"),
+}
+
+NO_TRITON = "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
 
 
 def triton_runs_on(device: torch.device) -> bool:
@@ -29,28 +51,94 @@ def triton_runs_on(device: torch.device) -> bool:
     return triton_available() and (device.type == "cuda" or INTERPRET)
 
 
-def fused_problem(schnet, device: torch.device, options: KernelOptions) -> str | None:
-    """Why the Triton kernels cannot run ``options`` here (None if they can): the network's
-    reasons (`fused_path_problem`), or for a prior-only potential whether Triton runs on
-    ``device`` at all."""
-    from workbench.model.fused_schnet import fused_path_problem
+def implemented_techniques(architecture: str | None) -> tuple[str, ...]:
+    """The techniques that can run Triton kernels in a run of a potential whose network is
+    of ``architecture`` (None: a prior-only potential), in `KernelOptions.techniques` order.
 
-    if schnet is not None:
-        return fused_path_problem(schnet, device, options)
-    return None if triton_runs_on(device) else "no Triton on this device"
+    The network's own (`Architecture.fused`) and the `STEP_TECHNIQUES`; a prior-only
+    potential's whole steps are captured too (``cuda_graph``).
+
+    Raises
+    ------
+    ValueError
+        An unknown architecture.
+    """
+    own = ("cuda_graph",) if architecture is None else fused_techniques(architecture)
+    return tuple(t for t in KernelOptions.techniques() if t in own or t in STEP_TECHNIQUES)
 
 
-def force_path(schnet, device: torch.device, options: KernelOptions) -> str:
-    """What evaluates the forces: ``"triton"`` (fused kernels), ``"pytorch-tables"`` (the
-    tabulated filters in PyTorch) or ``"reference"``."""
+def network_name(architecture: str) -> str:
+    """The class name of an architecture's network (``"CGPaiNN"``), for messages."""
+    return ARCHITECTURES[architecture].network
+
+
+def drop_unimplemented(options: KernelOptions, architecture: str | None) -> list[str]:
+    """Switch off (in place) what ``architecture``'s network has no kernels for.
+
+    Parameters
+    ----------
+    options : KernelOptions
+        Asked for; afterwards what the architecture implements of them.
+    architecture : str or None
+        The potential's network (None: a prior-only potential, which keeps everything).
+
+    Returns
+    -------
+    list of str
+        The techniques switched off, and ``mlp_precision=...`` when a 16-bit precision
+        was asked of a network none of whose own kernels is on (CGSchNet's kernels read
+        the precision in any combination, so it keeps it).
+    """
+    if architecture is None:
+        return []
+    keep = implemented_techniques(architecture)
+    dropped = [name for name in KernelOptions.techniques()
+               if getattr(options, name) and name not in keep]
+    for name in dropped:
+        setattr(options, name, False)
+    own = [name for name in fused_techniques(architecture)
+           if name != "cuda_graph" and getattr(options, name)]
+    if options.mlp_precision != "fp32" and architecture != "schnet" and not own:
+        dropped.append(f"mlp_precision={options.mlp_precision}")
+        options.mlp_precision = "fp32"
+    return dropped
+
+
+def fused_problem(network: nn.Module | None, device: torch.device,
+                  options: KernelOptions) -> str | None:
+    """Why the Triton kernels cannot run ``options`` here (None if they can): the reasons
+    of the network's kernels (`FUSED_PROBLEMS`, e.g. `fused_path_problem` for a CGSchNet),
+    or whether Triton runs on ``device`` at all."""
+    architecture = None if network is None else architecture_of(network)
+    if architecture in FUSED_PROBLEMS and any(
+            getattr(options, name) for name in fused_techniques(architecture)):
+        module, function = FUSED_PROBLEMS[architecture]
+        return getattr(importlib.import_module(module), function)(network, device, options)
+    return None if triton_runs_on(device) else NO_TRITON
+
+
+def force_path(network: nn.Module | None, device: torch.device, options: KernelOptions) -> str:
+    """What evaluates the forces: ``"triton"`` (fused kernels), ``"pytorch-tables"`` (a
+    CGSchNet's tabulated filters in PyTorch) or ``"reference"``.
+
+    A network other than CGSchNet is on the Triton path only with one of its own kernels
+    on (CGEGNN's ``fused_message_passing``); otherwise its reference path computes the
+    forces whatever the step's techniques.
+    """
     if options.is_baseline:
         return "reference"
-    if fused_problem(schnet, device, options) is None:
+    architecture = None if network is None else architecture_of(network)
+    schnet = architecture == "schnet"
+    if architecture is not None and not schnet and not any(
+            getattr(options, name) for name in fused_techniques(architecture)):
+        return "reference"
+    if fused_problem(network, device, options) is None:
         return "triton"
-    return "pytorch-tables" if schnet is not None and options.tabulated_filter else "reference"
+    return "pytorch-tables" if schnet and options.tabulated_filter else "reference"
 
 
-def settle_options(options: KernelOptions, device: torch.device, schnet) -> list[str]:
+def settle_options(options: KernelOptions, device: torch.device,
+                   network: nn.Module | None) -> list[str]:
     """Switch off (in place) the techniques that cannot run here; notices for the user.
 
     Parameters
@@ -58,19 +146,25 @@ def settle_options(options: KernelOptions, device: torch.device, schnet) -> list
     options : KernelOptions
         Asked for; afterwards what runs.
     device : torch.device
-    schnet : CGSchNet or None
-        The potential's network (None for a prior-only potential).
+    network : nn.Module or None
+        The potential's network, of any registered architecture (None for a prior-only
+        potential).
 
     Returns
     -------
     list of str
-        A notice naming what fell back, and one naming the PyTorch tables path when it
-        runs.
+        A notice naming what the network has no kernels for, one naming what fell back
+        on this device, and one naming the PyTorch tables path when it runs.
     """
     notices = []
-    problem = None if options.is_baseline else fused_problem(schnet, device, options)
+    architecture = None if network is None else architecture_of(network)
+    absent = drop_unimplemented(options, architecture)
+    if absent:
+        notices.append(f"{network_name(architecture)} has no fused kernels for "
+                       f"{', '.join(absent)}: switched off, its PyTorch reference path runs.")
+    problem = None if options.is_baseline else fused_problem(network, device, options)
     if problem is not None:
-        keep = PYTORCH_TECHNIQUES if schnet is not None else frozenset()
+        keep = PYTORCH_TECHNIQUES if architecture == "schnet" else frozenset()
         dropped = [f.name for f in fields(options)
                    if f.type == "bool" and getattr(options, f.name) and f.name not in keep]
         for name in dropped:
@@ -81,7 +175,7 @@ def settle_options(options: KernelOptions, device: torch.device, schnet) -> list
         if dropped:
             notices.append(f"Fused kernels unavailable ({problem}): {', '.join(dropped)} "
                            "fell back to the PyTorch reference path.")
-    if force_path(schnet, device, options) == "pytorch-tables":
+    if force_path(network, device, options) == "pytorch-tables":
         count = torch.get_num_threads()
         threads = f", {count} thread{'s' * (count != 1)}" if device.type == "cpu" else ""
         notices.append("Tabulated filters in PyTorch (workbench.model.pytorch_tables: each "

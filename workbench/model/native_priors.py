@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from workbench.model.architectures import ARCHITECTURES, build_network
 from workbench.model.geometry import angle_cosines, bond_lengths, torsions
 from workbench.model.potential import Potential
 from workbench.model.priors import (
@@ -22,7 +23,6 @@ from workbench.model.priors import (
     NativeContacts,
     Repulsion,
 )
-from workbench.model.schnet import CGSchNet, SchNetConfig
 from workbench.system.cg_system import CGSystem
 from workbench.system.topology import nonbonded_pairs
 
@@ -114,11 +114,12 @@ def native_priors(
 
 def demo_potential(
     system: CGSystem,
-    config: SchNetConfig | None = None,
+    config=None,
     seed: int = 0,
     output_scale: float = 0.01,
+    architecture: str = "schnet",
 ) -> Potential:
-    """A randomly initialised CGSchNet with small output weights plus native priors.
+    """A randomly initialised network with small output weights plus native priors.
 
     This is not a trained model: it exists to exercise the engine until trained
     checkpoints ship, and callers must say so to the user
@@ -127,25 +128,39 @@ def demo_potential(
     Parameters
     ----------
     system : CGSystem
-    config : SchNetConfig, optional
-        Defaults: hidden 128, filters 128, 3 blocks, 50 Gaussian RBF, cutoff 10 Å.
+    config : dataclass, optional
+        The network's config (of ``architecture``); default its config class's defaults
+        (CGSchNet: hidden 128, filters 128, 3 blocks, 50 Gaussian RBF, cutoff 10 Å).
     seed : int
         Seed of the weight initialisation.
     output_scale : float
         Factor applied to the last output layer's weights.
+    architecture : str
+        A key of `workbench.model.architectures.ARCHITECTURES` (``"schnet"``,
+        ``"painn"``, ``"egnn"``).
+
+    Raises
+    ------
+    ValueError
+        An unknown architecture.
     """
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"unknown network architecture {architecture!r}; known: "
+                         f"{sorted(ARCHITECTURES)}")
+    config = config or ARCHITECTURES[architecture].config_class()()
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        schnet = CGSchNet(config or SchNetConfig())
+        network = build_network(architecture, config)
     finally:
         torch.random.set_rng_state(generator_state)
     with torch.no_grad():
-        schnet.output_network.layers[-1].weight.mul_(output_scale)
-    potential = Potential(system.bead_types, schnet, native_priors(system))
+        network.output_network.layers[-1].weight.mul_(output_scale)
+    potential = Potential(system.bead_types, network, native_priors(system))
+    name = ARCHITECTURES[architecture].network
     potential.metadata = {
         "trained": False,
-        "description": "untrained demo model: random CGSchNet + priors and native-contact "
+        "description": f"untrained demo model: random {name} + priors and native-contact "
         f"wells fitted to the native structure of {system.name}",
         "protein": system.name,
         "mapping": system.mapping,

@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from workbench.model.basis import ExpNormalBasis, GaussianBasis, make_cutoff
+from workbench.model.force_paths import STEP_TECHNIQUES
 from workbench.model.network_config import NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.model.schnet import ACTIVATIONS, MLP
@@ -338,7 +339,8 @@ class CGPaiNN(nn.Module):
             padding slots contribute nothing.
         options : KernelOptions, optional
             Accepted for the common network interface. PaiNN has no fused kernels
-            yet: options asking for any technique run this reference path, with
+            yet: options asking for any technique but the MD step's own
+            (`workbench.model.force_paths.STEP_TECHNIQUES`) run this reference path, with
             one ``RuntimeWarning`` per model saying so.
 
         Returns
@@ -351,7 +353,8 @@ class CGPaiNN(nn.Module):
         ValueError
             Positions, types or graph arrays of the wrong shape.
         """
-        if options is not None and not options.is_baseline and not self._warned_options:
+        if options is not None and not self._warned_options and any(
+                name not in STEP_TECHNIQUES for name in options.enabled()):
             self._warned_options = True
             warnings.warn(FALLBACK_MESSAGE, RuntimeWarning, stacklevel=2)
         self._check_inputs(pos, types, graph)
