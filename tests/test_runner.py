@@ -98,13 +98,15 @@ def test_a_model_file_of_another_architecture_is_refused(tmp_path):
 
     path = save_potential(demo_potential(build_system("cln025"), architecture="egnn"),
                           tmp_path / "egnn.pt")
-    settings = RunSettings(protein="cln025", replicas=2, device="cpu", model=str(path))
+    settings = RunSettings(protein="cln025", replicas=2, device="cpu", model=str(path),
+                           architecture="schnet")
     with pytest.raises(SettingsError, match="holds a 'egnn' network") as error:
         prepare_run(settings)
     assert error.value.field == "architecture"
     assert "set --arch to 'egnn'" in error.value.describe(flag)
-    prepared = prepare_run(replace(settings, architecture="egnn"))
-    assert prepared.simulation.potential.architecture == "egnn"
+    for architecture in ("egnn", None):  # named, or taken from the file
+        prepared = prepare_run(replace(settings, architecture=architecture))
+        assert prepared.simulation.potential.architecture == "egnn"
 
 
 def test_the_shipped_schnet_model_gives_way_to_the_demo_model_of_another_architecture():

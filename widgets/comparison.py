@@ -252,7 +252,7 @@ class CompareRunner(BackgroundWork):
         if steps < 1:
             raise ValueError(f"steps must be at least 1, got {steps}")
         self.settings = copy.deepcopy(settings)
-        self.architectures = tuple(architectures or (settings.architecture,) * 2)
+        self.architectures = tuple(architectures or (settings.architecture or "schnet",) * 2)
         for architecture in self.architectures:  # refused here, not in the worker
             replace(self.settings, architecture=architecture)
         self.options_a = replace(options_a)

@@ -61,7 +61,8 @@ class Workbench(ipw.VBox):
         replay: str | Path | None = None,
     ):
         settings = settings or default_settings()
-        self.kernels = KernelsPanel(options=settings.options, architecture=settings.architecture)
+        self.kernels = KernelsPanel(options=settings.options,
+                                    architecture=settings.architecture or "schnet")
         self.launch = LaunchPanel(
             settings,
             until_stopped=until_stopped,

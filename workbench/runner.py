@@ -73,11 +73,12 @@ class RunSettings:
     model : str or None
         Path of a saved potential or a published CGSchNet (mlcg) checkpoint, ``"demo"``
         for the untrained demo model; None: the shipped model, else the demo model.
-    architecture : str
+    architecture : str or None
         The network: a key of `workbench.model.architectures.ARCHITECTURES` (``"schnet"``,
         ``"painn"``, ``"egnn"``). The untrained demo model is built with it (default
         sizes, the same priors); a model file or checkpoint must hold a network of it
-        (`check_architecture`); the shipped model is used only when it does.
+        (`check_architecture`); the shipped model is used only when it does. None: the
+        network a model file holds, CGSchNet for the demo model.
     structures : str or None
         mlcg ``*_configurations.pt`` with starting structures for an mlcg model.
     mapping : str
@@ -109,7 +110,7 @@ class RunSettings:
     seed: int = 0
     device: str = "auto"
     model: str | None = None
-    architecture: str = "schnet"
+    architecture: str | None = None
     structures: str | None = None
     mapping: str = "five-bead"
     options: KernelOptions = field(default_factory=KernelOptions)
@@ -140,7 +141,8 @@ class RunSettings:
             raise SettingsError("save_interval", f"must be at least 1, got {self.save_interval}")
         if self.first_replica < 0:
             raise SettingsError("first_replica", f"must be non-negative, got {self.first_replica}")
-        if self.architecture in RESERVED_NAMES or self.architecture not in ARCHITECTURES:
+        if self.architecture is not None and (self.architecture in RESERVED_NAMES
+                                              or self.architecture not in ARCHITECTURES):
             raise SettingsError("architecture", f"must be one of {', '.join(ARCHITECTURES)}, "
                                 f"got {self.architecture!r}")
         if self.structures is not None and self.model is None:
@@ -238,9 +240,9 @@ def _variant_note(teacher: Potential) -> str:
     return "".join(", " + text.format(value) for value, text in notes if value is not None)
 
 
-def check_architecture(potential: Potential, architecture: str, model: str) -> None:
+def check_architecture(potential: Potential, architecture: str | None, model: str) -> None:
     """Refuse a model whose network is not of ``architecture`` (a prior-only model, such
-    as the teacher, has none and passes).
+    as the teacher, has none and passes; ``architecture`` None accepts any).
 
     Raises
     ------
@@ -248,14 +250,14 @@ def check_architecture(potential: Potential, architecture: str, model: str) -> N
         On the ``architecture`` field, naming the file's architecture.
     """
     found = potential.architecture
-    if found is not None and found != architecture:
+    if None not in (found, architecture) and found != architecture:
         raise SettingsError(
             "architecture", f"is {architecture!r}, but the model {model} holds a {found!r} "
             f"network ({network_name(found)}); set {{architecture}} to {found!r} to run it")
 
 
 def choose_potential(
-    system: CGSystem, model: str | None, architecture: str = "schnet"
+    system: CGSystem, model: str | None, architecture: str | None = None
 ) -> tuple[Potential, str | None]:
     """The potential for a run and a notice about it (None for a model file given).
 
@@ -265,7 +267,8 @@ def choose_potential(
     where there is none, it has not passed its validation or its network is not of
     ``architecture``). A model file made for another system is refused
     (`check_model_fits`), and so is one whose network is not of ``architecture``
-    (`check_architecture`); the demo model is a network of ``architecture``.
+    (`check_architecture`); the demo model is a network of ``architecture`` (CGSchNet for
+    None, which also accepts a model of any network).
     """
     variant = teacher_variant(model)
     if model == TEACHER_MODEL or variant is not None:
@@ -286,12 +289,13 @@ def choose_potential(
     other_network = None
     if shipped is not None:
         potential = load_potential(shipped)
-        if potential.architecture in (None, architecture):
+        if architecture is None or potential.architecture in (None, architecture):
             return potential, (
                 f"Trained model shipped for {protein}, validated against its teacher "
                 f"(model card: {shipped.with_suffix('.json')})."
             )
         other_network = potential.architecture
+    architecture = architecture or "schnet"
     potential = demo_potential(system, architecture=architecture)
     name = network_name(architecture)
     notice = (

@@ -385,6 +385,8 @@ def test_arch_must_match_the_model_file(tmp_path, capsys):
 
     path = save_potential(demo_potential(build_system("cln025"), architecture="painn"),
                           tmp_path / "painn.pt")
-    assert main([*RUN, "--model", str(path)]) == 2
+    assert main([*RUN, "--model", str(path), "--arch", "schnet"]) == 2
     assert "--arch is 'schnet', but the model" in capsys.readouterr().err
     assert main([*RUN, "--model", str(path), "--arch", "painn", "--no-trajectory"]) == 0
+    # without --arch the file's network runs
+    assert main([*RUN, "--model", str(path), "--no-trajectory", "--overwrite"]) == 0

@@ -62,7 +62,7 @@ class ComparePanel(LivePanel):
         self.preset_a = ipw.Dropdown(options=names, value=names[0], description="A")
         self.preset_b = ipw.Dropdown(options=names, value=names[1], description="B")
         self.arch_a, self.arch_b = (
-            ipw.Dropdown(options=list(ARCHITECTURES), value=self._settings.architecture,
+            ipw.Dropdown(options=list(ARCHITECTURES), value=self._settings.architecture or "schnet",
                          description=f"{side} network", layout={"width": "200px"})
             for side in "AB")
         self.steps = ipw.BoundedIntText(

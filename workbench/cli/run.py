@@ -128,9 +128,9 @@ def add_parser(subparsers) -> None:
         "demo model); default: the shipped model of --protein",
     )
     run.add_argument(
-        "--arch", default="schnet", choices=list(ARCHITECTURES),
+        "--arch", default=None, choices=list(ARCHITECTURES),
         help="network architecture: of the untrained demo model, and the one a --model "
-        "file must hold (default schnet)",
+        "file must hold (default: the --model file's network; schnet for the demo model)",
     )
     run.add_argument(
         "--structures", default=None,
