@@ -55,6 +55,7 @@ from kernels.pair_filter import (
     pair_filter_rows,
     pair_filter_rows_reference,
     pair_layout,
+    rows_fit,
 )
 from kernels.pair_search import PairGraph, pair_search_csr, pair_search_csr_reference
 from kernels.pair_terms import PAIR_FORMS, pair_energies, pair_energies_reference
@@ -87,7 +88,7 @@ __all__ = [
     "tabulated_cfconv", "linear", "tanh_linear", "pair_energies", "PAIR_FORMS",
     "PairGraph", "pair_search_csr", "angle_energies", "dihedral_energies", "langevin_drift",
     "langevin_finish", "signed_segment_sum", "PairLayout", "PairFilterRows", "pair_layout",
-    "pair_filter_rows",
+    "pair_filter_rows", "rows_fit",
 ]
 
 

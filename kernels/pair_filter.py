@@ -47,11 +47,24 @@ from kernels.radial_basis import (
 )
 
 __all__ = ["PairLayout", "PairFilterRows", "pair_layout", "pair_filter_rows",
-           "pair_filter_rows_reference", "ROW_DTYPES"]
+           "pair_filter_rows_reference", "ROW_DTYPES", "ROWS_BYTES", "rows_fit"]
 
 #: Storage type of the rows per filter operand type.
 ROW_DTYPES = {torch.float32: torch.float32, torch.float16: torch.float16,
               torch.bfloat16: torch.float16}
+
+
+#: Largest size of one block's rows (``W`` and ``W'`` of every pair slot), bytes. The rows
+#: of every block live until the backward pass; above this (1ENH x 1,024 replicas in FP32,
+#: say) the per-edge kernel of `kernels.cfconv`, which writes nothing, is used instead.
+ROWS_BYTES = 2 << 30
+
+
+def rows_fit(num_edges: int, num_features: int, dtype: torch.dtype) -> bool:
+    """Whether one block's pair rows for ``num_edges`` edge slots stay within `ROWS_BYTES`
+    (``dtype``: the filter's operand type, `ROW_DTYPES` gives the rows')."""
+    itemsize = torch.empty((), dtype=ROW_DTYPES[dtype]).element_size()
+    return 2 * (num_edges // 2 + 1) * num_features * itemsize <= ROWS_BYTES
 
 
 @dataclass(frozen=True)

@@ -158,3 +158,24 @@ def test_options_switch_between_steps_of_a_running_simulation():
     e_ref, _ = potential.energy_and_forces(sim.positions, sim._graph_for(sim.positions))
     assert torch.allclose(fused_energy, e_ref, rtol=1e-5, atol=1e-4)
     assert sim.graph.valid is None  # the reference path gets the exact edge list again
+
+
+def test_pair_rows_too_large_fall_back_to_the_per_edge_kernel(monkeypatch):
+    """Above `ROWS_BYTES` per block the rows are not built; the per-edge kernel gives the
+    forces (within the TF32 bound of the reference) instead."""
+    import kernels.pair_filter as pair_filter
+
+    potential, pos, exact, candidates = _setup()
+    _, f_ref = potential.energy_and_forces(pos, exact)
+    built = []
+    real = pair_filter.pair_filter_rows
+    monkeypatch.setattr("kernels.pair_filter_rows",
+                        lambda *a, **k: built.append(1) or real(*a, **k))
+    options = KernelOptions.parse("all")
+    _, f_rows = potential.energy_and_forces(pos, candidates, options)
+    assert built  # the rows path ran
+    built.clear()
+    monkeypatch.setattr(pair_filter, "ROWS_BYTES", 1024)
+    _, f_edges = potential.energy_and_forces(pos, candidates, options)
+    assert not built  # the per-edge kernel ran
+    assert _rel(f_rows, f_ref) < 1e-3 and _rel(f_edges, f_ref) < 1e-3

@@ -244,6 +244,7 @@ def fused_node_energies(
         pair_filter_rows,
         pair_layout,
         radial_basis,
+        rows_fit,
         segment_sum,
         tabulated_cfconv,
         tanh_linear,
@@ -265,7 +266,8 @@ def fused_node_energies(
     tables = filter_tables(schnet, packed, pos.device) if options.tabulated_filter else None
     # exact filters once per pair (symmetric graphs), read by the convolution kernels
     per_pair = (tables is None and options.fused_message_passing and options.pair_filter
-                 and graph.sorted_pairs)
+                and graph.sorted_pairs
+                and rows_fit(src.numel(), schnet.config.filters, PRECISION_DTYPES[precision]))
     if tables is not None or per_pair:  # lengths once for all blocks (one position-
         dist = edge_distances(pos, src, dst, csr)  # gradient pass), their gradients summed
         length_grad = LengthGradient(len(schnet.interaction_blocks))  # once

@@ -83,8 +83,9 @@ class KernelOptions:
         (`workbench.model.edge_pairs`). With ``fused_message_passing`` on the engine's
         symmetric graphs: ``W`` and ``dW/dd`` of every pair from dense tensor-core tiles
         (`kernels.pair_filter`), read by the convolution kernels, whose backward then needs
-        no GEMM (without it the fused kernel recomputes the filter per edge and nothing of
-        the filter is written). The tabulated filter ignores it.
+        no GEMM (without it, or where one block's rows would exceed
+        ``kernels.pair_filter.ROWS_BYTES``, the fused kernel recomputes the filter per edge
+        and nothing of the filter is written). The tabulated filter ignores it.
     """
 
     fused_radial_basis: bool = False
