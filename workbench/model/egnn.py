@@ -63,9 +63,9 @@ from workbench.model.fused_schnet import (
     warn_fallback_once,
     weights_key,
 )
-from workbench.model.network_config import NetworkConfig
+from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
-from workbench.model.schnet import ACTIVATIONS, MLP
+from workbench.model.schnet import MLP
 from workbench.neighbors import Graph
 
 #: Model-level techniques of `KernelOptions` that CGEGNN has no kernels for (the MD-level
@@ -199,10 +199,6 @@ class CGEGNN(nn.Module):
     def __init__(self, config: EGNNConfig | None = None):
         super().__init__()
         self.config = config = config or EGNNConfig()
-        if config.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"unknown activation {config.activation!r}; choose from {sorted(ACTIVATIONS)}"
-            )
         self.embedding_layer = nn.Embedding(config.embedding_size, config.hidden)
         basis_cutoff = make_cutoff(config.basis_envelope, 0.0, config.cutoff)
         if config.basis == "gaussian":

@@ -5,14 +5,25 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import ClassVar
 
+from torch import nn
+
+#: Activations a network config may name (mlcg's names).
+ACTIVATIONS = {"tanh": nn.Tanh, "silu": nn.SiLU, "softplus": nn.Softplus, "gelu": nn.GELU}
+
 
 class NetworkConfig:
-    """Mixin of a network's config dataclass: ``to_dict`` and its strict inverse.
+    """Mixin of a network's config dataclass: ``to_dict``, its strict inverse, and the
+    check of the ``activation`` every network config names (against `ACTIVATIONS`).
 
     Subclasses are dataclasses and set ``label``, the network's name in error messages.
     """
 
     label: ClassVar[str] = "network"
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}; choose from "
+                             f"{sorted(ACTIVATIONS)}")
 
     def to_dict(self) -> dict:
         """Plain-JSON form."""

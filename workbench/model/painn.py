@@ -46,9 +46,9 @@ from torch import nn
 
 from workbench.model.basis import ExpNormalBasis, GaussianBasis, make_cutoff
 from workbench.model.force_paths import STEP_TECHNIQUES
-from workbench.model.network_config import NetworkConfig
+from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
-from workbench.model.schnet import ACTIVATIONS, MLP
+from workbench.model.schnet import MLP
 from workbench.neighbors import Graph
 
 #: mlcg's ``safe_norm``: ``sqrt(|r|² + eps) − sqrt(eps)``.
@@ -231,10 +231,6 @@ class CGPaiNN(nn.Module):
     def __init__(self, config: PaiNNConfig | None = None):
         super().__init__()
         self.config = config = config or PaiNNConfig()
-        if config.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"unknown activation {config.activation!r}; choose from {sorted(ACTIVATIONS)}"
-            )
         for name in ("embedding_size", "hidden", "blocks", "num_rbf"):
             if int(getattr(config, name)) < 1:
                 raise ValueError(f"PaiNN {name} must be at least 1, got {getattr(config, name)}")

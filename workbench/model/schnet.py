@@ -35,12 +35,10 @@ from workbench.model.fused_schnet import (
     fused_path_problem,
     warn_fallback_once,
 )
-from workbench.model.network_config import NetworkConfig
+from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.model.pytorch_tables import table_node_energies
 from workbench.neighbors import Graph
-
-ACTIVATIONS = {"tanh": nn.Tanh, "silu": nn.SiLU, "softplus": nn.Softplus, "gelu": nn.GELU}
 
 
 @dataclass
@@ -184,10 +182,6 @@ class CGSchNet(nn.Module):
     def __init__(self, config: SchNetConfig | None = None):
         super().__init__()
         self.config = config = config or SchNetConfig()
-        if config.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"unknown activation {config.activation!r}; choose from {sorted(ACTIVATIONS)}"
-            )
         self.embedding_layer = nn.Embedding(config.embedding_size, config.hidden)
         basis_cutoff = make_cutoff(config.basis_envelope, config.cutoff_lower, config.cutoff)
         if config.basis == "gaussian":
