@@ -55,6 +55,7 @@ from kernels.pair_filter import (
     pair_filter_rows,
     pair_filter_rows_reference,
     pair_layout,
+    pair_layout_reference,
     rows_fit,
 )
 from kernels.pair_search import PairGraph, pair_search_csr, pair_search_csr_reference
@@ -112,6 +113,7 @@ OPS: dict[str, Op] = {
         Op("cfconv", cfconv, cfconv_reference),
         Op("egnn_edge", egnn_edge, egnn_edge_reference),
         Op("tabulated_cfconv", tabulated_cfconv, tabulated_cfconv_reference),
+        Op("pair_layout", pair_layout, pair_layout_reference),
         Op("pair_filter_rows", pair_filter_rows, pair_filter_rows_reference),
         Op("linear", linear, linear_reference),
         Op("tanh_linear", tanh_linear, tanh_linear_reference),

@@ -53,7 +53,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 __all__ = ["HAS_TRITON", "INTERPRET", "triton", "tl", "triton_available", "pick_configs",
            "autotune",
-           "torch_to_tl_dtype", "check_no_grad", "next_pow2", "sqrt_rounded", "tanh_f32",
+           "torch_to_tl_dtype", "check_no_grad", "next_pow2", "sqrt_rounded", "tanh_f32", "cos_sin",
            "tf32_round", "mma"]
 
 
@@ -149,6 +149,24 @@ def sqrt_rounded(x, F64: tl.constexpr):
     else:
         y = tl.sqrt_rn(x)
     return y
+
+
+@triton.jit
+def cos_sin(x):
+    """``(cos x, sin x)`` in FP32 to ~1e-7 absolute for ``|x| < 100`` (the envelopes' arguments
+    lie in ``[0, 3 pi]``): a quadrant reduction by pi/2 in two parts and short Taylor
+    polynomials on ``[-pi/4, pi/4]``. Straight-line code, unlike libdevice's ``cosf`` and
+    ``sinf``, whose large-argument reduction keeps arrays in local memory and costs every
+    kernel that inlines them registers and instruction cache."""
+    q = tl.floor(x * 0.6366197723675814 + 0.5)
+    y = (x - q * 1.5707963705062866) + q * 4.371139000186243e-08
+    y2 = y * y
+    s = y + y * y2 * (-1.0 / 6.0 + y2 * (1.0 / 120.0 + y2 * (-1.0 / 5040.0 + y2 / 362880.0)))
+    c = 1.0 + y2 * (-0.5 + y2 * (1.0 / 24.0 + y2 * (-1.0 / 720.0 + y2 * (1.0 / 40320.0))))
+    quadrant = q.to(tl.int32) & 3
+    cos = tl.where(quadrant == 0, c, tl.where(quadrant == 1, -s, tl.where(quadrant == 2, -c, s)))
+    sin = tl.where(quadrant == 0, s, tl.where(quadrant == 1, c, tl.where(quadrant == 2, -s, -c)))
+    return cos, sin
 
 
 @triton.jit

@@ -46,7 +46,8 @@ from kernels.radial_basis import (
     radial_reference_terms,
 )
 
-__all__ = ["PairLayout", "PairFilterRows", "pair_layout", "pair_filter_rows",
+__all__ = ["PairLayout", "PairFilterRows", "pair_layout", "pair_layout_reference",
+           "pair_filter_rows",
            "pair_filter_rows_reference", "ROW_DTYPES", "ROWS_BYTES", "rows_fit"]
 
 #: Storage type of the rows per filter operand type.
@@ -86,8 +87,58 @@ class PairLayout:
     count: torch.Tensor
 
 
+_LAYOUT_BLOCK = 1024
+
+
+@triton.jit
+def _pair_slots(dst_perm_ptr, src_perm_ptr, live_ptr, E, BLOCK: tl.constexpr):
+    """Slots ``p`` of this program, the edge ``e`` there, its reverse, whether the slot is in
+    a segment and whether ``e`` represents its pair."""
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = p < tl.minimum(tl.load(live_ptr), E)
+    e = tl.load(dst_perm_ptr + p, mask=live, other=0)
+    rev = tl.load(src_perm_ptr + p, mask=live, other=0)
+    return p, e, rev, live, live & (e <= rev)
+
+
+@triton.jit
+def _pair_flag_kernel(dst_perm_ptr, src_perm_ptr, live_ptr, flag_ptr, E,
+                      BLOCK: tl.constexpr):
+    """``flag[p] = 1`` where destination slot ``p`` holds its pair's representative.
+
+    dst_perm_ptr, src_perm_ptr: int32 [E] the layouts' edge ids per slot; live_ptr: int32 [1]
+    slots in segments (``dst_ptr[-1]``); flag_ptr: int32 [E] out; E: slots; BLOCK: slots per
+    program.
+    """
+    p, _, _, _, rep = _pair_slots(dst_perm_ptr, src_perm_ptr, live_ptr, E, BLOCK)
+    tl.store(flag_ptr + p, rep.to(tl.int32), mask=p < E)
+
+
+@triton.jit
+def _pair_row_kernel(dst_perm_ptr, src_perm_ptr, live_ptr, rank_ptr, row_ptr, edges_ptr, E,
+                     capacity, REPRESENTATIVES: tl.constexpr, BLOCK: tl.constexpr):
+    """Rows of the representatives (``REPRESENTATIVES``: ``row[e] = rank``, ``edges[rank] =
+    e``), or of the other directions (``row[e] = row[reverse]``, a second launch).
+
+    rank_ptr: int32 [E] inclusive prefix sum of the flags; row_ptr: int32 [E], edges_ptr:
+    int32 [capacity] out; capacity: rows (ranks above it are clamped: only a truncated
+    graph, grown and redone, has more); the rest as `_pair_flag_kernel`.
+    """
+    p, e, rev, live, rep = _pair_slots(dst_perm_ptr, src_perm_ptr, live_ptr, E, BLOCK)
+    if REPRESENTATIVES:
+        rank = tl.minimum(tl.load(rank_ptr + p, mask=rep, other=1) - 1, capacity - 1)
+        tl.store(row_ptr + e, rank, mask=rep)
+        tl.store(edges_ptr + rank, e, mask=rep)
+    else:
+        other = live & ~rep
+        tl.store(row_ptr + e, tl.load(row_ptr + rev, mask=other, other=0), mask=other)
+
+
 def pair_layout(csr: GraphCSR, num_edges: int) -> PairLayout:
     """Rows of the pairs of a symmetric graph laid out by the engine (see the module notes).
+
+    Three small kernels and one prefix sum (`pair_layout_reference` does the same with
+    PyTorch indexing, about ten times slower on 1ENH x 64).
 
     Parameters
     ----------
@@ -104,6 +155,26 @@ def pair_layout(csr: GraphCSR, num_edges: int) -> PairLayout:
     E = int(num_edges)
     device = csr.dst_perm.device
     capacity = E // 2 + 1
+    row = torch.zeros(E, dtype=torch.int32, device=device)
+    edges = torch.zeros(capacity, dtype=torch.int32, device=device)
+    if E == 0:
+        return PairLayout(row, edges, edges[:1].clone())
+    args = (csr.dst_perm, csr.src_perm, csr.dst_ptr[-1:])
+    grid = (triton.cdiv(E, _LAYOUT_BLOCK),)
+    flag = torch.empty(E, dtype=torch.int32, device=device)
+    _pair_flag_kernel[grid](*args, flag, E, BLOCK=_LAYOUT_BLOCK)
+    rank = torch.cumsum(flag, 0, dtype=torch.int32)
+    for representatives in (True, False):
+        _pair_row_kernel[grid](*args, rank, row, edges, E, capacity,
+                               REPRESENTATIVES=representatives, BLOCK=_LAYOUT_BLOCK)
+    return PairLayout(row, edges, rank[-1:].clamp(max=capacity))
+
+
+def pair_layout_reference(csr: GraphCSR, num_edges: int) -> PairLayout:
+    """PyTorch reference of `pair_layout` (the same rows)."""
+    E = int(num_edges)
+    device = csr.dst_perm.device
+    capacity = E // 2 + 1
     row = torch.zeros(E + 1, dtype=torch.int32, device=device)  # slot E: a sink
     edges = torch.zeros(capacity + 1, dtype=torch.int32, device=device)  # slot C: a sink
     if E == 0:
@@ -113,7 +184,7 @@ def pair_layout(csr: GraphCSR, num_edges: int) -> PairLayout:
     live = torch.arange(E, device=device) < csr.dst_ptr[-1]
     rep = live & (e <= rev)
     rank = torch.cumsum(rep, 0, dtype=torch.int32) - 1
-    rank.clamp_(max=capacity - 1)  # only a truncated graph (grown and redone) has more
+    rank.clamp_(max=capacity - 1)
     sink = torch.full_like(e, E)
     row.index_put_((torch.where(rep, e, sink),), rank)
     other = live & ~rep
@@ -130,7 +201,8 @@ class PairFilterRows:
     Attributes
     ----------
     w, dw : Tensor, float32 or float16 [C, F]
-        ``W(d)`` and ``dW/dd`` of each pair row (0 for ``d >= r_c`` and unused rows).
+        ``W(d)`` and ``dW/dd`` of each pair row (0 for ``d >= r_c``; rows from ``count`` on
+        are never read, and the one-kernel path leaves them unwritten).
     row : Tensor, int32 [E]
         Per edge id: its row (`PairLayout.row`).
     """
@@ -252,6 +324,71 @@ def _pair_filter_kernel(dist_ptr, edge_ptr, count_ptr, w1_ptr, s1_ptr, b1_ptr, w
                          mask=mask[:, None])
 
 
+_HIDDEN_CONFIGS = pick_configs(
+    [triton.Config({"BLOCK_P": p}, num_warps=w, num_stages=1)
+     for p, w in ((32, 4), (64, 4), (64, 8), (128, 8))],
+    triton.Config({"BLOCK_P": 16}, num_warps=4, num_stages=1))
+
+
+@autotune(_HIDDEN_CONFIGS, ["F", "KP"])
+@triton.jit
+def _pair_hidden_kernel(dist_ptr, edge_ptr, count_ptr, w1_ptr, s1_ptr, b1_ptr, out_ptr,
+                        capacity, cutoff, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a,
+                        env_b, env_upper, env_lower, EXP_NORMAL: tl.constexpr,
+                        ENV_LOWER: tl.constexpr, ENV_IN_BASIS: tl.constexpr,
+                        ENV_ON_FILTER: tl.constexpr, F: tl.constexpr, KP: tl.constexpr,
+                        DT: tl.constexpr, PREC: tl.constexpr, BLOCK_P: tl.constexpr):
+    """The first layer of the 16-bit path: rows ``k`` and ``C + k`` of ``out [2C, F + 8]``,
+    ``[C(d) t, C(d), 0 ...]`` and ``[C(d) dt/dd + C'(d) t, C'(d), 0 ...]`` with ``t =
+    tanh(A1 e(d) + a1)`` at ``d = dist[edge[k]]``, so that one GEMM with
+    `kernels.cfconv.FilterParams.lin2_augmented` gives ``W`` and ``W'`` (``C = 1, C' = 0``
+    without an envelope on the filter). Rows past ``count[0]`` and at ``d >= r_c`` are 0.
+
+    dist_ptr, edge_ptr, count_ptr, w1..b1, capacity (C), cutoff and the basis and envelope
+    arguments: as `_pair_filter_kernel`; out_ptr: [2C, F + 8] in ``DT`` (written whole);
+    DT: float16 (the operand type); PREC: unused by 16-bit products; BLOCK_P: rows per
+    program.
+    """
+    k0 = tl.program_id(0) * BLOCK_P
+    k = k0 + tl.arange(0, BLOCK_P)
+    f = tl.arange(0, F)
+    x = tl.arange(0, 8)
+    first = (k < capacity)[:, None]
+    rows_t = out_ptr + k.to(tl.int64)[:, None] * (F + 8)
+    rows_r = rows_t + capacity * (F + 8)
+    count = tl.load(count_ptr)
+    if k0 < count:
+        mask = k < count
+        e = tl.load(edge_ptr + k, mask=mask, other=0).to(tl.int64)
+        d = tl.load(dist_ptr + e, mask=mask, other=1.0)
+        c, dc = edge_envelope(d, env_a, env_b, env_upper, env_lower, ENV_LOWER, ENV_IN_BASIS,
+                              ENV_ON_FILTER)
+        basis, dbasis = radial_features(d, c, dc, mu_ptr, gamma_ptr, K, alpha, basis_lower,
+                                        KP, EXP_NORMAL, ENV_IN_BASIS)
+        w1 = _load_weight(w1_ptr, tl.arange(0, KP), f, F, 1, DT, PREC)
+        s1 = tl.load(s1_ptr + f)
+        t = _hidden(basis, w1, s1, tl.load(b1_ptr + f), DT, PREC)
+        r = (1.0 - t * t) * mma(dbasis, w1, DT, PREC) * s1[None, :]  # dt/dd
+        if ENV_ON_FILTER:
+            r = r * c[:, None] + t * dc[:, None]
+            t = t * c[:, None]
+        else:
+            c = tl.full(d.shape, 1.0, tl.float32)
+            dc = tl.zeros(d.shape, tl.float32)
+        inside = (mask & (d < cutoff))[:, None]
+        one = inside & (x == 0)[None, :]
+        tl.store(rows_t + f[None, :], tl.where(inside, t, 0.0).to(DT), mask=first)
+        tl.store(rows_r + f[None, :], tl.where(inside, r, 0.0).to(DT), mask=first)
+        tl.store(rows_t + F + x[None, :], tl.where(one, c[:, None], 0.0).to(DT), mask=first)
+        tl.store(rows_r + F + x[None, :], tl.where(one, dc[:, None], 0.0).to(DT), mask=first)
+    else:
+        zero, zero8 = tl.zeros([BLOCK_P, F], DT), tl.zeros([BLOCK_P, 8], DT)
+        tl.store(rows_t + f[None, :], zero, mask=first)
+        tl.store(rows_r + f[None, :], zero, mask=first)
+        tl.store(rows_t + F + x[None, :], zero8, mask=first)
+        tl.store(rows_r + F + x[None, :], zero8, mask=first)
+
+
 def pair_filter_rows(dist, layout: PairLayout, filt: FilterParams, spec: RadialSpec,
                      precision: str = "tf32") -> PairFilterRows:
     """``W`` and ``W'`` of one block for every pair of ``layout`` (Triton).
@@ -281,6 +418,14 @@ def pair_filter_rows(dist, layout: PairLayout, filt: FilterParams, spec: RadialS
     args = _kernel_args(filt, spec, precision, F)
     capacity = layout.edges.numel()
     dtype = ROW_DTYPES[filt.dtype]
+    if filt.dtype == torch.float16:  # first layer fused, second layer one cuBLAS GEMM
+        hidden = torch.empty(2 * capacity, F + 8, dtype=dtype, device=dist.device)
+        _pair_hidden_kernel[lambda meta: (triton.cdiv(capacity, meta["BLOCK_P"]),)](
+            dist.detach(), layout.edges, layout.count, out_ptr=hidden, capacity=capacity,
+            cutoff=spec.cutoff_upper,
+            **{k: v for k, v in args.items() if k not in ("w2_ptr", "s2_ptr", "b2_ptr")})
+        rows = torch.mm(hidden, filt.lin2_augmented)
+        return PairFilterRows(rows[:capacity], rows[capacity:], layout.row)
     w = torch.empty(capacity, F, dtype=dtype, device=dist.device)
     dw = torch.empty_like(w)
     if capacity:

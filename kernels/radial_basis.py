@@ -23,7 +23,15 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels._triton import autotune, check_no_grad, next_pow2, pick_configs, tl, triton
+from kernels._triton import (
+    autotune,
+    check_no_grad,
+    cos_sin,
+    next_pow2,
+    pick_configs,
+    tl,
+    triton,
+)
 from kernels.csr import GraphCSR, valid_edge_mask
 from kernels.segment_reduce import edge_grad_to_positions
 
@@ -128,8 +136,9 @@ def edge_envelope(d, env_a, env_b, env_upper, env_lower, ENV_LOWER: tl.constexpr
         inside = d < env_upper
         if ENV_LOWER:
             inside = inside & (d > env_lower)
-        c = tl.where(inside, 0.5 * tl.cos(arg) + 0.5, 0.0)
-        dc = tl.where(inside, -0.5 * env_a * tl.sin(arg), 0.0)
+        cos, sin = cos_sin(arg)
+        c = tl.where(inside, 0.5 * cos + 0.5, 0.0)
+        dc = tl.where(inside, -0.5 * env_a * sin, 0.0)
     else:
         c = tl.full(d.shape, 1.0, tl.float32)
         dc = tl.zeros(d.shape, tl.float32)

@@ -27,7 +27,12 @@ from kernels.cfconv import _conv_kernel, _length_grad_kernel
 from kernels.edge_distances import _distance_kernel
 from kernels.egnn_edge import _edge_bwd_kernel, _edge_fwd_kernel
 from kernels.fused_update import _linear_kernel
-from kernels.pair_filter import _pair_filter_kernel
+from kernels.pair_filter import (
+    _pair_filter_kernel,
+    _pair_flag_kernel,
+    _pair_hidden_kernel,
+    _pair_row_kernel,
+)
 from kernels.pair_search import _count_kernel, _fill_kernel
 
 TABLE = {"c01_ptr": "*fp32", "c23_ptr": "*fp16", "scale_ptr": "*fp32", "ptr_ptr": "*i32",
@@ -96,6 +101,21 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
              w2_ptr="*fp16", b2_ptr="*fp32", w_out_ptr="*fp16", dw_out_ptr="*fp16",
              capacity="i32", cutoff="fp32"),
         [dict(ENVELOPE, BLOCK_P=32, NC=128, HC=128), dict(ENVELOPE, BLOCK_P=64, NC=128, HC=32)]),
+    "pair filter hidden rows": (
+        _pair_hidden_kernel,
+        dict(RADIAL, **FILTER, dist_ptr="*fp32", edge_ptr="*i32", count_ptr="*i32",
+             out_ptr="*fp16", capacity="i32", cutoff="fp32"),
+        [dict(ENVELOPE, BLOCK_P=p) for p in (32, 64, 128)]),
+    "pair layout flags": (
+        _pair_flag_kernel,
+        {"dst_perm_ptr": "*i32", "src_perm_ptr": "*i32", "live_ptr": "*i32",
+         "flag_ptr": "*i32", "E": "i32"},
+        [{"BLOCK": 1024}]),
+    "pair layout rows": (
+        _pair_row_kernel,
+        {"dst_perm_ptr": "*i32", "src_perm_ptr": "*i32", "live_ptr": "*i32", "rank_ptr": "*i32",
+         "row_ptr": "*i32", "edges_ptr": "*i32", "E": "i32", "capacity": "i32"},
+        [dict(REPRESENTATIVES=r, BLOCK=1024) for r in (True, False)]),
     "edge lengths": (
         _distance_kernel,
         {"pos_ptr": "*fp32", "src_ptr": "*i64", "ptr_ptr": "*i32", "perm_ptr": "*i32",
