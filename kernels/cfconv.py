@@ -104,18 +104,6 @@ class FilterParams:
     def dtype(self) -> torch.dtype:
         return self.lin1.dtype
 
-    @functools.cached_property
-    def lin2_augmented(self) -> torch.Tensor:
-        """``[F + 8, F]`` in the operand type: the dequantized ``A2^T``, then ``b2`` as row
-        ``F``, then zero rows (the weight of the 16-bit pair rows' GEMM,
-        `kernels.pair_filter`; made once per packed filter)."""
-        w, b = self.lin2.dequantized()
-        F = w.shape[0]
-        out = torch.zeros(F + 8, F, dtype=torch.float32, device=w.device)
-        out[:F] = w.t()
-        out[F] = b
-        return out.to(self.dtype)
-
 
 def pack_filter(A1, a1, A2, b2=None, dtype=torch.float32, spec: RadialSpec | None = None,
                 calib_dist=None) -> FilterParams:

@@ -202,7 +202,7 @@ class PairFilterRows:
     ----------
     w, dw : Tensor, float32 or float16 [C, F]
         ``W(d)`` and ``dW/dd`` of each pair row (0 for ``d >= r_c``; rows from ``count`` on
-        are never read, and the one-kernel path leaves them unwritten).
+        are never read and are left unwritten).
     row : Tensor, int32 [E]
         Per edge id: its row (`PairLayout.row`).
     """
@@ -222,12 +222,11 @@ def _cfg(p, w, nc, hc=128):
 
 # Two ways to keep the live tiles small: output columns in chunks of NC (the second
 # layer's two [BLOCK_P, NC] accumulators), or hidden units in chunks of HC (both outputs
-# accumulated over them; HC = F: no hidden chunks). One H200, 570,000 pairs, F = 128,
-# K = 50 (every shape is checked on CPU by `tests/kernels/test_pair_filter.py`):
-# FP16 385 us at (64 rows, 4 warps, HC 64), 400 at (128, 8, HC 64), 497 at (32, 4, no
-# chunks); FP32 658 us at (64, 4, NC 32), 824 at (128, 8, HC 64), 823 at (32, 4). With
-# 16-bit operands, 64- and 128-row tiles whose products have a 32-wide dimension stop with
-# an illegal address on sm_90 (Triton 3.6): those shapes are offered to FP32 only.
+# accumulated over them; HC = F: no hidden chunks). Every shape is checked on CPU by
+# `tests/kernels/test_pair_filter.py`; the autotuner picks per GPU (one H200, the 585,728
+# pairs of a 1ENH x 64 step, F = 128, K = 50: FP16 447 us a block). With 16-bit operands,
+# 64- and 128-row tiles whose products have a 32-wide dimension stop with an illegal
+# address on sm_90 (Triton 3.6): those shapes are offered to FP32 only.
 _FP16_TILES = (_cfg(64, 4, 128, 64), _cfg(128, 8, 128, 64), _cfg(32, 4, 128, 128))
 _FP32_TILES = (_cfg(64, 4, 32, 128), _cfg(128, 8, 128, 64), _cfg(32, 4, 128, 128))
 _CONFIGS = pick_configs(list({str(c): c for c in (*_FP16_TILES, *_FP32_TILES)}.values()),
@@ -324,71 +323,6 @@ def _pair_filter_kernel(dist_ptr, edge_ptr, count_ptr, w1_ptr, s1_ptr, b1_ptr, w
                          mask=mask[:, None])
 
 
-_HIDDEN_CONFIGS = pick_configs(
-    [triton.Config({"BLOCK_P": p}, num_warps=w, num_stages=1)
-     for p, w in ((32, 4), (64, 4), (64, 8), (128, 8))],
-    triton.Config({"BLOCK_P": 16}, num_warps=4, num_stages=1))
-
-
-@autotune(_HIDDEN_CONFIGS, ["F", "KP"])
-@triton.jit
-def _pair_hidden_kernel(dist_ptr, edge_ptr, count_ptr, w1_ptr, s1_ptr, b1_ptr, out_ptr,
-                        capacity, cutoff, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a,
-                        env_b, env_upper, env_lower, EXP_NORMAL: tl.constexpr,
-                        ENV_LOWER: tl.constexpr, ENV_IN_BASIS: tl.constexpr,
-                        ENV_ON_FILTER: tl.constexpr, F: tl.constexpr, KP: tl.constexpr,
-                        DT: tl.constexpr, PREC: tl.constexpr, BLOCK_P: tl.constexpr):
-    """The first layer of the 16-bit path: rows ``k`` and ``C + k`` of ``out [2C, F + 8]``,
-    ``[C(d) t, C(d), 0 ...]`` and ``[C(d) dt/dd + C'(d) t, C'(d), 0 ...]`` with ``t =
-    tanh(A1 e(d) + a1)`` at ``d = dist[edge[k]]``, so that one GEMM with
-    `kernels.cfconv.FilterParams.lin2_augmented` gives ``W`` and ``W'`` (``C = 1, C' = 0``
-    without an envelope on the filter). Rows past ``count[0]`` and at ``d >= r_c`` are 0.
-
-    dist_ptr, edge_ptr, count_ptr, w1..b1, capacity (C), cutoff and the basis and envelope
-    arguments: as `_pair_filter_kernel`; out_ptr: [2C, F + 8] in ``DT`` (written whole);
-    DT: float16 (the operand type); PREC: unused by 16-bit products; BLOCK_P: rows per
-    program.
-    """
-    k0 = tl.program_id(0) * BLOCK_P
-    k = k0 + tl.arange(0, BLOCK_P)
-    f = tl.arange(0, F)
-    x = tl.arange(0, 8)
-    first = (k < capacity)[:, None]
-    rows_t = out_ptr + k.to(tl.int64)[:, None] * (F + 8)
-    rows_r = rows_t + capacity * (F + 8)
-    count = tl.load(count_ptr)
-    if k0 < count:
-        mask = k < count
-        e = tl.load(edge_ptr + k, mask=mask, other=0).to(tl.int64)
-        d = tl.load(dist_ptr + e, mask=mask, other=1.0)
-        c, dc = edge_envelope(d, env_a, env_b, env_upper, env_lower, ENV_LOWER, ENV_IN_BASIS,
-                              ENV_ON_FILTER)
-        basis, dbasis = radial_features(d, c, dc, mu_ptr, gamma_ptr, K, alpha, basis_lower,
-                                        KP, EXP_NORMAL, ENV_IN_BASIS)
-        w1 = _load_weight(w1_ptr, tl.arange(0, KP), f, F, 1, DT, PREC)
-        s1 = tl.load(s1_ptr + f)
-        t = _hidden(basis, w1, s1, tl.load(b1_ptr + f), DT, PREC)
-        r = (1.0 - t * t) * mma(dbasis, w1, DT, PREC) * s1[None, :]  # dt/dd
-        if ENV_ON_FILTER:
-            r = r * c[:, None] + t * dc[:, None]
-            t = t * c[:, None]
-        else:
-            c = tl.full(d.shape, 1.0, tl.float32)
-            dc = tl.zeros(d.shape, tl.float32)
-        inside = (mask & (d < cutoff))[:, None]
-        one = inside & (x == 0)[None, :]
-        tl.store(rows_t + f[None, :], tl.where(inside, t, 0.0).to(DT), mask=first)
-        tl.store(rows_r + f[None, :], tl.where(inside, r, 0.0).to(DT), mask=first)
-        tl.store(rows_t + F + x[None, :], tl.where(one, c[:, None], 0.0).to(DT), mask=first)
-        tl.store(rows_r + F + x[None, :], tl.where(one, dc[:, None], 0.0).to(DT), mask=first)
-    else:
-        zero, zero8 = tl.zeros([BLOCK_P, F], DT), tl.zeros([BLOCK_P, 8], DT)
-        tl.store(rows_t + f[None, :], zero, mask=first)
-        tl.store(rows_r + f[None, :], zero, mask=first)
-        tl.store(rows_t + F + x[None, :], zero8, mask=first)
-        tl.store(rows_r + F + x[None, :], zero8, mask=first)
-
-
 def pair_filter_rows(dist, layout: PairLayout, filt: FilterParams, spec: RadialSpec,
                      precision: str = "tf32") -> PairFilterRows:
     """``W`` and ``W'`` of one block for every pair of ``layout`` (Triton).
@@ -418,14 +352,6 @@ def pair_filter_rows(dist, layout: PairLayout, filt: FilterParams, spec: RadialS
     args = _kernel_args(filt, spec, precision, F)
     capacity = layout.edges.numel()
     dtype = ROW_DTYPES[filt.dtype]
-    if filt.dtype == torch.float16:  # first layer fused, second layer one cuBLAS GEMM
-        hidden = torch.empty(2 * capacity, F + 8, dtype=dtype, device=dist.device)
-        _pair_hidden_kernel[lambda meta: (triton.cdiv(capacity, meta["BLOCK_P"]),)](
-            dist.detach(), layout.edges, layout.count, out_ptr=hidden, capacity=capacity,
-            cutoff=spec.cutoff_upper,
-            **{k: v for k, v in args.items() if k not in ("w2_ptr", "s2_ptr", "b2_ptr")})
-        rows = torch.mm(hidden, filt.lin2_augmented)
-        return PairFilterRows(rows[:capacity], rows[capacity:], layout.row)
     w = torch.empty(capacity, F, dtype=dtype, device=dist.device)
     dw = torch.empty_like(w)
     if capacity:

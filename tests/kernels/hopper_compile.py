@@ -30,7 +30,6 @@ from kernels.fused_update import _linear_kernel
 from kernels.pair_filter import (
     _pair_filter_kernel,
     _pair_flag_kernel,
-    _pair_hidden_kernel,
     _pair_row_kernel,
 )
 from kernels.pair_search import _count_kernel, _fill_kernel
@@ -101,11 +100,6 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
              w2_ptr="*fp16", b2_ptr="*fp32", w_out_ptr="*fp16", dw_out_ptr="*fp16",
              capacity="i32", cutoff="fp32"),
         [dict(ENVELOPE, BLOCK_P=32, NC=128, HC=128), dict(ENVELOPE, BLOCK_P=64, NC=128, HC=32)]),
-    "pair filter hidden rows": (
-        _pair_hidden_kernel,
-        dict(RADIAL, **FILTER, dist_ptr="*fp32", edge_ptr="*i32", count_ptr="*i32",
-             out_ptr="*fp16", capacity="i32", cutoff="fp32"),
-        [dict(ENVELOPE, BLOCK_P=p) for p in (32, 64, 128)]),
     "pair layout flags": (
         _pair_flag_kernel,
         {"dst_perm_ptr": "*i32", "src_perm_ptr": "*i32", "live_ptr": "*i32",
