@@ -89,19 +89,26 @@ def fused_path_problem(schnet, device: torch.device, options: KernelOptions) -> 
 
 def radial_spec(schnet):
     """The kernels' description of this model's basis and envelopes."""
+    return radial_spec_of(schnet.rbf_layer, schnet.interaction_blocks[0].conv.cutoff,
+                          schnet.cutoff)
+
+
+def radial_spec_of(basis, conv_cutoff, cutoff: float):
+    """The kernels' description (`kernels.RadialSpec`) of a basis module (``GaussianBasis``
+    or ``ExpNormalBasis`` of `workbench.model.basis`), the envelope module on the filter
+    (``CosineCutoff``, else none) and the graph radius ``cutoff`` (Å); shared by CGSchNet and
+    CGPaiNN."""
     from kernels import RadialSpec
 
-    basis = schnet.rbf_layer
-    conv_cutoff = schnet.interaction_blocks[0].conv.cutoff
     in_basis = isinstance(basis.cutoff, CosineCutoff)
     on_filter = isinstance(conv_cutoff, CosineCutoff)
     lower = (basis.cutoff if in_basis else conv_cutoff).lower
     if isinstance(basis, ExpNormalBasis):
         return RadialSpec.exp_normal_basis(
-            basis.means, basis.betas, basis.alpha, schnet.cutoff, lower,
+            basis.means, basis.betas, basis.alpha, cutoff, lower,
             basis.cutoff.lower, in_basis, on_filter,
         )
-    return RadialSpec.gaussian(basis.offset, basis.coeff, schnet.cutoff, lower, in_basis, on_filter)
+    return RadialSpec.gaussian(basis.offset, basis.coeff, cutoff, lower, in_basis, on_filter)
 
 
 @dataclass
