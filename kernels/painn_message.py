@@ -52,10 +52,19 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels._triton import autotune, check_no_grad, mma, next_pow2, tl, torch_to_tl_dtype, triton
+from kernels._triton import (
+    autotune,
+    check_no_grad,
+    mma,
+    next_pow2,
+    pick_configs,
+    tl,
+    torch_to_tl_dtype,
+    triton,
+)
 from kernels.cfconv import PRECISIONS, _load_weight
 from kernels.csr import GraphCSR, valid_edge_mask
-from kernels.egnn_edge import _CONFIGS
+from kernels.egnn_edge import _cfg
 from kernels.quantize import DTYPES
 from kernels.radial_basis import (
     RadialSpec,
@@ -177,6 +186,12 @@ def _filter_block(basis, w_ptr, b_ptr, S: tl.constexpr, BIAS: tl.constexpr, H: t
     if BIAS:
         out += tl.load(b_ptr + S * H + h)[None, :]
     return out
+
+
+# One node per program. Compiled for sm_90 at H = 128, K = 64 (tests/kernels/hopper_compile.py)
+# the backward's six filter GEMMs per tile spill registers with 4 warps (984 bytes of stack
+# per thread, 288 with 8 warps), hence 8-warp candidates. Not yet timed on a GPU.
+_CONFIGS = pick_configs([_cfg(16, 4), _cfg(16, 8), _cfg(32, 8)], _cfg(16, 4))
 
 
 @autotune(_CONFIGS, ["num_nodes", "H", "KP", "PREC"])
