@@ -148,17 +148,29 @@ def pack_painn_filter(A, a, dtype=torch.float32) -> PaiNNFilterParams:
 
 
 @triton.jit
-def _edge_frame(pos_ptr, i, j, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
-                env_upper, env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
-                ENV_IN_BASIS: tl.constexpr, ENV_ON_FILTER: tl.constexpr, KP: tl.constexpr):
-    """Geometry, basis and filter envelope of one tile of edges ``j -> i``.
+def _edge_frame(pos_ptr, perm_ptr, other_ptr, owner, p0, end, mu_ptr, gamma_ptr, K, alpha,
+                basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL: tl.constexpr,
+                ENV_LOWER: tl.constexpr, ENV_IN_BASIS: tl.constexpr,
+                ENV_ON_FILTER: tl.constexpr, OWNER_IS_DST: tl.constexpr, KP: tl.constexpr,
+                BLOCK_E: tl.constexpr):
+    """The tile of a segment's edges at CSR positions ``p0 ..`` (before ``end``): their ids,
+    other ends, geometry, basis and filter envelope.
 
-    Returns ``(rx, ry, rz, s, inv_d, d, basis, dbasis, cf, dcf)``: ``r = r_i - r_j``,
-    ``s = sqrt(|r|^2 + eps)``, ``d = s - shift``, ``inv_d = 1/d`` (1 where ``d <= 0``, as
-    the reference's direction), the basis and its derivative ``[BLOCK_E, KP]`` and the
-    filter envelope ``C``, ``C'``, zero on masked rows (so they add nothing to any sum).
+    ``owner`` ([BLOCK_E] int64) is the program's node, the destination (``OWNER_IS_DST``)
+    or the source of every edge; ``other_ptr`` holds the other end. Returns ``(e, other,
+    pmask, rx, ry, rz, s, inv_d, basis, dbasis, cf, dcf)``: ``r = r_dst - r_src``, ``s =
+    sqrt(|r|^2 + eps)``, ``inv_d = 1/d`` with ``d = s - shift`` (1 where ``d <= 0``, as the
+    reference's direction), the basis and its derivative ``[BLOCK_E, KP]`` and the filter
+    envelope ``C``, ``C'``, zero on masked rows (so they add nothing to any sum).
     """
-    rx, ry, rz, _ = edge_vector(pos_ptr, i, j, pmask)
+    p = p0 + tl.arange(0, BLOCK_E)
+    pmask = p < end
+    e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
+    other = tl.load(other_ptr + e, mask=pmask, other=0).to(tl.int64)
+    if OWNER_IS_DST:
+        rx, ry, rz, _ = edge_vector(pos_ptr, owner, other, pmask)
+    else:
+        rx, ry, rz, _ = edge_vector(pos_ptr, other, owner, pmask)
     s = tl.sqrt_rn(rx * rx + ry * ry + rz * rz + 1e-16)
     d = s - 1e-8
     inv_d = tl.where(d > 0, 1.0 / d, 1.0)
@@ -170,7 +182,7 @@ def _edge_frame(pos_ptr, i, j, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, 
         dc = tl.zeros(d.shape, tl.float32)
     cf = tl.where(pmask, c, 0.0)
     dcf = tl.where(pmask, dc, 0.0)
-    return rx, ry, rz, s, inv_d, d, basis, dbasis, cf, dcf
+    return e, other, pmask, rx, ry, rz, s, inv_d, basis, dbasis, cf, dcf
 
 
 @triton.jit
@@ -249,14 +261,11 @@ def _message_fwd_kernel(pos_ptr, x_ptr, vec_ptr, src_ptr, ptr_ptr, perm_ptr, w_p
     acc_y = tl.zeros([H], dtype=tl.float32)
     acc_z = tl.zeros([H], dtype=tl.float32)
     for p0 in range(start, end, BLOCK_E):
-        p = p0 + tl.arange(0, BLOCK_E)
-        pmask = p < end
+        _, j, pmask, rx, ry, rz, _, inv_d, basis, _, cf, _ = _edge_frame(
+            pos_ptr, perm_ptr, src_ptr, owner, p0, end, mu_ptr, gamma_ptr, K, alpha,
+            basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
+            ENV_IN_BASIS, ENV_ON_FILTER, True, KP, BLOCK_E)
         rows = pmask[:, None]
-        e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
-        j = tl.load(src_ptr + e, mask=pmask, other=0).to(tl.int64)
-        rx, ry, rz, _, inv_d, _, basis, _, cf, _ = _edge_frame(
-            pos_ptr, owner, j, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
-            env_upper, env_lower, EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS, ENV_ON_FILTER, KP)
         xrow = x_ptr + j[:, None] * (3 * H) + h[None, :]
         vrow = vec_ptr + j[:, None] * (3 * H) + h[None, :]
         cf = cf[:, None]
@@ -326,14 +335,11 @@ def _message_bwd_kernel(pos_ptr, x_ptr, vec_ptr, gq_ptr, gmu_ptr, dst_ptr, ptr_p
     acc_y = tl.zeros([H], dtype=tl.float32)
     acc_z = tl.zeros([H], dtype=tl.float32)
     for p0 in range(start, end, BLOCK_E):
-        p = p0 + tl.arange(0, BLOCK_E)
-        pmask = p < end
+        e, i, pmask, rx, ry, rz, s, inv_d, basis, dbasis, cf, dcf = _edge_frame(
+            pos_ptr, perm_ptr, dst_ptr, owner, p0, end, mu_ptr, gamma_ptr, K, alpha,
+            basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
+            ENV_IN_BASIS, ENV_ON_FILTER, False, KP, BLOCK_E)
         rows = pmask[:, None]
-        e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
-        i = tl.load(dst_ptr + e, mask=pmask, other=0).to(tl.int64)
-        rx, ry, rz, s, inv_d, _, basis, dbasis, cf, dcf = _edge_frame(
-            pos_ptr, i, owner, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
-            env_upper, env_lower, EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS, ENV_ON_FILTER, KP)
         ux = rx * inv_d  # the direction n_e
         uy = ry * inv_d
         uz = rz * inv_d

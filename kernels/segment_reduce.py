@@ -308,13 +308,7 @@ def edge_vectors_to_positions_reference(g, pos, src, dst, csr: GraphCSR):
 def edge_grad_to_positions_reference(g, pos, src, dst, csr: GraphCSR):
     """PyTorch reference of `edge_grad_to_positions` (``index_add_``); same signature."""
     valid = valid_edge_mask(csr)
-    n = csr.num_nodes
-    s = torch.where(valid, src, 0)
-    d = torch.where(valid, dst, 0)
-    vec = pos[d] - pos[s]
+    vec = pos[torch.where(valid, dst, 0)] - pos[torch.where(valid, src, 0)]
     dist = vec.norm(dim=1, keepdim=True)
     coef = torch.where(valid[:, None] & (dist > 0), g[:, None] / dist.clamp_min(1e-30), 0.0)
-    contrib = coef * vec
-    out = torch.zeros_like(pos)
-    out[:n] = out[:n].index_add(0, d, contrib).index_add(0, s, -contrib)
-    return out
+    return edge_vectors_to_positions_reference(coef * vec, pos, src, dst, csr)

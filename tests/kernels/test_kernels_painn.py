@@ -3,11 +3,10 @@ finite differences, padding and edges beyond the cutoff, 16-bit operands, argume
 
 import pytest
 import torch
-from kernels_testlib import central_differences, make_graph, radial_specs, rel_err
+from kernels_testlib import central_differences, make_graph, radial_specs, rel_err, within_cutoff
 
 from kernels import (
     RadialSpec,
-    build_csr_reference,
     get_op,
     pack_painn_filter,
     painn_message,
@@ -129,16 +128,10 @@ def test_painn_message_padding_and_edges_beyond_the_cutoff_contribute_nothing(de
     x[n] = mu[n] = float("nan")
     got = _run(painn_message, g, pos, x, mu, params, spec, grads)
     assert all(bool(torch.isfinite(t[:n]).all()) for t in got)
-    d = (pos[g["dst"]] - pos[g["src"]]).norm(dim=1)
-    inside = (g["dst"] < n) & (d < spec.cutoff_upper)
-    assert int((~inside & (g["dst"] < n)).sum()) > 20, "needs edges beyond the cutoff"
-    near = dict(g, src=g["src"][inside], dst=g["dst"][inside])
-    near["csr"] = build_csr_reference(near["src"], near["dst"], n)
+    near, lonely = within_cutoff(g, pos, spec.cutoff_upper)
     want = _run(painn_message, near, pos, x, mu, params, spec, grads)
     for name, a, b in zip(OUTPUTS, got, want, strict=True):
         assert rel_err(a[:n], b[:n]) < 1e-6, name
-    lonely = (g["csr"].dst_ptr[1:] > g["csr"].dst_ptr[:-1]) & (near["csr"].dst_ptr[1:]
-                                                               == near["csr"].dst_ptr[:-1])
     assert bool((got[0][lonely] == 0).all()) and bool((got[1][lonely] == 0).all())
 
 
