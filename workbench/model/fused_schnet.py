@@ -125,6 +125,38 @@ class PackedWeights:
     tables: list | None = None
 
 
+def kernel_device_problem(network, device: torch.device, options: KernelOptions,
+                          kernel: str) -> str | None:
+    """The reasons shared by CGEGNN's and CGPaiNN's fused kernels not to run (Triton on
+    ``device``, float32 weights, bf16 support), or None; ``kernel`` names the kernel in the
+    message (``"the EGNN edge kernel"``)."""
+    from kernels import triton_available
+    from kernels._triton import INTERPRET
+
+    if not triton_available() or (device.type != "cuda" and not INTERPRET):
+        return "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
+    if network.embedding_layer.weight.dtype != torch.float32:
+        return f"{kernel} takes float32 weights"
+    bf16 = options.mlp_precision == "bf16"
+    if bf16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return "this GPU does not support bf16"
+    return None
+
+
+def cached_packing(network: torch.nn.Module, attribute: str, precision: str, pack):
+    """``pack(key)`` (run under ``torch.no_grad()``; returns an object with that ``key``),
+    kept on ``network`` as ``attribute`` until a parameter, a buffer or ``precision``
+    changes (`weights_key`)."""
+    key = (precision, weights_key(network))
+    cached = getattr(network, attribute, None)
+    if cached is not None and cached.key == key:
+        return cached
+    with torch.no_grad():
+        packed = pack(key)
+    setattr(network, attribute, packed)
+    return packed
+
+
 def weights_key(module: torch.nn.Module) -> tuple:
     """Identity and version of every parameter and buffer: changes when any is replaced
     or modified in place."""

@@ -53,10 +53,11 @@ from workbench.model.basis import ExpNormalBasis, GaussianBasis, make_cutoff
 from workbench.model.force_paths import STEP_TECHNIQUES
 from workbench.model.fused_schnet import (
     PRECISION_DTYPES,
+    cached_packing,
+    kernel_device_problem,
     radial_spec_of,
     real_edge_graph,
     warn_fallback_once,
-    weights_key,
 )
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
@@ -120,6 +121,10 @@ class PaiNNConfig(NetworkConfig):
 
 class PaiNNInteraction(nn.Module):
     """Message block: scalar and vector updates gathered from the neighbours.
+
+    `forward` is the reference (edge tensors in memory); with ``fused_message_passing``
+    `CGPaiNN` runs the same step as `kernels.painn_message` with this block's
+    ``filter_network`` packed (`packed_filters`) and ``interatomic_context_net`` in PyTorch.
 
     Parameters
     ----------
@@ -226,6 +231,10 @@ class PaiNNMixing(nn.Module):
 
 class CGPaiNN(nn.Module):
     """PaiNN energy model over a batch of replica graphs.
+
+    The message step of each block runs on the reference path, or as one Triton kernel per
+    block with ``KernelOptions.fused_message_passing`` (`kernels.painn_message`; forces
+    exact, weights get no gradient there), see `forward`.
 
     Parameters
     ----------
@@ -429,16 +438,9 @@ def fused_message_problem(
 ) -> str | None:
     """Why the fused PaiNN message kernel cannot run on ``device``, or None if it can (the
     counterpart of `workbench.model.egnn.fused_edge_problem`)."""
-    from kernels import triton_available
-    from kernels._triton import INTERPRET
-
-    if not triton_available() or (device.type != "cuda" and not INTERPRET):
-        return "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
-    if model.embedding_layer.weight.dtype != torch.float32:
-        return "the PaiNN message kernel takes float32 weights"
-    bf16 = options.mlp_precision == "bf16"
-    if bf16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        return "this GPU does not support bf16"
+    problem = kernel_device_problem(model, device, options, "the PaiNN message kernel")
+    if problem is not None:
+        return problem
     hidden = model.config.hidden
     if hidden & (hidden - 1) or hidden < 16:
         return f"the PaiNN message kernel needs a power-of-two hidden width >= 16, got {hidden}"
@@ -451,14 +453,12 @@ def packed_filters(model: CGPaiNN, precision: str) -> PackedFilters:
     changes."""
     from kernels import pack_painn_filter
 
-    key = (precision, weights_key(model))
-    cached = getattr(model, "_packed_filters", None)
-    if cached is not None and cached.key == key:
-        return cached
     blocks = model.interaction_blocks
-    spec = radial_spec_of(model.rbf_layer, blocks[0].cutoff, model.cutoff)
-    with torch.no_grad():
+
+    def pack(key):
         filters = [pack_painn_filter(block.filter_network.weight, block.filter_network.bias,
                                      PRECISION_DTYPES[precision]) for block in blocks]
-    model._packed_filters = PackedFilters(key, spec, filters)
-    return model._packed_filters
+        spec = radial_spec_of(model.rbf_layer, blocks[0].cutoff, model.cutoff)
+        return PackedFilters(key, spec, filters)
+
+    return cached_packing(model, "_packed_filters", precision, pack)
