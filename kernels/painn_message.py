@@ -186,18 +186,20 @@ def _edge_frame(pos_ptr, perm_ptr, other_ptr, owner, p0, end, mu_ptr, gamma_ptr,
 
 
 @triton.jit
-def _filter_block(basis, w_ptr, b_ptr, S: tl.constexpr, BIAS: tl.constexpr, H: tl.constexpr,
-                  KP: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr):
-    """``basis @ A_S^T (+ a_S if BIAS)`` [BLOCK_E, H]: channel block ``S`` of the filter
-    before its envelope (without the bias for ``basis = e'``, the derivative). The weight
-    tile is loaded here, per use, from L1/L2 (three ``[KP, H]`` tiles live through the loop
-    would not fit in registers at H = 128)."""
-    h = tl.arange(0, H)
-    w = _load_weight(w_ptr + S * KP * H, tl.arange(0, KP), h, H, 1, DT, PREC)
-    out = mma(basis, w, DT, PREC)
-    if BIAS:
-        out += tl.load(b_ptr + S * H + h)[None, :]
-    return out
+def _filter_weight(w_ptr, S: tl.constexpr, H: tl.constexpr, KP: tl.constexpr,
+                   DT: tl.constexpr, PREC: tl.constexpr):
+    """``A_S^T`` [KP, H], channel block ``S`` of the packed filter (0: ``dq``, 1: ``dmu^R``,
+    2: ``dmu^mu``). Loaded per use, from L1/L2: three tiles live through the edge loop would
+    not fit in registers at H = 128."""
+    return _load_weight(w_ptr + S * KP * H, tl.arange(0, KP), tl.arange(0, H), H, 1, DT, PREC)
+
+
+@triton.jit
+def _filter_block(basis, w, b_ptr, S: tl.constexpr, H: tl.constexpr, DT: tl.constexpr,
+                  PREC: tl.constexpr):
+    """``basis @ A_S^T + a_S`` [BLOCK_E, H]: channel block ``S`` of the filter before its
+    envelope, ``w`` from `_filter_weight`."""
+    return mma(basis, w, DT, PREC) + tl.load(b_ptr + S * H + tl.arange(0, H))[None, :]
 
 
 # One node per program. Compiled for sm_90 at H = 128, K = 64 (tests/kernels/hopper_compile.py)
@@ -269,11 +271,14 @@ def _message_fwd_kernel(pos_ptr, x_ptr, vec_ptr, src_ptr, ptr_ptr, perm_ptr, w_p
         xrow = x_ptr + j[:, None] * (3 * H) + h[None, :]
         vrow = vec_ptr + j[:, None] * (3 * H) + h[None, :]
         cf = cf[:, None]
-        acc_q += tl.sum(_filter_block(basis, w_ptr, b_ptr, 0, True, H, KP, DT, PREC) * cf
+        w = _filter_weight(w_ptr, 0, H, KP, DT, PREC)
+        acc_q += tl.sum(_filter_block(basis, w, b_ptr, 0, H, DT, PREC) * cf
                         * tl.load(xrow, mask=rows, other=0.0), axis=0)
-        m_r = (_filter_block(basis, w_ptr, b_ptr, 1, True, H, KP, DT, PREC) * cf
+        w = _filter_weight(w_ptr, 1, H, KP, DT, PREC)
+        m_r = (_filter_block(basis, w, b_ptr, 1, H, DT, PREC) * cf
                * tl.load(xrow + H, mask=rows, other=0.0))
-        m_mu = (_filter_block(basis, w_ptr, b_ptr, 2, True, H, KP, DT, PREC) * cf
+        w = _filter_weight(w_ptr, 2, H, KP, DT, PREC)
+        m_mu = (_filter_block(basis, w, b_ptr, 2, H, DT, PREC) * cf
                 * tl.load(xrow + 2 * H, mask=rows, other=0.0))
         acc_x += tl.sum(m_r * (rx * inv_d)[:, None]
                         + m_mu * tl.load(vrow, mask=rows, other=0.0), axis=0)
@@ -356,13 +361,15 @@ def _message_bwd_kernel(pos_ptr, x_ptr, vec_ptr, gq_ptr, gmu_ptr, dst_ptr, ptr_p
         cf = cf[:, None]
         dcf = dcf[:, None]
         # channel block 0 (dq)
-        f = _filter_block(basis, w_ptr, b_ptr, 0, True, H, KP, DT, PREC)
-        df = _filter_block(dbasis, w_ptr, b_ptr, 0, False, H, KP, DT, PREC)
+        w = _filter_weight(w_ptr, 0, H, KP, DT, PREC)  # one load, two products
+        f = _filter_block(basis, w, b_ptr, 0, H, DT, PREC)
+        df = mma(dbasis, w, DT, PREC)
         acc_q += tl.sum(gq * f * cf, axis=0)
         gd = tl.sum(gq * xq * (df * cf + f * dcf), axis=1)
         # channel block 1 (dmu^R)
-        f = _filter_block(basis, w_ptr, b_ptr, 1, True, H, KP, DT, PREC)
-        df = _filter_block(dbasis, w_ptr, b_ptr, 1, False, H, KP, DT, PREC)
+        w = _filter_weight(w_ptr, 1, H, KP, DT, PREC)  # one load, two products
+        f = _filter_block(basis, w, b_ptr, 1, H, DT, PREC)
+        df = mma(dbasis, w, DT, PREC)
         acc_r += tl.sum(g_r * f * cf, axis=0)
         gd += tl.sum(g_r * xr * (df * cf + f * dcf), axis=1)
         m_r = f * cf * xr
@@ -370,8 +377,9 @@ def _message_bwd_kernel(pos_ptr, x_ptr, vec_ptr, gq_ptr, gmu_ptr, dst_ptr, ptr_p
         gny = tl.sum(gy * m_r, axis=1)
         gnz = tl.sum(gz * m_r, axis=1)
         # channel block 2 (dmu^mu)
-        f = _filter_block(basis, w_ptr, b_ptr, 2, True, H, KP, DT, PREC)
-        df = _filter_block(dbasis, w_ptr, b_ptr, 2, False, H, KP, DT, PREC)
+        w = _filter_weight(w_ptr, 2, H, KP, DT, PREC)  # one load, two products
+        f = _filter_block(basis, w, b_ptr, 2, H, DT, PREC)
+        df = mma(dbasis, w, DT, PREC)
         acc_m += tl.sum(g_m * f * cf, axis=0)
         gd += tl.sum(g_m * xm * (df * cf + f * dcf), axis=1)
         m_mu = f * cf * xm
