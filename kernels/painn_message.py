@@ -171,8 +171,8 @@ def _edge_frame(pos_ptr, perm_ptr, other_ptr, owner, p0, end, mu_ptr, gamma_ptr,
         rx, ry, rz, _ = edge_vector(pos_ptr, owner, other, pmask)
     else:
         rx, ry, rz, _ = edge_vector(pos_ptr, other, owner, pmask)
-    s = tl.sqrt_rn(rx * rx + ry * ry + rz * rz + 1e-16)
-    d = s - 1e-8
+    s = tl.sqrt_rn(rx * rx + ry * ry + rz * rz + 1e-16)  # NORM_EPS
+    d = s - 1e-8  # NORM_SHIFT
     inv_d = tl.where(d > 0, 1.0 / d, 1.0)
     c, dc = edge_envelope(d, env_a, env_b, env_upper, env_lower, ENV_LOWER, ENV_IN_BASIS, True)
     basis, dbasis = radial_features(d, c, dc, mu_ptr, gamma_ptr, K, alpha, basis_lower, KP,
