@@ -59,6 +59,7 @@ from torch import nn
 from workbench.model.basis import CosineCutoff, ExpNormalBasis, GaussianBasis, make_cutoff
 from workbench.model.fused_schnet import (
     PRECISION_DTYPES,
+    PackedLayers,
     cached_packing,
     kernel_device_problem,
     radial_spec_of,
@@ -169,25 +170,6 @@ class EGNNLayer(nn.Module):
     def update(self, h: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         """``h + φ_h(h, m)``, shape (N, H)."""
         return h + self.node_lin2(self.activation(self.node_lin1(torch.cat([h, m], dim=-1))))
-
-
-@dataclass
-class PackedEdges:
-    """The fused kernel's description of one model at one precision.
-
-    Attributes
-    ----------
-    key : tuple
-        Precision and `weights_key` of the model when packed (the cache's validity).
-    spec : kernels.RadialSpec
-        Basis and envelope.
-    edges : list of kernels.EdgeMLPParams
-        Each layer's packed edge-side weights.
-    """
-
-    key: tuple
-    spec: object
-    edges: list
 
 
 class CGEGNN(nn.Module):
@@ -310,7 +292,7 @@ class CGEGNN(nn.Module):
         src, dst, csr, _ = real_edge_graph(self, pos, graph)
         hidden = self.config.hidden
         h = self.embedding_layer(types)
-        for layer, params in zip(self.layers, packed.edges, strict=True):
+        for layer, params in zip(self.layers, packed.layers, strict=True):
             w1 = layer.edge_lin1.weight
             xa = nn.functional.linear(h, w1[:, :hidden], layer.edge_lin1.bias)
             xb = nn.functional.linear(h, w1[:, hidden : 2 * hidden])
@@ -339,7 +321,7 @@ def fused_edge_problem(
     return None
 
 
-def packed_edges(model: CGEGNN, precision: str) -> PackedEdges:
+def packed_edges(model: CGEGNN, precision: str) -> PackedLayers:
     """The basis description and the edge weights packed in ``precision`` (``"fp32"``,
     ``"fp16"`` or ``"bf16"``), cached until a parameter or the precision changes."""
     from kernels import pack_edge_mlp
@@ -354,6 +336,6 @@ def packed_edges(model: CGEGNN, precision: str) -> PackedEdges:
             for layer in model.layers
         ]
         spec = radial_spec_of(model.rbf_layer, model.envelope, model.cutoff)
-        return PackedEdges(key, spec, edges)
+        return PackedLayers(key, spec, edges)
 
     return cached_packing(model, "_packed_edges", precision, pack)

@@ -143,6 +143,27 @@ def kernel_device_problem(network, device: torch.device, options: KernelOptions,
     return None
 
 
+@dataclass
+class PackedLayers:
+    """A fused kernel's description of one CGEGNN or CGPaiNN at one precision.
+
+    Attributes
+    ----------
+    key : tuple
+        Precision and `weights_key` of the network when packed (`cached_packing`'s
+        validity).
+    spec : kernels.RadialSpec
+        Basis and envelopes.
+    layers : list
+        Each layer's packed weights (`kernels.EdgeMLPParams` of a CGEGNN layer's edge MLP,
+        `kernels.PaiNNFilterParams` of a CGPaiNN block's filter network).
+    """
+
+    key: tuple
+    spec: object
+    layers: list
+
+
 def cached_packing(network: torch.nn.Module, attribute: str, precision: str, pack):
     """``pack(key)`` (run under ``torch.no_grad()``; returns an object with that ``key``),
     kept on ``network`` as ``attribute`` until a parameter, a buffer or ``precision``

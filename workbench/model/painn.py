@@ -53,6 +53,7 @@ from workbench.model.basis import ExpNormalBasis, GaussianBasis, make_cutoff
 from workbench.model.force_paths import STEP_TECHNIQUES
 from workbench.model.fused_schnet import (
     PRECISION_DTYPES,
+    PackedLayers,
     cached_packing,
     kernel_device_problem,
     radial_spec_of,
@@ -407,30 +408,11 @@ class CGPaiNN(nn.Module):
         q = self.embedding_layer(types)
         mu = q.new_zeros(q.shape[0], 3, q.shape[1])
         for interaction, mixing, params in zip(self.interaction_blocks, self.mixing_blocks,
-                                               packed.filters, strict=True):
+                                               packed.layers, strict=True):
             x = interaction.interatomic_context_net(q)
             dq, dmu = painn_message(pos, x, mu, src, dst, csr, params, packed.spec)
             q, mu = mixing(q + dq, mu + dmu)
         return self.output_network(q).squeeze(-1)
-
-
-@dataclass
-class PackedFilters:
-    """The fused kernel's description of one CGPaiNN at one precision.
-
-    Attributes
-    ----------
-    key : tuple
-        Precision and `weights_key` of the model when packed (the cache's validity).
-    spec : kernels.RadialSpec
-        Basis and envelopes.
-    filters : list of kernels.PaiNNFilterParams
-        Each interaction block's packed filter network.
-    """
-
-    key: tuple
-    spec: object
-    filters: list
 
 
 def fused_message_problem(
@@ -447,7 +429,7 @@ def fused_message_problem(
     return None
 
 
-def packed_filters(model: CGPaiNN, precision: str) -> PackedFilters:
+def packed_filters(model: CGPaiNN, precision: str) -> PackedLayers:
     """The basis description and each block's filter network packed in ``precision``
     (``"fp32"``, ``"fp16"`` or ``"bf16"``), cached until a parameter or the precision
     changes."""
@@ -459,6 +441,6 @@ def packed_filters(model: CGPaiNN, precision: str) -> PackedFilters:
         filters = [pack_painn_filter(block.filter_network.weight, block.filter_network.bias,
                                      PRECISION_DTYPES[precision]) for block in blocks]
         spec = radial_spec_of(model.rbf_layer, blocks[0].cutoff, model.cutoff)
-        return PackedFilters(key, spec, filters)
+        return PackedLayers(key, spec, filters)
 
     return cached_packing(model, "_packed_filters", precision, pack)
