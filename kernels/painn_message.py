@@ -202,7 +202,7 @@ def _filter_block(basis, w, b_ptr, S: tl.constexpr, H: tl.constexpr, DT: tl.cons
     return mma(basis, w, DT, PREC) + tl.load(b_ptr + S * H + tl.arange(0, H))[None, :]
 
 
-# One node per program. Compiled for sm_90 at H = 128, K = 64 (tests/kernels/hopper_compile.py)
+# One node per program. Compiled for sm_90 at H = 128, K = 64 (tests/kernels/hopper_compile.py),
 # the backward's six filter GEMMs per tile spill registers with 4 warps (984 bytes of stack
 # per thread, 288 with 8 warps), hence 8-warp candidates. Not yet timed on a GPU.
 _CONFIGS = pick_configs([_cfg(16, 4), _cfg(16, 8), _cfg(32, 8)], _cfg(16, 4))
