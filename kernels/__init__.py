@@ -49,6 +49,12 @@ from kernels.langevin import (
     langevin_finish,
     langevin_finish_reference,
 )
+from kernels.painn_message import (
+    PaiNNFilterParams,
+    pack_painn_filter,
+    painn_message,
+    painn_message_reference,
+)
 from kernels.pair_filter import (
     PairFilterRows,
     PairLayout,
@@ -65,6 +71,8 @@ from kernels.radial_basis import RadialSpec, radial_basis, radial_basis_referenc
 from kernels.segment_reduce import (
     edge_grad_to_positions,
     edge_grad_to_positions_reference,
+    edge_vectors_to_positions,
+    edge_vectors_to_positions_reference,
     segment_sum,
     segment_sum_reference,
     signed_segment_sum,
@@ -81,11 +89,13 @@ from kernels.tabulated import (
 __all__ = [
     "OPS", "Op", "get_op", "triton_available",
     "GraphCSR", "RadialSpec", "FilterParams", "PackedLinear", "FilterTable",
-    "LengthGradient", "EdgeMLPParams",
-    "pack_filter", "pack_edge_mlp", "pack_linear", "channel_scales", "valid_edge_mask",
+    "LengthGradient", "EdgeMLPParams", "PaiNNFilterParams",
+    "pack_filter", "pack_edge_mlp", "pack_painn_filter", "pack_linear", "channel_scales",
+    "valid_edge_mask",
     "build_filter_table",
     "build_csr", "build_csr_sorted_pairs", "radial_basis", "segment_sum",
-    "edge_grad_to_positions", "edge_distances", "cfconv", "egnn_edge",
+    "edge_grad_to_positions", "edge_vectors_to_positions", "edge_distances", "cfconv",
+    "egnn_edge", "painn_message",
     "tabulated_cfconv", "linear", "tanh_linear", "pair_energies", "PAIR_FORMS",
     "PairGraph", "pair_search_csr", "angle_energies", "dihedral_energies", "langevin_drift",
     "langevin_finish", "signed_segment_sum", "PairLayout", "PairFilterRows", "pair_layout",
@@ -109,9 +119,12 @@ OPS: dict[str, Op] = {
         Op("radial_basis", radial_basis, radial_basis_reference),
         Op("segment_sum", segment_sum, segment_sum_reference),
         Op("edge_grad_to_positions", edge_grad_to_positions, edge_grad_to_positions_reference),
+        Op("edge_vectors_to_positions", edge_vectors_to_positions,
+           edge_vectors_to_positions_reference),
         Op("edge_distances", edge_distances, edge_distances_reference),
         Op("cfconv", cfconv, cfconv_reference),
         Op("egnn_edge", egnn_edge, egnn_edge_reference),
+        Op("painn_message", painn_message, painn_message_reference),
         Op("tabulated_cfconv", tabulated_cfconv, tabulated_cfconv_reference),
         Op("pair_layout", pair_layout, pair_layout_reference),
         Op("pair_filter_rows", pair_filter_rows, pair_filter_rows_reference),

@@ -1,6 +1,6 @@
 """Flash aggregation: deterministic segmented reductions over CSR layouts (no atomics).
 
-Two operations:
+Three operations:
 
 * `segment_sum` - ``out[n] = sum of m[e] over the edges e of segment n`` (a ``scatter_add``
   over ``dst`` without atomics). One program owns one (node, feature block) pair, accumulates
@@ -12,6 +12,9 @@ Two operations:
   owned by one program (deterministic, no atomics). Distances are recomputed from positions
   (3 floats per edge end) rather than stored. Used by every fused backward (the tabulated
   path reaches it through `kernels.edge_distances`, once per step).
+* `edge_vectors_to_positions` - the same sums for per-edge gradient *vectors*
+  ``g_e = dE/d(r_dst - r_src)`` (``+g_e`` onto the destination, ``-g_e`` onto the source),
+  for edge terms that read a direction as well as a length (PaiNN, `kernels.painn_message`).
 
 Summation order is fixed by the CSR, so results are bitwise reproducible run to run.
 """
@@ -30,6 +33,8 @@ __all__ = [
     "signed_segment_sum_reference",
     "edge_grad_to_positions",
     "edge_grad_to_positions_reference",
+    "edge_vectors_to_positions",
+    "edge_vectors_to_positions_reference",
 ]
 
 
@@ -166,29 +171,41 @@ def segment_sum_reference(m, ptr, perm):
 
 @triton.jit
 def _pos_grad_segment(acc_x, acc_y, acc_z, rx, ry, rz, g_ptr, pos_ptr, other_ptr, ptr_ptr,
-                      perm_ptr, node, BLOCK_E: tl.constexpr):
+                      perm_ptr, node, SIGN: tl.constexpr, VECTORS: tl.constexpr,
+                      BLOCK_E: tl.constexpr):
+    """Add one segment's edges to the node's position gradient: ``VECTORS`` adds
+    ``SIGN * g[e, :]``; otherwise ``g[e] (r_node - r_other) / d`` (the sign is in the
+    direction, ``SIGN`` unused)."""
     start = tl.load(ptr_ptr + node)
     end = tl.load(ptr_ptr + node + 1)
     for p0 in range(start, end, BLOCK_E):
         p = p0 + tl.arange(0, BLOCK_E)
         pmask = p < end
         e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
-        j = tl.load(other_ptr + e, mask=pmask, other=0)
-        vx = rx - tl.load(pos_ptr + j * 3 + 0, mask=pmask, other=0.0)
-        vy = ry - tl.load(pos_ptr + j * 3 + 1, mask=pmask, other=0.0)
-        vz = rz - tl.load(pos_ptr + j * 3 + 2, mask=pmask, other=0.0)
-        d = tl.sqrt_rn(vx * vx + vy * vy + vz * vz)
-        g = tl.load(g_ptr + e, mask=pmask, other=0.0)
-        coef = tl.where(d > 0, g / d, 0.0)
-        acc_x += coef * vx
-        acc_y += coef * vy
-        acc_z += coef * vz
+        if VECTORS:
+            acc_x += SIGN * tl.load(g_ptr + e * 3 + 0, mask=pmask, other=0.0)
+            acc_y += SIGN * tl.load(g_ptr + e * 3 + 1, mask=pmask, other=0.0)
+            acc_z += SIGN * tl.load(g_ptr + e * 3 + 2, mask=pmask, other=0.0)
+        else:
+            j = tl.load(other_ptr + e, mask=pmask, other=0)
+            vx = rx - tl.load(pos_ptr + j * 3 + 0, mask=pmask, other=0.0)
+            vy = ry - tl.load(pos_ptr + j * 3 + 1, mask=pmask, other=0.0)
+            vz = rz - tl.load(pos_ptr + j * 3 + 2, mask=pmask, other=0.0)
+            d = tl.sqrt_rn(vx * vx + vy * vy + vz * vz)
+            g = tl.load(g_ptr + e, mask=pmask, other=0.0)
+            coef = tl.where(d > 0, g / d, 0.0)
+            acc_x += coef * vx
+            acc_y += coef * vy
+            acc_z += coef * vz
     return acc_x, acc_y, acc_z
 
 
 @triton.jit
 def _pos_grad_kernel(g_ptr, pos_ptr, src_ptr, dst_ptr, dptr_ptr, dperm_ptr, sptr_ptr, sperm_ptr,
-                     out_ptr, BLOCK_E: tl.constexpr):
+                     out_ptr, VECTORS: tl.constexpr, BLOCK_E: tl.constexpr):
+    """``out[node]``: the node's position gradient from per-edge scalars ``g [E]`` along the
+    edges (``VECTORS`` False) or per-edge vectors ``g [E, 3]`` (``VECTORS``: ``+g`` from
+    edges into the node, ``-g`` from edges out of it)."""
     node = tl.program_id(0).to(tl.int64)
     rx = tl.load(pos_ptr + node * 3 + 0)
     ry = tl.load(pos_ptr + node * 3 + 1)
@@ -198,12 +215,24 @@ def _pos_grad_kernel(g_ptr, pos_ptr, src_ptr, dst_ptr, dptr_ptr, dperm_ptr, sptr
     acc_z = tl.zeros([BLOCK_E], dtype=tl.float32)
     # edges into the node: the other end is src; edges out of it: the other end is dst
     acc_x, acc_y, acc_z = _pos_grad_segment(acc_x, acc_y, acc_z, rx, ry, rz, g_ptr, pos_ptr,
-                                            src_ptr, dptr_ptr, dperm_ptr, node, BLOCK_E)
+                                            src_ptr, dptr_ptr, dperm_ptr, node, 1.0, VECTORS,
+                                            BLOCK_E)
     acc_x, acc_y, acc_z = _pos_grad_segment(acc_x, acc_y, acc_z, rx, ry, rz, g_ptr, pos_ptr,
-                                            dst_ptr, sptr_ptr, sperm_ptr, node, BLOCK_E)
+                                            dst_ptr, sptr_ptr, sperm_ptr, node, -1.0, VECTORS,
+                                            BLOCK_E)
     tl.store(out_ptr + node * 3 + 0, tl.sum(acc_x, axis=0))
     tl.store(out_ptr + node * 3 + 1, tl.sum(acc_y, axis=0))
     tl.store(out_ptr + node * 3 + 2, tl.sum(acc_z, axis=0))
+
+
+def _pos_grad_launch(g, pos, src, dst, csr: GraphCSR, vectors: bool):
+    out = torch.zeros_like(pos)
+    if csr.num_nodes:
+        _pos_grad_kernel[(csr.num_nodes,)](g.contiguous(), pos.contiguous(), src, dst,
+                                           csr.dst_ptr, csr.dst_perm, csr.src_ptr,
+                                           csr.src_perm, out, VECTORS=vectors, BLOCK_E=64,
+                                           num_warps=2)
+    return out
 
 
 def edge_grad_to_positions(g, pos, src, dst, csr: GraphCSR):
@@ -226,24 +255,60 @@ def edge_grad_to_positions(g, pos, src, dst, csr: GraphCSR):
         ``dE/dr``; rows ``>= csr.num_nodes`` are zero. Not itself differentiable.
     """
     check_no_grad("edge_grad_to_positions", g=g)
+    return _pos_grad_launch(g, pos, src, dst, csr, vectors=False)
+
+
+def edge_vectors_to_positions(g, pos, src, dst, csr: GraphCSR):
+    """Position gradient from per-edge gradient vectors (Triton, deterministic, no atomics).
+
+    For edge terms that depend on ``r_e = r_dst - r_src`` through more than its length (a
+    direction, as PaiNN's messages): ``grad_r[n] = sum_{e: dst_e = n} g_e - sum_{e: src_e =
+    n} g_e``, one program per node walking both CSR layouts.
+
+    Parameters
+    ----------
+    g : Tensor, float32 [E, 3]
+        ``dE/dr_e`` per edge; rows of padding edges are never read.
+    pos : Tensor, float32 [P, 3]
+        Positions, ``P >= csr.num_nodes`` (only the shape, dtype and device are used).
+    src, dst : Tensor, int64 [E]
+        Edge endpoints.
+    csr : GraphCSR
+        Both layouts of the graph (`kernels.csr.build_csr`).
+
+    Returns
+    -------
+    Tensor, float32 [P, 3]
+        ``dE/dr``; rows ``>= csr.num_nodes`` are zero. Not itself differentiable.
+
+    Raises
+    ------
+    ValueError
+        ``g`` not ``[E, 3]`` for the ``E`` edges of ``src``.
+    """
+    check_no_grad("edge_vectors_to_positions", g=g)
+    if g.shape != (src.numel(), 3):
+        raise ValueError(f"edge_vectors_to_positions needs g [E, 3] = [{src.numel()}, 3], "
+                         f"got {tuple(g.shape)}")
+    return _pos_grad_launch(g, pos, src, dst, csr, vectors=True)
+
+
+def edge_vectors_to_positions_reference(g, pos, src, dst, csr: GraphCSR):
+    """PyTorch reference of `edge_vectors_to_positions` (``index_add_``); same signature."""
+    valid = valid_edge_mask(csr)
+    n = csr.num_nodes
+    contrib = torch.where(valid[:, None], g, 0.0).to(pos.dtype)
+    s = torch.where(valid, src, 0)
+    d = torch.where(valid, dst, 0)
     out = torch.zeros_like(pos)
-    if csr.num_nodes:
-        _pos_grad_kernel[(csr.num_nodes,)](g.contiguous(), pos.contiguous(), src, dst,
-                                           csr.dst_ptr, csr.dst_perm, csr.src_ptr,
-                                           csr.src_perm, out, BLOCK_E=64, num_warps=2)
+    out[:n] = out[:n].index_add(0, d, contrib).index_add(0, s, -contrib)
     return out
 
 
 def edge_grad_to_positions_reference(g, pos, src, dst, csr: GraphCSR):
     """PyTorch reference of `edge_grad_to_positions` (``index_add_``); same signature."""
     valid = valid_edge_mask(csr)
-    n = csr.num_nodes
-    s = torch.where(valid, src, 0)
-    d = torch.where(valid, dst, 0)
-    vec = pos[d] - pos[s]
+    vec = pos[torch.where(valid, dst, 0)] - pos[torch.where(valid, src, 0)]
     dist = vec.norm(dim=1, keepdim=True)
     coef = torch.where(valid[:, None] & (dist > 0), g[:, None] / dist.clamp_min(1e-30), 0.0)
-    contrib = coef * vec
-    out = torch.zeros_like(pos)
-    out[:n] = out[:n].index_add(0, d, contrib).index_add(0, s, -contrib)
-    return out
+    return edge_vectors_to_positions_reference(coef * vec, pos, src, dst, csr)

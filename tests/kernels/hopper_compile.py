@@ -1,5 +1,5 @@
-"""Compile the fused-filter, pair-filter, EGNN edge, tabulated, edge-length, pair-search and
-packed-linear kernels for sm_90.
+"""Compile the fused-filter, pair-filter, EGNN edge, PaiNN message, tabulated, edge-length,
+pair-search, position-gradient and packed-linear kernels for sm_90.
 
 Run as a script in a process without ``TRITON_INTERPRET`` (under the interpreter the
 kernels are Python functions and cannot be compiled): ``python hopper_compile.py`` prints
@@ -27,12 +27,14 @@ from kernels.cfconv import _conv_kernel, _length_grad_kernel
 from kernels.edge_distances import _distance_kernel
 from kernels.egnn_edge import _edge_bwd_kernel, _edge_fwd_kernel
 from kernels.fused_update import _linear_kernel
+from kernels.painn_message import _message_bwd_kernel, _message_fwd_kernel
 from kernels.pair_filter import (
     _pair_filter_kernel,
     _pair_flag_kernel,
     _pair_row_kernel,
 )
 from kernels.pair_search import _count_kernel, _fill_kernel
+from kernels.segment_reduce import _pos_grad_kernel
 
 TABLE = {"c01_ptr": "*fp32", "c23_ptr": "*fp16", "scale_ptr": "*fp32", "ptr_ptr": "*i32",
          "perm_ptr": "*i32", "num_nodes": "i32", "num_intervals": "i32", "inv_h": "fp32",
@@ -52,6 +54,13 @@ EGNN = dict(RADIAL, xa_ptr="*fp32", xb_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i3
 EGNN_VARIANT = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=True, ACT="silu", F=64,
                     KP=32, DT=tl.float32, PREC="tf32x3", BLOCK_E=16)
 EGNN_16 = dict(EGNN, wr_ptr="*fp16", w2t_ptr="*fp16")
+PAINN = dict(RADIAL, x_ptr="*fp32", vec_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i32",
+             perm_ptr="*i32", w_ptr="*fp32", b_ptr="*fp32", dq_ptr="*fp32", dmu_ptr="*fp32",
+             num_nodes="i32")
+PAINN_BWD = dict(PAINN, gq_ptr="*fp32", gmu_ptr="*fp32", dst_ptr="*i64", gx_ptr="*fp32",
+                 gvec_ptr="*fp32", v_ptr="*fp32")
+PAINN_VARIANT = dict(EXP_NORMAL=True, ENV_LOWER=False, ENV_IN_BASIS=True, ENV_ON_FILTER=True,
+                     H=128, KP=64, DT=tl.float32, PREC="tf32x3", BLOCK_E=16)
 KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "fused filter convolution": (
         _conv_kernel,
@@ -75,6 +84,19 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
         _edge_bwd_kernel,
         dict(EGNN_16, gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp16", g_ptr="*fp32"),
         [dict(EGNN_VARIANT, DT=tl.float16, BY_DST=True)]),
+    "PaiNN message forward": (_message_fwd_kernel, PAINN, [PAINN_VARIANT]),
+    "PaiNN message backward": (_message_bwd_kernel, PAINN_BWD, [PAINN_VARIANT]),
+    "PaiNN message forward, fp16 operands": (
+        _message_fwd_kernel, dict(PAINN, w_ptr="*fp16"), [dict(PAINN_VARIANT, DT=tl.float16)]),
+    "PaiNN message backward, fp16 operands": (
+        _message_bwd_kernel, dict(PAINN_BWD, w_ptr="*fp16"),
+        [dict(PAINN_VARIANT, DT=tl.float16)]),
+    "position gradients": (
+        _pos_grad_kernel,
+        {"g_ptr": "*fp32", "pos_ptr": "*fp32", "src_ptr": "*i64", "dst_ptr": "*i64",
+         "dptr_ptr": "*i32", "dperm_ptr": "*i32", "sptr_ptr": "*i32", "sperm_ptr": "*i32",
+         "out_ptr": "*fp32"},
+        [dict(VECTORS=v, BLOCK_E=64) for v in (False, True)]),
     "tabulated forward": (
         tabulated._tab_fwd_kernel, dict(TABLE, src_ptr="*i64", out_ptr="*fp32"),
         [dict(t, F=128, FS=tabulated.FORWARD_SLICE, SLOTS_ARE_EDGES=s, ROWS=False)

@@ -6,7 +6,7 @@ import torch
 
 from kernels import RadialSpec, build_csr_reference
 
-__all__ = ["make_graph", "radial_specs", "filter_weights", "rel_err"]
+__all__ = ["make_graph", "radial_specs", "filter_weights", "rel_err", "within_cutoff"]
 
 
 def make_graph(num_nodes=24, box=9.0, cutoff=6.0, pad=20, drop=3, device="cpu", seed=0,
@@ -34,6 +34,23 @@ def make_graph(num_nodes=24, box=9.0, cutoff=6.0, pad=20, drop=3, device="cpu", 
     out = {k: v.to(device) if torch.is_tensor(v) else v for k, v in out.items()}
     out["csr"] = build_csr_reference(out["src"], out["dst"], num_nodes, out["num_edges"])
     return out
+
+
+def within_cutoff(g, pos, cutoff):
+    """The graph of ``g``'s real edges shorter than ``cutoff`` (positions ``pos``), and the
+    nodes all of whose edges in ``g`` are at or beyond it.
+
+    Returns ``(near, lonely)``: a dict like `make_graph`'s with ``src``, ``dst`` and ``csr``
+    of those edges, and a bool ``[num_nodes]``. Asserts that more than 20 real edges are cut.
+    """
+    n = g["num_nodes"]
+    d = (pos[g["dst"]] - pos[g["src"]]).norm(dim=1)
+    inside = (g["dst"] < n) & (d < cutoff)
+    assert int((~inside & (g["dst"] < n)).sum()) > 20, "needs edges beyond the cutoff"
+    near = dict(g, src=g["src"][inside], dst=g["dst"][inside])
+    near["csr"] = build_csr_reference(near["src"], near["dst"], n)
+    ptr, near_ptr = g["csr"].dst_ptr, near["csr"].dst_ptr
+    return near, (ptr[1:] > ptr[:-1]) & (near_ptr[1:] == near_ptr[:-1])
 
 
 def radial_specs(K=8, cutoff=6.0, device="cpu"):

@@ -1,14 +1,17 @@
 """Segmented reductions against index_add_ references."""
 
+import pytest
 import torch
 from kernels_testlib import make_graph, rel_err
 
 from kernels import (
     edge_grad_to_positions,
+    edge_vectors_to_positions,
     segment_sum,
 )
 from kernels.segment_reduce import (
     edge_grad_to_positions_reference,
+    edge_vectors_to_positions_reference,
     segment_sum_reference,
     signed_segment_sum,
     signed_segment_sum_reference,
@@ -51,3 +54,23 @@ def test_edge_grad_to_positions(device):
     assert out.shape == g["pos"].shape
     assert rel_err(out, ref) < 1e-5
     assert (out[g["num_nodes"]:] == 0).all()
+
+
+def test_edge_vectors_to_positions(device):
+    """Per-edge vectors: +g onto destinations, -g onto sources; padding rows (NaN here) are
+    never read; a wrong shape is refused."""
+    g = make_graph(device=device, shuffle=True)
+    v = torch.randn(g["src"].numel(), 3, device=device)
+    valid = torch.zeros(v.shape[0], dtype=torch.bool, device=device)
+    valid[g["csr"].dst_perm[: int(g["csr"].dst_ptr[-1])].long()] = True
+    v[~valid] = float("nan")
+    out = edge_vectors_to_positions(v, g["pos"], g["src"], g["dst"], g["csr"])
+    ref = edge_vectors_to_positions_reference(v.double(), g["pos"].double(), g["src"],
+                                              g["dst"], g["csr"])
+    n = g["num_nodes"]
+    assert out.shape == g["pos"].shape and bool(torch.isfinite(out).all())
+    assert rel_err(out, ref) < 1e-6
+    assert (out[n:] == 0).all()
+    assert float(out.sum(0).abs().max()) < 1e-4  # every edge adds +v and -v
+    with pytest.raises(ValueError, match=r"g \[E, 3\]"):
+        edge_vectors_to_positions(v[:, 0], g["pos"], g["src"], g["dst"], g["csr"])

@@ -60,9 +60,9 @@ def demo_network(architecture):
 
 def test_each_architecture_implements_its_own_techniques():
     assert implemented_techniques("schnet") == KernelOptions.techniques()
-    assert implemented_techniques("painn") == ("fused_pair_search", "fused_integrator")
-    assert implemented_techniques("egnn") == ("fused_message_passing", "fused_pair_search",
-                                              "fused_integrator")
+    for architecture in ("painn", "egnn"):
+        assert implemented_techniques(architecture) == ("fused_message_passing",
+                                                        "fused_pair_search", "fused_integrator")
     assert implemented_techniques(None) == ("cuda_graph", "fused_pair_search",
                                             "fused_integrator")
 
@@ -90,16 +90,30 @@ def test_a_cpu_runs_other_networks_on_their_reference_path(architecture, no_trit
 
 
 @interpreter_only
-def test_painn_keeps_only_the_steps_techniques(no_schnet_problem):
+def test_painn_keeps_its_message_kernel_and_its_precision(no_schnet_problem):
     net = demo_network("painn")
     options = KernelOptions.all_on("bf16", tabulated_filter=True, cuda_graph=True)
     notices = settle_options(options, CPU, net)
-    assert options == KernelOptions(fused_pair_search=True, fused_integrator=True)
+    assert options == KernelOptions(fused_message_passing=True, fused_pair_search=True,
+                                    fused_integrator=True, mlp_precision="bf16")
     assert notices == [
-        "CGPaiNN has no fused kernels for fused_radial_basis, fused_message_passing, "
-        "csr_aggregation, fused_update, tabulated_filter, cuda_graph, pair_filter, "
-        "mlp_precision=bf16: switched off, its PyTorch reference path runs."]
-    assert force_path(net, CPU, options) == "reference"  # the network's forces are PyTorch's
+        "CGPaiNN has no fused kernels for fused_radial_basis, csr_aggregation, fused_update, "
+        "tabulated_filter, cuda_graph, pair_filter: switched off, its PyTorch reference "
+        "path runs."]
+    assert force_path(net, CPU, options) == "triton"
+    steps_only = KernelOptions(fused_integrator=True, mlp_precision="bf16")
+    assert "mlp_precision=bf16" in settle_options(steps_only, CPU, net)[0]
+    assert force_path(net, CPU, steps_only) == "reference"
+
+
+@interpreter_only
+def test_a_painn_its_kernel_cannot_run_falls_back_with_the_kernels_reason():
+    from workbench.model.painn import PaiNNConfig
+
+    net = demo_potential(tiny_system(), PaiNNConfig(hidden=24), architecture="painn").network
+    options = KernelOptions(fused_message_passing=True)
+    notices = settle_options(options, CPU, net)
+    assert options == KernelOptions() and "power-of-two hidden width" in notices[0]
 
 
 @interpreter_only
@@ -131,12 +145,14 @@ def test_an_egnn_its_kernel_cannot_run_falls_back_with_the_kernels_reason():
 @pytest.mark.filterwarnings("ignore:.*no fused kernels:RuntimeWarning")
 def test_a_simulation_reports_what_its_network_runs():
     from workbench.md import LangevinIntegrator, Simulation
+    from workbench.model.painn import PaiNNConfig
 
-    sys = tiny_system()
-    for architecture, ran in (("painn", {}), ("egnn", {"fused_message_passing": True})):
-        potential = demo_potential(sys, architecture=architecture)
+    sys = tiny_system()  # a narrow PaiNN: the interpreter runs its kernel on the CPU
+    for architecture, config in (("painn", PaiNNConfig(hidden=16, num_rbf=16, blocks=1)),
+                                 ("egnn", None)):
+        potential = demo_potential(sys, config, architecture=architecture)
         sim = Simulation(sys, potential, LangevinIntegrator(0.002, 1.0, 300.0), replicas=1,
                          options=KernelOptions(fused_message_passing=True, fused_update=True,
                                                mlp_precision="fp16"))
-        precision = "fp16" if ran else "fp32"
-        assert sim.applied_options() == KernelOptions(**ran, mlp_precision=precision)
+        assert sim.applied_options() == KernelOptions(fused_message_passing=True,
+                                                      mlp_precision="fp16")

@@ -79,13 +79,12 @@ def test_switches_follow_the_network_architecture(monkeypatch):
 
     gpu = torch.device("cuda")  # only its type is read
     asked = KernelOptions.all_on("fp16", tabulated_filter=True)
-    applied, message = usable_options(asked, gpu, "egnn")
-    assert applied == KernelOptions(fused_message_passing=True, fused_pair_search=True,
-                                    fused_integrator=True, mlp_precision="fp16")
-    assert message.startswith("CGEGNN has no fused kernels for fused_radial_basis")
-    applied, message = usable_options(asked, gpu, "painn")
-    assert applied == KernelOptions(fused_pair_search=True, fused_integrator=True)
-    assert "mlp_precision=fp16" in message
+    for architecture, name in (("egnn", "CGEGNN"), ("painn", "CGPaiNN")):
+        applied, message = usable_options(asked, gpu, architecture)
+        assert applied == KernelOptions(fused_message_passing=True, fused_pair_search=True,
+                                        fused_integrator=True, mlp_precision="fp16")
+        assert message.startswith(f"{name} has no fused kernels for fused_radial_basis")
+        assert "mlp_precision" not in message  # the message kernel reads it
     assert usable_options(asked, gpu, "schnet") == (asked, None)
     monkeypatch.setattr(kernels._triton, "INTERPRET", False)  # a CPU as users have it
     applied, message = usable_options(KernelOptions(tabulated_filter=True),

@@ -59,7 +59,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     "schnet": Architecture("workbench.model.schnet", "SchNetConfig", "CGSchNet",
                            ("fused_radial_basis", "fused_message_passing", "csr_aggregation",
                             "fused_update", "tabulated_filter", "cuda_graph", "pair_filter")),
-    "painn": Architecture("workbench.model.painn", "PaiNNConfig", "CGPaiNN"),
+    "painn": Architecture("workbench.model.painn", "PaiNNConfig", "CGPaiNN",
+                          ("fused_message_passing",)),
     "egnn": Architecture("workbench.model.egnn", "EGNNConfig", "CGEGNN",
                          ("fused_message_passing",)),
 }

@@ -59,9 +59,12 @@ from torch import nn
 from workbench.model.basis import CosineCutoff, ExpNormalBasis, GaussianBasis, make_cutoff
 from workbench.model.fused_schnet import (
     PRECISION_DTYPES,
+    PackedLayers,
+    cached_packing,
+    kernel_device_problem,
+    radial_spec_of,
     real_edge_graph,
     warn_fallback_once,
-    weights_key,
 )
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
@@ -167,25 +170,6 @@ class EGNNLayer(nn.Module):
     def update(self, h: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         """``h + φ_h(h, m)``, shape (N, H)."""
         return h + self.node_lin2(self.activation(self.node_lin1(torch.cat([h, m], dim=-1))))
-
-
-@dataclass
-class PackedEdges:
-    """The fused kernel's description of one model at one precision.
-
-    Attributes
-    ----------
-    key : tuple
-        Precision and `weights_key` of the model when packed (the cache's validity).
-    spec : kernels.RadialSpec
-        Basis and envelope.
-    edges : list of kernels.EdgeMLPParams
-        Each layer's packed edge-side weights.
-    """
-
-    key: tuple
-    spec: object
-    edges: list
 
 
 class CGEGNN(nn.Module):
@@ -308,7 +292,7 @@ class CGEGNN(nn.Module):
         src, dst, csr, _ = real_edge_graph(self, pos, graph)
         hidden = self.config.hidden
         h = self.embedding_layer(types)
-        for layer, params in zip(self.layers, packed.edges, strict=True):
+        for layer, params in zip(self.layers, packed.layers, strict=True):
             w1 = layer.edge_lin1.weight
             xa = nn.functional.linear(h, w1[:, :hidden], layer.edge_lin1.bias)
             xb = nn.functional.linear(h, w1[:, hidden : 2 * hidden])
@@ -323,17 +307,11 @@ def fused_edge_problem(
 ) -> str | None:
     """Why the fused EGNN edge kernel cannot run on ``device``, or None if it can (the
     counterpart of `workbench.model.fused_schnet.fused_path_problem`)."""
-    from kernels import triton_available
-    from kernels._triton import INTERPRET
     from kernels.egnn_edge import ACTIVATIONS as FUSED_ACTIVATIONS
 
-    if not triton_available() or (device.type != "cuda" and not INTERPRET):
-        return "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
-    if model.embedding_layer.weight.dtype != torch.float32:
-        return "the EGNN edge kernel takes float32 weights"
-    bf16 = options.mlp_precision == "bf16"
-    if bf16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        return "this GPU does not support bf16"
+    problem = kernel_device_problem(model, device, options, "the EGNN edge kernel")
+    if problem is not None:
+        return problem
     config = model.config
     if config.activation not in FUSED_ACTIVATIONS:
         return f"the EGNN edge kernel implements {FUSED_ACTIVATIONS}, not {config.activation}"
@@ -343,30 +321,21 @@ def fused_edge_problem(
     return None
 
 
-def packed_edges(model: CGEGNN, precision: str) -> PackedEdges:
+def packed_edges(model: CGEGNN, precision: str) -> PackedLayers:
     """The basis description and the edge weights packed in ``precision`` (``"fp32"``,
     ``"fp16"`` or ``"bf16"``), cached until a parameter or the precision changes."""
-    from kernels import RadialSpec, pack_edge_mlp
+    from kernels import pack_edge_mlp
 
-    key = (precision, weights_key(model))
-    cached = getattr(model, "_packed_edges", None)
-    if cached is not None and cached.key == key:
-        return cached
-    basis = model.rbf_layer
-    in_basis = isinstance(basis.cutoff, CosineCutoff)
-    if isinstance(basis, ExpNormalBasis):
-        spec = RadialSpec.exp_normal_basis(basis.means, basis.betas, basis.alpha, model.cutoff,
-                                           envelope_in_basis=in_basis)
-    else:
-        spec = RadialSpec.gaussian(basis.offset, basis.coeff, model.cutoff,
-                                   envelope_in_basis=in_basis)
     cols = 2 * model.config.hidden
-    with torch.no_grad():
+
+    def pack(key):
         edges = [
             pack_edge_mlp(layer.edge_lin1.weight[:, cols + 1 :], layer.edge_lin1.weight[:, cols],
                           layer.edge_lin2.weight, layer.edge_lin2.bias,
                           PRECISION_DTYPES[precision])
             for layer in model.layers
         ]
-    model._packed_edges = PackedEdges(key, spec, edges)
-    return model._packed_edges
+        spec = radial_spec_of(model.rbf_layer, model.envelope, model.cutoff)
+        return PackedLayers(key, spec, edges)
+
+    return cached_packing(model, "_packed_edges", precision, pack)

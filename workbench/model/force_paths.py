@@ -1,7 +1,7 @@
 """Which force path a run's `KernelOptions` get on its device and network, told to the user.
 
 Each architecture implements its own techniques (`workbench.model.architectures`,
-`Architecture.fused`: CGSchNet all of them, CGEGNN ``fused_message_passing``, CGPaiNN none);
+`Architecture.fused`: CGSchNet all of them, CGEGNN and CGPaiNN ``fused_message_passing``);
 the MD step's own techniques (`STEP_TECHNIQUES`: the Triton pair search and the fused
 Langevin steps) run whatever the network. `settle_options` switches the others off in the
 options themselves, so that what a run reports (its banner, summary and benchmark record)
@@ -37,6 +37,7 @@ STEP_TECHNIQUES = frozenset({"fused_pair_search", "fused_integrator"})
 FUSED_PROBLEMS = {
     "schnet": ("workbench.model.fused_schnet", "fused_path_problem"),
     "egnn": ("workbench.model.egnn", "fused_edge_problem"),
+    "painn": ("workbench.model.painn", "fused_message_problem"),
 }
 
 NO_TRITON = "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
@@ -122,7 +123,7 @@ def force_path(network: nn.Module | None, device: torch.device, options: KernelO
     CGSchNet's tabulated filters in PyTorch) or ``"reference"``.
 
     A network other than CGSchNet is on the Triton path only with one of its own kernels
-    on (CGEGNN's ``fused_message_passing``); otherwise its reference path computes the
+    on (CGEGNN's and CGPaiNN's ``fused_message_passing``); otherwise its reference path computes the
     forces whatever the step's techniques.
     """
     if options.is_baseline:

@@ -89,19 +89,26 @@ def fused_path_problem(schnet, device: torch.device, options: KernelOptions) -> 
 
 def radial_spec(schnet):
     """The kernels' description of this model's basis and envelopes."""
+    return radial_spec_of(schnet.rbf_layer, schnet.interaction_blocks[0].conv.cutoff,
+                          schnet.cutoff)
+
+
+def radial_spec_of(basis, conv_cutoff, cutoff: float):
+    """The kernels' description (`kernels.RadialSpec`) of a basis module (``GaussianBasis``
+    or ``ExpNormalBasis`` of `workbench.model.basis`), the envelope module on the filter
+    (``CosineCutoff``, else none) and the graph radius ``cutoff`` (Å); shared by CGSchNet and
+    CGPaiNN."""
     from kernels import RadialSpec
 
-    basis = schnet.rbf_layer
-    conv_cutoff = schnet.interaction_blocks[0].conv.cutoff
     in_basis = isinstance(basis.cutoff, CosineCutoff)
     on_filter = isinstance(conv_cutoff, CosineCutoff)
     lower = (basis.cutoff if in_basis else conv_cutoff).lower
     if isinstance(basis, ExpNormalBasis):
         return RadialSpec.exp_normal_basis(
-            basis.means, basis.betas, basis.alpha, schnet.cutoff, lower,
+            basis.means, basis.betas, basis.alpha, cutoff, lower,
             basis.cutoff.lower, in_basis, on_filter,
         )
-    return RadialSpec.gaussian(basis.offset, basis.coeff, schnet.cutoff, lower, in_basis, on_filter)
+    return RadialSpec.gaussian(basis.offset, basis.coeff, cutoff, lower, in_basis, on_filter)
 
 
 @dataclass
@@ -116,6 +123,59 @@ class PackedWeights:
     conv_inputs: list
     conv_outputs: list
     tables: list | None = None
+
+
+def kernel_device_problem(network, device: torch.device, options: KernelOptions,
+                          kernel: str) -> str | None:
+    """The reasons shared by CGEGNN's and CGPaiNN's fused kernels not to run (Triton on
+    ``device``, float32 weights, bf16 support), or None; ``kernel`` names the kernel in the
+    message (``"the EGNN edge kernel"``)."""
+    from kernels import triton_available
+    from kernels._triton import INTERPRET
+
+    if not triton_available() or (device.type != "cuda" and not INTERPRET):
+        return "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
+    if network.embedding_layer.weight.dtype != torch.float32:
+        return f"{kernel} takes float32 weights"
+    bf16 = options.mlp_precision == "bf16"
+    if bf16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        return "this GPU does not support bf16"
+    return None
+
+
+@dataclass
+class PackedLayers:
+    """A fused kernel's description of one CGEGNN or CGPaiNN at one precision.
+
+    Attributes
+    ----------
+    key : tuple
+        Precision and `weights_key` of the network when packed (`cached_packing`'s
+        validity).
+    spec : kernels.RadialSpec
+        Basis and envelopes.
+    layers : list
+        Each layer's packed weights (`kernels.EdgeMLPParams` of a CGEGNN layer's edge MLP,
+        `kernels.PaiNNFilterParams` of a CGPaiNN block's filter network).
+    """
+
+    key: tuple
+    spec: object
+    layers: list
+
+
+def cached_packing(network: torch.nn.Module, attribute: str, precision: str, pack):
+    """``pack(key)`` (run under ``torch.no_grad()``; returns an object with that ``key``),
+    kept on ``network`` as ``attribute`` until a parameter, a buffer or ``precision``
+    changes (`weights_key`)."""
+    key = (precision, weights_key(network))
+    cached = getattr(network, attribute, None)
+    if cached is not None and cached.key == key:
+        return cached
+    with torch.no_grad():
+        packed = pack(key)
+    setattr(network, attribute, packed)
+    return packed
 
 
 def weights_key(module: torch.nn.Module) -> tuple:

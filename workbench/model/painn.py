@@ -30,14 +30,19 @@ Forward pass, for directed edges ``e = (s → d)`` (message from ``s`` into ``d`
    ``q += a + c ⊙ Σ_xyz V U``, ``μ += b ⊙ U``.
 4. Per-bead energy ``OutMLP(q)``.
 
-This module is the reference path only: edge tensors are materialised and
-aggregation is a scatter-add over the destination index. There are no fused kernels
-for PaiNN yet.
+The reference path materialises edge tensors and aggregates by a scatter-add over the
+destination index. With ``KernelOptions.fused_message_passing`` each interaction block's
+message step (2., after the context net ``x``, which stays a PyTorch MLP) runs as one
+Triton kernel (`kernels.painn_message`): distance, direction, basis, envelope, the filter
+GEMM and the sums of ``Δq`` and ``Δμ`` per destination on chip, nothing of size E × H in
+memory; FP32 operands as three-TF32 products, or float16 / bfloat16 operands with
+``mlp_precision``; FP32 sums. Its backward gives exact gradients for positions, ``x`` and
+``μ`` (forces are ``−∂E/∂r`` through the whole model), none for weights: training uses
+the reference path.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -46,6 +51,15 @@ from torch import nn
 
 from workbench.model.basis import ExpNormalBasis, GaussianBasis, make_cutoff
 from workbench.model.force_paths import STEP_TECHNIQUES
+from workbench.model.fused_schnet import (
+    PRECISION_DTYPES,
+    PackedLayers,
+    cached_packing,
+    kernel_device_problem,
+    radial_spec_of,
+    real_edge_graph,
+    warn_fallback_once,
+)
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.model.schnet import MLP
@@ -54,8 +68,6 @@ from workbench.neighbors import Graph
 #: mlcg's ``safe_norm``: ``sqrt(|r|² + eps) − sqrt(eps)``.
 _NORM_EPS = 1e-16
 _NORM_SHIFT = 1e-8
-
-FALLBACK_MESSAGE = "no fused kernels for PaiNN yet; reference path"
 
 
 @dataclass
@@ -110,6 +122,10 @@ class PaiNNConfig(NetworkConfig):
 
 class PaiNNInteraction(nn.Module):
     """Message block: scalar and vector updates gathered from the neighbours.
+
+    `forward` is the reference (edge tensors in memory); with ``fused_message_passing``
+    `CGPaiNN` runs the same step as `kernels.painn_message` with this block's
+    ``filter_network`` packed (`packed_filters`) and ``interatomic_context_net`` in PyTorch.
 
     Parameters
     ----------
@@ -217,6 +233,10 @@ class PaiNNMixing(nn.Module):
 class CGPaiNN(nn.Module):
     """PaiNN energy model over a batch of replica graphs.
 
+    The message step of each block runs on the reference path, or as one Triton kernel per
+    block with ``KernelOptions.fused_message_passing`` (`kernels.painn_message`; forces
+    exact, weights get no gradient there), see `forward`.
+
     Parameters
     ----------
     config : PaiNNConfig, optional
@@ -250,7 +270,6 @@ class CGPaiNN(nn.Module):
         self.output_network = MLP(
             [config.hidden, *config.output_widths, 1], config.activation, last_bias=False
         )
-        self._warned_options = False
 
     @property
     def cutoff(self) -> float:
@@ -334,10 +353,13 @@ class CGPaiNN(nn.Module):
             Directed edges (``src`` → ``dst``); edges at or beyond the cutoff and
             padding slots contribute nothing.
         options : KernelOptions, optional
-            Accepted for the common network interface. PaiNN has no fused kernels
-            yet: options asking for any technique but the MD step's own
-            (`workbench.model.force_paths.STEP_TECHNIQUES`) run this reference path, with
-            one ``RuntimeWarning`` per model saying so.
+            ``fused_message_passing`` runs each block's message step as one Triton kernel
+            (`kernels.painn_message`; GEMM operands in ``mlp_precision``) where it can run
+            (`fused_message_problem`); otherwise the reference path runs, with a one-time
+            ``RuntimeWarning`` saying why. Techniques CGPaiNN has no kernels for (all but
+            ``fused_message_passing`` and the MD step's own,
+            `workbench.model.force_paths.STEP_TECHNIQUES`) are ignored with a one-time
+            warning.
 
         Returns
         -------
@@ -349,11 +371,22 @@ class CGPaiNN(nn.Module):
         ValueError
             Positions, types or graph arrays of the wrong shape.
         """
-        if options is not None and not self._warned_options and any(
-                name not in STEP_TECHNIQUES for name in options.enabled()):
-            self._warned_options = True
-            warnings.warn(FALLBACK_MESSAGE, RuntimeWarning, stacklevel=2)
         self._check_inputs(pos, types, graph)
+        if options is not None:
+            own = set()  # what the kernel reads: the switch and the GEMM precision
+            if options.fused_message_passing:
+                own = {"fused_message_passing", f"mlp_{options.mlp_precision}"}
+            missing = [name for name in options.enabled()
+                       if name not in STEP_TECHNIQUES and name not in own]
+            if missing:
+                warn_fallback_once(f"CGPaiNN has no fused kernels for {', '.join(missing)}")
+            if options.fused_message_passing:
+                problem = fused_message_problem(self, pos.device, options)
+                if problem is None and pos.dtype != torch.float32:
+                    problem = f"the PaiNN message kernel takes float32 positions, not {pos.dtype}"
+                if problem is None:
+                    return self._fused_forward(pos, types, graph, options.mlp_precision)
+                warn_fallback_once(problem)
         d, normdir, src, dst = self.edge_geometry(pos, graph.src, graph.dst, graph.valid)
         rbf = self.rbf_layer(d)
         q = self.embedding_layer(types)
@@ -362,3 +395,52 @@ class CGPaiNN(nn.Module):
             q, mu = interaction(q, mu, normdir, rbf, self.envelope(interaction, d), src, dst)
             q, mu = mixing(q, mu)
         return self.output_network(q).squeeze(-1)
+
+    def _fused_forward(
+        self, pos: torch.Tensor, types: torch.Tensor, graph: Graph, precision: str
+    ) -> torch.Tensor:
+        """`forward` with each block's message step in `kernels.painn_message` (filter GEMM
+        operands in ``precision``: ``"fp32"``, ``"fp16"`` or ``"bf16"``)."""
+        from kernels import painn_message
+
+        packed = packed_filters(self, precision)
+        src, dst, csr, _ = real_edge_graph(self, pos, graph)
+        q = self.embedding_layer(types)
+        mu = q.new_zeros(q.shape[0], 3, q.shape[1])
+        for interaction, mixing, params in zip(self.interaction_blocks, self.mixing_blocks,
+                                               packed.layers, strict=True):
+            x = interaction.interatomic_context_net(q)
+            dq, dmu = painn_message(pos, x, mu, src, dst, csr, params, packed.spec)
+            q, mu = mixing(q + dq, mu + dmu)
+        return self.output_network(q).squeeze(-1)
+
+
+def fused_message_problem(
+    model: CGPaiNN, device: torch.device, options: KernelOptions
+) -> str | None:
+    """Why the fused PaiNN message kernel cannot run on ``device``, or None if it can (the
+    counterpart of `workbench.model.egnn.fused_edge_problem`)."""
+    problem = kernel_device_problem(model, device, options, "the PaiNN message kernel")
+    if problem is not None:
+        return problem
+    hidden = model.config.hidden
+    if hidden & (hidden - 1) or hidden < 16:
+        return f"the PaiNN message kernel needs a power-of-two hidden width >= 16, got {hidden}"
+    return None
+
+
+def packed_filters(model: CGPaiNN, precision: str) -> PackedLayers:
+    """The basis description and each block's filter network packed in ``precision``
+    (``"fp32"``, ``"fp16"`` or ``"bf16"``), cached until a parameter or the precision
+    changes."""
+    from kernels import pack_painn_filter
+
+    blocks = model.interaction_blocks
+
+    def pack(key):
+        filters = [pack_painn_filter(block.filter_network.weight, block.filter_network.bias,
+                                     PRECISION_DTYPES[precision]) for block in blocks]
+        spec = radial_spec_of(model.rbf_layer, blocks[0].cutoff, model.cutoff)
+        return PackedLayers(key, spec, filters)
+
+    return cached_packing(model, "_packed_filters", precision, pack)
