@@ -29,6 +29,7 @@ from kernels import (
     tabulated_cfconv,
 )
 from kernels.egnn_edge import egnn_edge, pack_edge_mlp
+from kernels.painn_message import pack_painn_filter, painn_message
 from kernels.tabulated import tabulate_filter
 
 Autotuner = pytest.importorskip("triton.runtime.autotuner").Autotuner
@@ -90,6 +91,14 @@ def test_every_autotuned_launch_has_a_key_the_disk_cache_can_write(device, launc
                             pack_filter(A1, a1, A2, b2), spec)
     u = tabulated_cfconv(dist, xs, sym["src"], sym["dst"], sym["csr"], rows, symmetric=True)
     torch.autograd.grad(u.sum(), pos)
+    # the PaiNN message block, forward and backward
+    H = 16
+    painn = pack_painn_filter(torch.randn(3 * H, 8, device=device) / 3,
+                              torch.zeros(3 * H, device=device))
+    x = torch.randn(sym["num_nodes"] + 1, 3 * H, device=device, requires_grad=True)
+    mu = torch.randn(sym["num_nodes"] + 1, 3, H, device=device, requires_grad=True)
+    dq, dmu = painn_message(pos, x, mu, sym["src"], sym["dst"], sym["csr"], painn, spec)
+    torch.autograd.grad(dq.sum() + dmu.sum(), x)
     # the EGNN edge block, forward and backward
     params = pack_edge_mlp(A1, torch.zeros(16, device=device), A2, b2)
     xa = torch.randn(sym["num_nodes"] + 1, 16, device=device, requires_grad=True)
