@@ -16,7 +16,11 @@ from workbench.benchmark import launches_per_step
 from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
 from workbench.md.captured_steps import CapturedSteps, captured_steps_problem
 from workbench.model import fused_schnet
+from workbench.model.egnn import CGEGNN, EGNNConfig
+from workbench.model.native_priors import native_priors
 from workbench.model.options import KernelOptions
+from workbench.model.painn import CGPaiNN, PaiNNConfig
+from workbench.model.potential import Potential
 from workbench.runner import RunSettings, prepare_run
 
 GRAPH = KernelOptions(cuda_graph=True)
@@ -186,6 +190,46 @@ def test_caller_never_sees_buffers_that_a_later_chunk_overwrites(potential):
     assert not torch.equal(sim.positions, kept)
 
 
+def network_potential(architecture: str) -> Potential:
+    """A small CGEGNN or CGPaiNN (fused kernels need power-of-two widths) with the priors."""
+    sys = tiny_system()
+    torch.manual_seed(5)
+    if architecture == "egnn":
+        network = CGEGNN(EGNNConfig(hidden=16, edge_width=16, layers=1, num_rbf=8, cutoff=6.0))
+    else:
+        network = CGPaiNN(PaiNNConfig(embedding_size=25, hidden=16, blocks=1, num_rbf=8,
+                                      cutoff=6.0))
+    return Potential(sys.bead_types, network, native_priors(sys))
+
+
+@interpreter_only
+@pytest.mark.parametrize("architecture", ["egnn", "painn"])
+def test_static_steps_of_fused_egnn_and_painn_reproduce_the_eager_trajectory(architecture):
+    """What a CUDA graph replays for these networks: their fused path with static shapes."""
+    pot = network_potential(architecture)
+    options = KernelOptions(cuda_graph=True, fused_message_passing=True)
+    eager, captured = make_sim(pot, options, replicas=1), make_sim(pot, options, replicas=1)
+    eager_steps(eager, 2)
+    steps = CapturedSteps(captured)
+    steps.advance(2)
+    assert_same_state(eager, captured)
+    assert steps.captures == 1
+
+
+@pytest.mark.parametrize("architecture", ["egnn", "painn"])
+def test_egnn_and_painn_steps_are_captured_only_on_their_fused_path(architecture,
+                                                                   monkeypatch):
+    pot = network_potential(architecture)
+    sim = make_sim(pot, KernelOptions(cuda_graph=True))
+    monkeypatch.setattr(sim, "device", torch.device("cuda"))  # past the device and
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "register_generator_state",  # PyTorch checks
+                        lambda *_: None, raising=False)
+    assert "need its kernels (fused_message_passing)" in captured_steps_problem(sim)
+    sim.options.fused_message_passing = True
+    problem = captured_steps_problem(sim)
+    assert problem is None or "need its kernels" not in problem  # the kernels' own reason
+
+
 def test_cpu_simulation_says_why_it_steps_eagerly(potential, monkeypatch):
     monkeypatch.setattr(fused_schnet, "_WARNED", set())  # earlier tests used up the notice
     sim = make_sim(potential)
@@ -196,9 +240,10 @@ def test_cpu_simulation_says_why_it_steps_eagerly(potential, monkeypatch):
 
 
 # whole-step CUDA graphs on a GPU
-def gpu_run(options: KernelOptions, replicas: int = 16, protein: str = "1enh"):
+def gpu_run(options: KernelOptions, replicas: int = 16, protein: str = "1enh",
+            architecture: str | None = None):
     settings = RunSettings(protein=protein, replicas=replicas, device="cuda", seed=3,
-                           options=options)
+                           options=options, architecture=architecture)
     return prepare_run(settings).simulation
 
 
@@ -209,6 +254,19 @@ def test_graph_replays_match_eager_steps_bitwise(tables):
     graphed = gpu_run(KernelOptions.all_on(tabulated_filter=tables, cuda_graph=True))
     eager.step(30)
     graphed.step(30)
+    assert graphed._captured is not None and graphed._captured.cuda_graph is not None
+    for name, a, b in zip(eager.state._fields, eager.state, graphed.state, strict=True):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("architecture", ["egnn", "painn"])
+def test_egnn_and_painn_graph_replays_match_eager_steps_bitwise(architecture):
+    options = dict(fused_message_passing=True, fused_pair_search=True, fused_integrator=True)
+    eager = gpu_run(KernelOptions(**options), architecture=architecture)
+    graphed = gpu_run(KernelOptions(cuda_graph=True, **options), architecture=architecture)
+    eager.step(20)
+    graphed.step(20)
     assert graphed._captured is not None and graphed._captured.cuda_graph is not None
     for name, a, b in zip(eager.state._fields, eager.state, graphed.state, strict=True):
         assert torch.equal(a, b), name

@@ -61,8 +61,8 @@ def demo_network(architecture):
 def test_each_architecture_implements_its_own_techniques():
     assert implemented_techniques("schnet") == KernelOptions.techniques()
     for architecture in ("painn", "egnn"):
-        assert implemented_techniques(architecture) == ("fused_message_passing",
-                                                        "fused_pair_search", "fused_integrator")
+        assert implemented_techniques(architecture) == (
+            "fused_message_passing", "cuda_graph", "fused_pair_search", "fused_integrator")
     assert implemented_techniques(None) == ("cuda_graph", "fused_pair_search",
                                             "fused_integrator")
 
@@ -95,11 +95,11 @@ def test_painn_keeps_its_message_kernel_and_its_precision(no_schnet_problem):
     options = KernelOptions.all_on("bf16", tabulated_filter=True, cuda_graph=True)
     notices = settle_options(options, CPU, net)
     assert options == KernelOptions(fused_message_passing=True, fused_pair_search=True,
-                                    fused_integrator=True, mlp_precision="bf16")
+                                    fused_integrator=True, cuda_graph=True,
+                                    mlp_precision="bf16")
     assert notices == [
         "CGPaiNN has no fused kernels for fused_radial_basis, csr_aggregation, fused_update, "
-        "tabulated_filter, cuda_graph, pair_filter: switched off, its PyTorch reference "
-        "path runs."]
+        "tabulated_filter, pair_filter: switched off, its PyTorch reference path runs."]
     assert force_path(net, CPU, options) == "triton"
     steps_only = KernelOptions(fused_integrator=True, mlp_precision="bf16")
     assert "mlp_precision=bf16" in settle_options(steps_only, CPU, net)[0]

@@ -1,6 +1,6 @@
 """Whole MD steps captured once as a CUDA graph and replayed.
 
-One step (neighbour list, SchNet and priors forward and backward, the BAOAB
+One step (neighbour list, the network and priors forward and backward, the BAOAB
 update, the blow-up check) is recorded into a CUDA graph and replayed, so a step
 costs one graph launch from the host instead of hundreds of kernel launches and
 the host synchronisations of an eager step.
@@ -13,6 +13,8 @@ What makes the step capturable:
   ``fused_pair_search`` switch, :meth:`~workbench.neighbors.NeighborList.searched_graph`,
   Triton passes that also build the CSR layouts), so there is no rebuild decision
   on the host and no skin;
+* the network's path has no host synchronisation: CGSchNet's on any path; CGEGNN's and
+  CGPaiNN's with ``fused_message_passing`` (the only path of theirs captured);
 * the run's random generator is registered with the graph, so each replay draws
   the numbers an eager step would have drawn (same Philox seed and offsets);
 * temperatures, the step counter and the overflow counter live in device tensors
@@ -65,6 +67,8 @@ class DynamicState(NamedTuple):
 
 def captured_steps_problem(sim) -> str | None:
     """Why ``sim`` cannot run captured steps, or None if it can."""
+    from workbench.model.architectures import fused_techniques, network_kernels
+    from workbench.model.force_paths import fused_problem
     from workbench.model.fused_schnet import fused_path_problem
 
     if sim.device.type != "cuda":
@@ -73,9 +77,16 @@ def captured_steps_problem(sim) -> str | None:
         return "this PyTorch cannot capture a run-owned random generator"
     if sim.potential.schnet is not None:
         return fused_path_problem(sim.potential.schnet, sim.device, sim.options)
-    if sim.potential.network is not None:
-        return f"no fused kernels for {sim.potential.architecture} networks yet"
-    return None
+    network, architecture = sim.potential.network, sim.potential.architecture
+    if network is None:
+        return None
+    if "cuda_graph" not in fused_techniques(architecture):
+        return f"no captured steps for {architecture} networks"
+    kernels = network_kernels(architecture)
+    if not any(getattr(sim.options, name) for name in kernels):
+        # only the fused path is checked free of host synchronisation
+        return f"captured {architecture} steps need its kernels ({', '.join(kernels)})"
+    return fused_problem(network, sim.device, sim.options)
 
 
 class CapturedSteps:

@@ -60,9 +60,9 @@ ARCHITECTURES: dict[str, Architecture] = {
                            ("fused_radial_basis", "fused_message_passing", "csr_aggregation",
                             "fused_update", "tabulated_filter", "cuda_graph", "pair_filter")),
     "painn": Architecture("workbench.model.painn", "PaiNNConfig", "CGPaiNN",
-                          ("fused_message_passing",)),
+                          ("fused_message_passing", "cuda_graph")),
     "egnn": Architecture("workbench.model.egnn", "EGNNConfig", "CGEGNN",
-                         ("fused_message_passing",)),
+                         ("fused_message_passing", "cuda_graph")),
 }
 
 #: Attributes of a Potential that an architecture name must not shadow.
@@ -85,6 +85,18 @@ def fused_techniques(name: str) -> tuple[str, ...]:
         An unknown architecture.
     """
     return _entry(name).fused
+
+
+def network_kernels(name: str) -> tuple[str, ...]:
+    """The techniques of architecture ``name`` that run the network's own Triton kernels:
+    `fused_techniques` but ``cuda_graph``, which captures the whole step around them.
+
+    Raises
+    ------
+    ValueError
+        An unknown architecture.
+    """
+    return tuple(t for t in fused_techniques(name) if t != "cuda_graph")
 
 
 def architecture_of(network: nn.Module) -> str:

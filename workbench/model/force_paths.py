@@ -21,7 +21,12 @@ from dataclasses import fields
 import torch
 from torch import nn
 
-from workbench.model.architectures import ARCHITECTURES, architecture_of, fused_techniques
+from workbench.model.architectures import (
+    ARCHITECTURES,
+    architecture_of,
+    fused_techniques,
+    network_kernels,
+)
 from workbench.model.options import KernelOptions
 
 #: Techniques with a PyTorch implementation besides the Triton one (CGSchNet's).
@@ -97,8 +102,7 @@ def drop_unimplemented(options: KernelOptions, architecture: str | None) -> list
                if getattr(options, name) and name not in keep]
     for name in dropped:
         setattr(options, name, False)
-    own = [name for name in fused_techniques(architecture)
-           if name != "cuda_graph" and getattr(options, name)]
+    own = [name for name in network_kernels(architecture) if getattr(options, name)]
     if options.mlp_precision != "fp32" and architecture != "schnet" and not own:
         dropped.append(f"mlp_precision={options.mlp_precision}")
         options.mlp_precision = "fp32"
@@ -112,7 +116,7 @@ def fused_problem(network: nn.Module | None, device: torch.device,
     or whether Triton runs on ``device`` at all."""
     architecture = None if network is None else architecture_of(network)
     if architecture in FUSED_PROBLEMS and any(
-            getattr(options, name) for name in fused_techniques(architecture)):
+            getattr(options, name) for name in network_kernels(architecture)):
         module, function = FUSED_PROBLEMS[architecture]
         return getattr(importlib.import_module(module), function)(network, device, options)
     return None if triton_runs_on(device) else NO_TRITON
@@ -131,7 +135,7 @@ def force_path(network: nn.Module | None, device: torch.device, options: KernelO
     architecture = None if network is None else architecture_of(network)
     schnet = architecture == "schnet"
     if architecture is not None and not schnet and not any(
-            getattr(options, name) for name in fused_techniques(architecture)):
+            getattr(options, name) for name in network_kernels(architecture)):
         return "reference"
     if fused_problem(network, device, options) is None:
         return "triton"

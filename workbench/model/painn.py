@@ -373,9 +373,9 @@ class CGPaiNN(nn.Module):
         """
         self._check_inputs(pos, types, graph)
         if options is not None:
-            own = set()  # what the kernel reads: the switch and the GEMM precision
-            if options.fused_message_passing:
-                own = {"fused_message_passing", f"mlp_{options.mlp_precision}"}
+            own = {"cuda_graph"}  # the simulation's: it captures whole steps
+            if options.fused_message_passing:  # the kernel's switch and GEMM precision
+                own |= {"fused_message_passing", f"mlp_{options.mlp_precision}"}
             missing = [name for name in options.enabled()
                        if name not in STEP_TECHNIQUES and name not in own]
             if missing:
