@@ -1,7 +1,7 @@
 """CGTensorProduct: a NequIP-style E(3)-equivariant tensor-product network as a CG energy model.
 
-Node features are irreducible representations of O(3) (``irreps``, say ``"32x0e + 16x1o"``:
-32 scalars and 16 vectors per bead). Per block ``b`` and edge ``j → i``
+Node features are irreducible representations of O(3) (``irreps``, by default
+``"16x0e + 16x1o"``: 16 scalars and 16 vectors per bead). Per block ``b`` and edge ``j → i``
 (``r_ij = r_i − r_j``, ``d_ij = |r_ij|``)::
 
     Y_ij = SH(r_ij / d_ij)                     spherical harmonics l ≤ lmax (component norm.)
@@ -79,7 +79,8 @@ TP_BACKENDS = ("e3nn", "openequivariance", "cuequivariance")
 #: Import name and pip name of each accelerated backend's package.
 BACKEND_PACKAGES = {
     "openequivariance": ("openequivariance", "openequivariance"),
-    "cuequivariance": ("cuequivariance_torch", "cuequivariance-torch cuequivariance-ops-torch-cu12"),
+    "cuequivariance": ("cuequivariance_torch",
+                       "cuequivariance-torch cuequivariance-ops-torch-cu12"),
 }
 
 _WARNED: set[str] = set()
@@ -106,8 +107,10 @@ class TensorProductConfig(NetworkConfig):
     embedding_size : int
         Number of bead types (rows of the embedding), at least 1 + largest type.
     irreps : str
-        Irreps of the node features (e3nn notation, ``"32x0e + 16x1o"``); they must hold
-        even scalars (``0e``), which the energy head reads.
+        Irreps of the node features (e3nn notation, ``"16x0e + 16x1o"``: 16 scalars and 16
+        vectors per bead); they must hold even scalars (``0e``), which the energy head
+        reads. One multiplicity for all of them lets cuEquivariance run its CUDA kernel
+        (``uniform_1d``; otherwise it runs its PyTorch method and says so).
     lmax : int
         Highest degree of the edges' spherical harmonics.
     blocks : int
@@ -135,7 +138,7 @@ class TensorProductConfig(NetworkConfig):
     label: ClassVar[str] = "NequIP"
 
     embedding_size: int = 25
-    irreps: str = "32x0e + 16x1o"
+    irreps: str = "16x0e + 16x1o"
     lmax: int = 2
     blocks: int = 3
     num_rbf: int = 16
