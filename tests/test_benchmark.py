@@ -52,7 +52,7 @@ def test_bench_cases_run_every_configuration_for_each_architecture():
         bench_cases(["cln025"], [4], ["baseline"], architectures=("schnet", "transformer"))
 
 
-@pytest.mark.parametrize("architecture", ["painn", "egnn"])
+@pytest.mark.parametrize("architecture", ["painn", "egnn", "nequip"])
 def test_a_record_names_its_network_and_claims_no_fused_path_it_lacks(architecture,
                                                                       monkeypatch):
     import kernels._triton

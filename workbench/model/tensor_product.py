@@ -87,15 +87,16 @@ _WARNED: set[str] = set()
 
 
 def _e3nn():
-    """``(o3, Gate)`` of e3nn, or an ImportError naming the extra to install."""
+    """``(e3nn, o3, Gate)``, or an ImportError naming the extra to install."""
     try:
+        import e3nn
         from e3nn import o3
         from e3nn.nn import Gate
     except ImportError as error:  # pragma: no cover - the extra is part of the test install
         raise ImportError(
             "CGTensorProduct needs e3nn: pip install 'cg-workbench[equivariant]'"
         ) from error
-    return o3, Gate
+    return e3nn, o3, Gate
 
 
 @dataclass
@@ -212,7 +213,7 @@ class TensorProductBlock(nn.Module):
 
     def __init__(self, irreps_in, irreps_sh, irreps_out, config: TensorProductConfig):
         super().__init__()
-        o3, Gate = _e3nn()
+        _, o3, Gate = _e3nn()
         act = ACTIVATIONS[config.activation]()
         scalars = o3.Irreps([(m, ir) for m, ir in irreps_out if ir.l == 0])
         gated = o3.Irreps([(m, ir) for m, ir in irreps_out if ir.l > 0])
@@ -303,8 +304,7 @@ class CGTensorProduct(nn.Module):
 
     def __init__(self, config: TensorProductConfig | None = None, backend: str = "e3nn"):
         super().__init__()
-        import e3nn
-
+        e3nn, _, _ = _e3nn()
         defaults = e3nn.get_optimization_defaults()
         # e3nn's generated code as plain torch.fx modules, not TorchScript (deprecated,
         # slower to build, and noisy on current torch); set back afterwards
@@ -316,7 +316,7 @@ class CGTensorProduct(nn.Module):
         self.backend = backend
 
     def _build(self, config: TensorProductConfig) -> None:
-        o3, _ = _e3nn()
+        _, o3, _ = _e3nn()
         self.config = config
         irreps = o3.Irreps(config.irreps).sort().irreps.simplify()
         even_scalars = [(m, ir) for m, ir in irreps if ir.l == 0 and ir.p == 1]
