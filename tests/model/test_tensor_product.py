@@ -15,6 +15,7 @@ pytest.importorskip("e3nn")
 from helpers import (  # noqa: E402
     exact_graph,
     finite_difference_forces,
+    interpreter_only,
     perturbed_positions,
     random_rotation,
     relative_error,
@@ -292,3 +293,59 @@ def test_cuequivariance_convolution_matches_e3nn_on_the_cpu():
         ref = block.convolution(x, sh, w, src, dst)
         out = tp.cue_convolution(block, x, sh, w, src, dst, method="naive")
         assert relative_error(out, ref) < 1e-6
+
+
+class OEQStandIn:
+    """``oeq.TensorProductConv(problem, deterministic=True)`` in e3nn, checking what the
+    deterministic algorithm asks of its inputs: rows sorted, ``sender_perm`` a permutation
+    that puts the columns in order, every index inside the padded node range."""
+
+    def __init__(self, block):
+        self.block = block
+        self.calls = 0
+
+    def forward(self, X, Y, W, rows, cols, sender_perm):
+        edges = rows.shape[0]
+        assert Y.shape[0] == W.shape[0] == cols.shape[0] == sender_perm.shape[0] == edges
+        assert bool((rows[1:] >= rows[:-1]).all()), "rows must be sorted"
+        assert torch.equal(torch.sort(sender_perm).values, torch.arange(edges))
+        assert bool((cols[sender_perm][1:] >= cols[sender_perm][:-1]).all())
+        assert int(rows.max()) < X.shape[0] and int(cols.max()) < X.shape[0]
+        self.calls += 1
+        messages = self.block.tp(X[cols], Y, W)
+        return X.new_zeros(X.shape[0], messages.shape[1]).index_add_(0, rows, messages)
+
+
+@interpreter_only
+@pytest.mark.parametrize("backend", ["openequivariance", "cuequivariance"])
+def test_accelerated_paths_give_the_reference_through_the_whole_model(backend, monkeypatch):
+    """The wiring around the libraries' operations on the CPU: OpenEquivariance's inputs
+    from the engine's CSR layout (exact graph, candidate edges beyond the cutoff, padding
+    slots) into a stand-in of its fused convolution; cuEquivariance's own PyTorch method."""
+    if backend == "cuequivariance":
+        pytest.importorskip("cuequivariance_torch")
+        accelerated = tp._accelerated
+        monkeypatch.setattr(tp, "_accelerated", lambda block, name, x, method=None:
+                            accelerated(block, name, x, method="naive"))
+    else:
+        stand_ins = {}
+        monkeypatch.setattr(tp, "_accelerated", lambda block, name, x:
+                            stand_ins.setdefault(id(block), OEQStandIn(block)))
+    monkeypatch.setattr(tp, "backend_problem", lambda name, device: None)
+    model = small_nequip(seed=12)
+    pos = perturbed_positions(replicas=2, sigma=0.3, seed=8)
+    n = pos.shape[1]
+    graphs = [exact_graph(pos, model.cutoff),
+              NeighborList(n, model.cutoff, skin=1.5).update(pos, exact=False),
+              NeighborList(n, model.cutoff, skin=1.5, capacity=8000).update(pos)]
+    assert not bool(graphs[2].valid.all()), "needs padding slots"
+    for graph in graphs:
+        model.backend = "e3nn"
+        e_ref, f_ref = energy_and_forces(model, pos, graph)
+        model.backend = backend
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            e, f = energy_and_forces(model, pos, graph)
+        assert relative_error(e, e_ref) < 1e-6 and relative_error(f, f_ref) < 1e-6
+    if backend == "openequivariance":
+        assert [s.calls for s in stand_ins.values()] == [len(graphs)] * len(model.blocks)
