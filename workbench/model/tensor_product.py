@@ -89,9 +89,13 @@ _WARNED: set[str] = set()
 def _e3nn():
     """``(e3nn, o3, Gate)``, or an ImportError naming the extra to install."""
     try:
-        import e3nn
-        from e3nn import o3
-        from e3nn.nn import Gate
+        with warnings.catch_warnings():
+            # e3nn 0.5 scripts a few helpers with torch.jit.script on import, which current
+            # torch deprecates: a notice about e3nn's code that users cannot act on
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import e3nn
+            from e3nn import o3
+            from e3nn.nn import Gate
     except ImportError as error:  # pragma: no cover - the extra is part of the test install
         raise ImportError(
             "CGTensorProduct needs e3nn: pip install 'cg-workbench[equivariant]'"
