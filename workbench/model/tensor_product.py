@@ -447,7 +447,7 @@ class CGTensorProduct(nn.Module):
 
 
 def _even_scalar_slice(irreps) -> slice:
-    """Columns of the leading even scalars of sorted, simplified ``irreps``."""
+    """Columns of the even scalars (0e) of simplified ``irreps``."""
     start = 0
     for (mul, ir), span in zip(irreps, irreps.slices(), strict=True):
         if ir.l == 0 and ir.p == 1:
