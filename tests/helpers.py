@@ -6,6 +6,7 @@ Importable as ``helpers`` from every test module (pytest puts ``tests/`` on the 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 from collections.abc import Callable
 
@@ -34,6 +35,10 @@ def system(name: str = "cln025") -> CGSystem:
 
 #: For tests that run the Triton kernels on CPU tensors: only the interpreter does that (a
 #: GPU machine launches no kernel on CPU tensors; the GPU versions are marked ``gpu``).
+#: For tests of the tensor-product network (the ``equivariant`` extra, e3nn).
+needs_e3nn = pytest.mark.skipif(importlib.util.find_spec("e3nn") is None,
+                                reason="needs e3nn (pip install 'cg-workbench[equivariant]')")
+
 interpreter_only = pytest.mark.skipif(
     not INTERPRET, reason="runs Triton kernels on CPU tensors, which needs TRITON_INTERPRET=1"
 )

@@ -2,7 +2,7 @@
 the names of benchmark configurations."""
 
 import pytest
-from helpers import interpreter_only
+from helpers import interpreter_only, needs_e3nn
 
 from workbench.benchmark import (
     BenchCase,
@@ -52,7 +52,8 @@ def test_bench_cases_run_every_configuration_for_each_architecture():
         bench_cases(["cln025"], [4], ["baseline"], architectures=("schnet", "transformer"))
 
 
-@pytest.mark.parametrize("architecture", ["painn", "egnn"])
+@pytest.mark.parametrize("architecture",
+                         ["painn", "egnn", pytest.param("nequip", marks=needs_e3nn)])
 def test_a_record_names_its_network_and_claims_no_fused_path_it_lacks(architecture,
                                                                       monkeypatch):
     import kernels._triton

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from helpers import needs_e3nn
 
 from workbench.cli.errors import flag
 from workbench.model.native_priors import demo_potential
@@ -74,7 +75,8 @@ def test_configure_sets_the_threads_of_the_run(monkeypatch):
 
 
 @pytest.mark.parametrize(("architecture", "name"),
-                         [("schnet", "CGSchNet"), ("painn", "CGPaiNN"), ("egnn", "CGEGNN")])
+                         [("schnet", "CGSchNet"), ("painn", "CGPaiNN"), ("egnn", "CGEGNN"),
+                          pytest.param("nequip", "CGTensorProduct", marks=needs_e3nn)])
 def test_the_demo_model_is_a_network_of_the_chosen_architecture(architecture, name):
     settings = RunSettings(protein="cln025", replicas=2, steps=1, device="cpu",
                            model=DEMO_MODEL, architecture=architecture)
@@ -84,6 +86,27 @@ def test_the_demo_model_is_a_network_of_the_chosen_architecture(architecture, na
     assert set(potential.priors) == set(demo_potential(prepared.system).priors)
     assert any(f"random {name} weights" in notice for notice in prepared.notices)
     prepared.advance(1)
+
+
+def test_the_tp_backend_reaches_the_network_or_says_why_not():
+    pytest.importorskip("e3nn")
+    settings = RunSettings(protein="cln025", replicas=2, steps=1, device="cpu",
+                           model=DEMO_MODEL, architecture="nequip",
+                           tp_backend="openequivariance")
+    prepared = prepare_run(settings)
+    assert prepared.simulation.potential.network.backend == "e3nn"
+    assert prepared.settings.tp_backend == "e3nn"  # recorded as what runs
+    [notice] = [n for n in prepared.notices if "backend" in n]
+    assert notice.startswith("Tensor-product backend 'openequivariance' unavailable (")
+    assert "CUDA device" in notice and notice.endswith("the e3nn reference path runs.")
+    prepared.advance(1)
+    other = prepare_run(replace(settings, architecture="egnn", tp_backend="cuequivariance"))
+    assert any("applies to the nequip network only; this run's is egnn" in n
+               for n in other.notices)
+    assert not any("backend" in n for n in prepare_run(
+        replace(settings, tp_backend="e3nn")).notices)
+    with pytest.raises(SettingsError, match="tp_backend must be one of e3nn, openequivariance"):
+        RunSettings(tp_backend="flash")
 
 
 def test_an_unknown_architecture_is_refused_by_name():

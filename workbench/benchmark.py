@@ -3,7 +3,7 @@
 Per configuration: a fresh simulation, warm-up steps (compilation, autotuning,
 allocator growth) excluded, then ``repeats`` timed windows of ``steps`` whole
 MD steps (neighbour list, forces, integrator); the median window gives
-timestep·mol/s. ``architecture`` records the network (``schnet``, ``painn``, ``egnn``;
+timestep·mol/s. ``architecture`` records the network (``schnet``, ``painn``, ``egnn``, ``nequip``;
 None for a prior-only model), ``force_path`` what evaluated the forces (``reference``,
 ``triton``, or ``pytorch-tables`` where a CPU asks a CGSchNet for ``tabulated_filter``; a
 network is on ``triton`` only with one of its own kernels on,

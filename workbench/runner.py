@@ -30,6 +30,7 @@ from workbench.model.io import ForeignModelError, load_potential
 from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
+from workbench.model.tensor_product import TP_BACKENDS, backend_problem
 from workbench.model_fit import bundled_match, check_model_fits
 from workbench.models import shipped_model_file, shipped_model_path
 from workbench.run_folder import MANIFEST
@@ -75,10 +76,15 @@ class RunSettings:
         for the untrained demo model; None: the shipped model, else the demo model.
     architecture : str or None
         The network: a key of `workbench.model.architectures.ARCHITECTURES` (``"schnet"``,
-        ``"painn"``, ``"egnn"``). The untrained demo model is built with it (default
+        ``"painn"``, ``"egnn"``, ``"nequip"``). The untrained demo model is built with it (default
         sizes, the same priors); a model file or checkpoint must hold a network of it
         (`check_architecture`); the shipped model is used only when it does. None: the
         network a model file holds, CGSchNet for the demo model.
+    tp_backend : str
+        Convolution backend of a tensor-product network (``"e3nn"``,
+        ``"openequivariance"``, ``"cuequivariance"``; `workbench.model.tensor_product`);
+        where it cannot run, or for another network, a notice says so and the e3nn
+        reference path (or the network's own) runs.
     structures : str or None
         mlcg ``*_configurations.pt`` with starting structures for an mlcg model.
     mapping : str
@@ -111,6 +117,7 @@ class RunSettings:
     device: str = "auto"
     model: str | None = None
     architecture: str | None = None
+    tp_backend: str = "e3nn"
     structures: str | None = None
     mapping: str = "five-bead"
     options: KernelOptions = field(default_factory=KernelOptions)
@@ -145,6 +152,9 @@ class RunSettings:
                                               or self.architecture not in ARCHITECTURES):
             raise SettingsError("architecture", f"must be one of {', '.join(ARCHITECTURES)}, "
                                 f"got {self.architecture!r}")
+        if self.tp_backend not in TP_BACKENDS:
+            raise SettingsError("tp_backend", f"must be one of {', '.join(TP_BACKENDS)}, got "
+                                f"{self.tp_backend!r}")
         if self.structures is not None and self.model is None:
             raise SettingsError("structures", "needs {model} (an mlcg checkpoint)")
         if not 0.0 <= self.denatured_fraction <= 1.0:
@@ -408,6 +418,10 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
         tables = settings.options.tabulated_filter and potential.schnet is not None
         configure_cpu_process(beads=settings.replicas * system.n_beads if tables else None)
     path_notices = settle_options(settings.options, device, potential.network)
+    backend_notice = choose_tp_backend(potential, settings.tp_backend, device)
+    # what the run reports is what runs, as for the kernel options
+    settings.tp_backend = (potential.network.backend if potential.architecture == "nequip"
+                           else "e3nn")
     integrator = LangevinIntegrator(
         settings.timestep_fs / FS_PER_PS, settings.friction, settings.temperature
     )
@@ -424,7 +438,7 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
     )
     notices = [
         n for n in (device_notice, model_notice, *structure_notices(system)) if n
-    ] + path_notices
+    ] + path_notices + ([backend_notice] if backend_notice else [])
     tempering = None
     if settings.ladder is not None:
         tempering = ReplicaExchange(
@@ -436,6 +450,23 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
             f"walkers, exchanges every {tempering.exchange_every} steps; --temperature is not used."
         )
     return PreparedRun(settings, system, sim, notices, tempering)
+
+
+def choose_tp_backend(potential: Potential, backend: str, device: torch.device) -> str | None:
+    """Set the convolution backend of a tensor-product network; the notice for the user
+    when it cannot run on ``device`` (the network keeps the e3nn path) or when the network
+    is of another kind, else None."""
+    if backend == "e3nn" and potential.architecture != "nequip":
+        return None
+    if potential.architecture != "nequip":
+        return (f"Tensor-product backend {backend!r} applies to the nequip network only; "
+                f"this run's is {potential.architecture or 'none'}, which runs as it is.")
+    problem = backend_problem(backend, device)
+    potential.network.backend = backend if problem is None else "e3nn"
+    if problem is None:
+        return None
+    return (f"Tensor-product backend {backend!r} unavailable ({problem}); the e3nn "
+            "reference path runs.")
 
 
 def existing_run_files(folder: Path) -> list[Path]:

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from helpers import interpreter_only, schnet_potential, tiny_system
+from helpers import interpreter_only, needs_e3nn, schnet_potential, tiny_system
 
 from workbench.model.force_paths import force_path, implemented_techniques, settle_options
 from workbench.model.native_priors import demo_potential
@@ -63,6 +63,7 @@ def test_each_architecture_implements_its_own_techniques():
     for architecture in ("painn", "egnn"):
         assert implemented_techniques(architecture) == (
             "fused_message_passing", "cuda_graph", "fused_pair_search", "fused_integrator")
+    assert implemented_techniques("nequip") == ("fused_pair_search", "fused_integrator")
     assert implemented_techniques(None) == ("cuda_graph", "fused_pair_search",
                                             "fused_integrator")
 
@@ -78,7 +79,8 @@ def no_schnet_problem(monkeypatch):
     monkeypatch.setattr(workbench.model.fused_schnet, "fused_path_problem", refuse)
 
 
-@pytest.mark.parametrize("architecture", ["painn", "egnn"])
+@pytest.mark.parametrize("architecture",
+                         ["painn", "egnn", pytest.param("nequip", marks=needs_e3nn)])
 def test_a_cpu_runs_other_networks_on_their_reference_path(architecture, no_triton,
                                                            no_schnet_problem):
     net = demo_network(architecture)

@@ -18,6 +18,7 @@ from workbench.model.io import load_potential
 from workbench.model.painn import PaiNNConfig
 from workbench.model.potential import Potential
 from workbench.model.schnet import SchNetConfig
+from workbench.model.tensor_product import TensorProductConfig
 from workbench.teacher import teacher_potential
 from workbench.training.data import generate_teacher_data, save_teacher_data
 from workbench.training.force_matching import FitSettings, potential_labels
@@ -27,6 +28,8 @@ CONFIGS = {
     "painn": PaiNNConfig(hidden=8, blocks=1, num_rbf=6, cutoff=5.0, output_widths=[8]),
     "egnn": EGNNConfig(hidden=8, edge_width=16, layers=1, num_rbf=6, cutoff=5.0,
                        output_widths=[8]),
+    "nequip": TensorProductConfig(irreps="8x0e + 4x1o", lmax=1, blocks=1, num_rbf=6,
+                                  radial_width=8, cutoff=5.0, output_widths=[8]),
 }
 FIT = FitSettings(epochs=4, batch_size=16, learning_rate=2e-2)
 
@@ -45,6 +48,8 @@ def force_rmse(potential: Potential, data: dict) -> float:
 
 @pytest.mark.parametrize("arch", sorted(CONFIGS))
 def test_a_network_of_any_architecture_is_trained_saved_and_carded(arch, data, tmp_path):
+    if arch == "nequip":
+        pytest.importorskip("e3nn")
     sys = tiny_system()
     settings = TrainSettings(network=CONFIGS[arch], fit=FIT, progress=False)
     potential, card = train_potential(sys, teacher_potential(sys), data, settings, tmp_path)

@@ -269,6 +269,9 @@ def test_the_kernels_panel_offers_what_the_network_implements():
     panel.all_on.click()  # only what PaiNN implements
     assert panel.options == KernelOptions(fused_message_passing=True, fused_pair_search=True,
                                           fused_integrator=True, mlp_precision="fp16")
+    panel.set_architecture("nequip")  # its convolution backends are a switch of its own
+    assert shown_toggles(panel) == {"fused_pair_search", "fused_integrator"}
+    assert "CGTensorProduct: it has no fused kernels" in panel.absent_note.value
     panel.set_architecture("schnet")
     assert shown_toggles(panel) == set(KernelOptions.techniques())
     assert panel.absent_note.value == "" and not panel.precision.disabled
@@ -278,7 +281,7 @@ def test_the_launch_architecture_reaches_the_run_and_the_kernel_switches(fake_ru
     prepare, _ = fake_run()
     workbench = Workbench(RunSettings(replicas=2, steps=2, architecture="egnn"),
                           prepare=prepare)
-    assert workbench.launch.architecture.options == ("schnet", "painn", "egnn")
+    assert workbench.launch.architecture.options == ("schnet", "painn", "egnn", "nequip")
     assert workbench.kernels.architecture == "egnn"
     workbench.launch.architecture.value = "painn"
     assert workbench.kernels.architecture == "painn"

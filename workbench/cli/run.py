@@ -37,6 +37,7 @@ from workbench.md.reporters import MetricsReporter, TrajectoryReporter
 from workbench.md.simulation import CheckpointError
 from workbench.model.architectures import ARCHITECTURES
 from workbench.model.options import PRECISIONS, PRESETS, KernelOptions
+from workbench.model.tensor_product import TP_BACKENDS
 from workbench.model_fit import bundled_match
 from workbench.resume import (
     model_fingerprint,
@@ -133,6 +134,12 @@ def add_parser(subparsers) -> None:
         "file must hold (default: the --model file's network; schnet for the demo model)",
     )
     run.add_argument(
+        "--tp-backend", default="e3nn", choices=list(TP_BACKENDS),
+        help="convolution backend of a tensor-product network (--arch nequip): e3nn "
+        "(reference), openequivariance or cuequivariance (a CUDA GPU and the package; "
+        "otherwise e3nn runs, with a notice)",
+    )
+    run.add_argument(
         "--structures", default=None,
         help="mlcg *_configurations.pt: starting structures for an mlcg --model",
     )
@@ -203,6 +210,7 @@ def run_settings(args) -> RunSettings:
         device=args.device,
         model=args.model,
         architecture=args.arch,
+        tp_backend=args.tp_backend,
         structures=args.structures,
         mapping=args.mapping,
         options=kernel_options(args.kernels, args.mlp_precision),

@@ -130,10 +130,11 @@ def add_parser(subparsers) -> None:
         "architecture's defaults; unknown keys are refused",
     )
     train.add_argument("--hidden", type=int, default=None,
-                       help="config key hidden (default 128 for schnet and painn, 64 for egnn)")
+                       help="config key hidden (default 128 for schnet and painn, 64 for egnn; "
+                       "nequip has irreps)")
     train.add_argument("--filters", type=int, default=None, help="config key filters (schnet)")
     train.add_argument("--blocks", type=int, default=None,
-                       help="config key blocks (schnet, painn; egnn has layers)")
+                       help="config key blocks (schnet, painn, nequip; egnn has layers)")
     train.add_argument("--num-rbf", type=int, default=None, help="config key num_rbf")
     train.add_argument("--cutoff", type=float, default=None, help="config key cutoff, Å")
     train.add_argument("--epochs", type=int, default=100)

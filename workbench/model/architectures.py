@@ -63,6 +63,9 @@ ARCHITECTURES: dict[str, Architecture] = {
                           ("fused_message_passing", "cuda_graph")),
     "egnn": Architecture("workbench.model.egnn", "EGNNConfig", "CGEGNN",
                          ("fused_message_passing", "cuda_graph")),
+    # its convolution backends are a switch of the network (`CGTensorProduct.backend`)
+    "nequip": Architecture("workbench.model.tensor_product", "TensorProductConfig",
+                           "CGTensorProduct"),
 }
 
 #: Attributes of a Potential that an architecture name must not shadow.

@@ -137,7 +137,7 @@ def demo_potential(
         Factor applied to the last output layer's weights.
     architecture : str
         A key of `workbench.model.architectures.ARCHITECTURES` (``"schnet"``,
-        ``"painn"``, ``"egnn"``).
+        ``"painn"``, ``"egnn"``, ``"nequip"``).
 
     Raises
     ------

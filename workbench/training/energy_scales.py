@@ -6,7 +6,7 @@ frames, where a small bias in the fitted energy decides (one epoch moved a 1YRF 
 folded fraction 0.9 to 0.05; docs/decisions/0009-force-error-does-not-select-models.md).
 This module fits a few numbers instead of all weights: each chosen term ``k`` of the
 potential (the network, by its architecture's name, ``"schnet"``, ``"painn"``,
-``"egnn"``, or a prior by name) gets its energy multiplied by
+``"egnn"``, ``"nequip"``, or a prior by name) gets its energy multiplied by
 ``s_k = exp(λ_k)``. The relative entropy ``S(λ) = D_KL(teacher ‖ model)`` then has
 gradient and Hessian
 

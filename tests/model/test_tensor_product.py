@@ -1,0 +1,351 @@
+"""CGTensorProduct (workbench.model.tensor_product): forces against finite differences, O(3)
+and translation invariance, padding and out-of-cutoff edges, the configuration, the potential
+and its files, and the convolution backends' switch and fallback."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("e3nn")
+
+from helpers import (  # noqa: E402
+    exact_graph,
+    finite_difference_forces,
+    interpreter_only,
+    perturbed_positions,
+    random_rotation,
+    relative_error,
+    tiny_system,
+)
+
+from workbench.md import LangevinIntegrator, Simulation  # noqa: E402
+from workbench.model import Potential, load_potential, save_potential  # noqa: E402
+from workbench.model import tensor_product as tp  # noqa: E402
+from workbench.model.architectures import ARCHITECTURES, architecture_of, build_network  # noqa: E402
+from workbench.model.native_priors import native_priors  # noqa: E402
+from workbench.model.options import KernelOptions  # noqa: E402
+from workbench.model.tensor_product import (  # noqa: E402
+    CGTensorProduct,
+    TensorProductConfig,
+    backend_problem,
+)
+from workbench.neighbors import NeighborList  # noqa: E402
+
+SMALL = {"irreps": "8x0e + 4x1o", "lmax": 2, "blocks": 2, "num_rbf": 6, "radial_width": 8,
+         "cutoff": 6.0, "output_widths": [8]}
+
+
+def small_nequip(seed: int = 0, dtype=torch.float64, **overrides) -> CGTensorProduct:
+    """A small CGTensorProduct with a fixed seed (the global RNG left as it was)."""
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return CGTensorProduct(TensorProductConfig(**{**SMALL, **overrides})).to(dtype)
+    finally:
+        torch.random.set_rng_state(state)
+
+
+def node_energies(model, pos, graph=None, options=None):
+    """Per-node energies ``(R, n)`` of positions ``(R, n, 3)`` (exact graph unless given)."""
+    replicas, n, _ = pos.shape
+    types = tiny_system().bead_types.repeat(replicas)
+    graph = exact_graph(pos, model.cutoff) if graph is None else graph
+    return model(pos.reshape(-1, 3), types, graph, options).reshape(replicas, n)
+
+
+def energy_and_forces(model, pos, graph=None, options=None):
+    pos = pos.detach().clone().requires_grad_()
+    energy = node_energies(model, pos, graph, options).sum(-1)
+    (grad,) = torch.autograd.grad(energy.sum(), pos)
+    return energy.detach(), -grad
+
+
+@pytest.fixture(autouse=True)
+def fresh_notices(monkeypatch):
+    """The fallback notices are once per process; each test starts without any shown."""
+    monkeypatch.setattr(tp, "_WARNED", set())
+
+
+# -- forces ----------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides", [{}, {"irreps": "6x0e + 2x1o + 2x2e + 2x0o", "lmax": 3,
+                                            "basis": "exp-normal", "activation": "tanh"}])
+def test_forces_match_central_finite_differences(overrides):
+    model = small_nequip(seed=1, **overrides)
+    pos = perturbed_positions(replicas=1, sigma=0.3, seed=1)
+    _, forces = energy_and_forces(model, pos)
+    assert float(forces.abs().max()) > 1e-3, "forces too small for a meaningful comparison"
+    reference = finite_difference_forces(lambda p: node_energies(model, p).sum(-1), pos[0])
+    assert relative_error(forces[0], reference) < 1e-6
+
+
+def test_envelope_makes_the_energy_smooth_at_the_cutoff():
+    """Two beads: E and dE/dd go to their far values as d reaches r_c (no jump)."""
+    model = small_nequip(seed=3)
+    types = torch.tensor([1, 2])
+
+    def pair(d):
+        pos = torch.tensor([[0.0, 0.0, 0.0], [d, 0.3 * d, 0.0]], dtype=torch.float64,
+                           requires_grad=True)
+        graph = NeighborList(2, model.cutoff, skin=1.0).update(pos[None].detach(), exact=False)
+        e = model(pos, types, graph).sum()
+        (grad,) = torch.autograd.grad(e, pos)
+        return float(e.detach()), float(grad[1].norm())
+
+    scale = (1 + 0.3**2) ** 0.5
+    far_e, far_g = pair((model.cutoff + 0.5) / scale)
+    assert far_g == 0.0
+    near_e, near_g = pair((model.cutoff - 1e-5) / scale)
+    assert abs(near_e - far_e) < 1e-9 and abs(near_g) < 1e-5
+    _, mid_g = pair(0.6 * model.cutoff / scale)
+    assert abs(mid_g) > 1e-4, "the pair must interact inside the cutoff"
+
+
+# -- invariance --------------------------------------------------------------------------
+def test_energy_invariant_and_forces_equivariant_under_rotations_and_translations():
+    model = small_nequip(seed=2, irreps="6x0e + 3x1o + 2x2e", lmax=2)
+    pos = perturbed_positions(replicas=3, sigma=0.3, seed=2)
+    energy, forces = energy_and_forces(model, pos)
+    moved = torch.stack([p @ random_rotation(seed=r).T + torch.tensor([3.0 * r, -1.0, 2.5])
+                         for r, p in enumerate(pos)])
+    e_moved, f_moved = energy_and_forces(model, moved)
+    torch.testing.assert_close(e_moved, energy, rtol=1e-10, atol=1e-10)
+    for r in range(3):
+        torch.testing.assert_close(f_moved[r], forces[r] @ random_rotation(seed=r).T,
+                                   rtol=1e-9, atol=1e-10)
+    shifted = pos + torch.tensor([10.0, -7.0, 0.5])
+    torch.testing.assert_close(energy_and_forces(model, shifted)[0], energy,
+                               rtol=1e-10, atol=1e-10)
+    assert float(forces.sum(1).abs().max()) < 1e-10  # no net force on a replica
+
+
+def test_energy_invariant_under_reflection():
+    """The energy reads the even scalars only: a mirror image has the same energy, its
+    forces mirrored (pseudo-scalars 0o in the features)."""
+    model = small_nequip(seed=4, irreps="6x0e + 2x0o + 3x1o + 2x1e", lmax=2)
+    pos = perturbed_positions(replicas=2, sigma=0.3, seed=3)
+    energy, forces = energy_and_forces(model, pos)
+    mirror = torch.tensor([-1.0, 1.0, 1.0], dtype=torch.float64)
+    e_mirror, f_mirror = energy_and_forces(model, pos * mirror)
+    torch.testing.assert_close(e_mirror, energy, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(f_mirror, forces * mirror, rtol=1e-9, atol=1e-10)
+
+
+def test_energies_follow_a_permutation_of_replicas():
+    model = small_nequip(seed=4)
+    pos = perturbed_positions(replicas=3, sigma=0.4, seed=3)
+    with torch.no_grad():
+        per_node = node_energies(model, pos)
+        order = torch.tensor([2, 0, 1])
+        torch.testing.assert_close(node_energies(model, pos[order]), per_node[order],
+                                   rtol=1e-12, atol=1e-12)
+    assert float((per_node[0] - per_node[1]).abs().max()) > 1e-6, "replicas must differ"
+
+
+# -- padding and out-of-cutoff edges -------------------------------------------------------
+def test_padding_slots_and_edges_beyond_the_cutoff_contribute_nothing():
+    model = small_nequip(seed=5)
+    pos = perturbed_positions(replicas=2, sigma=0.3, seed=4)
+    n = pos.shape[1]
+    e_exact, f_exact = energy_and_forces(model, pos)
+    candidates = NeighborList(n, model.cutoff, skin=1.5).update(pos, exact=False)
+    capacity = NeighborList(n, model.cutoff, skin=1.5, capacity=8000).update(pos)
+    assert capacity.valid is not None and not bool(capacity.valid.all()), "needs padding"
+    d = (pos.reshape(-1, 3)[candidates.dst] - pos.reshape(-1, 3)[candidates.src]).norm(dim=-1)
+    assert bool((d >= model.cutoff).any()), "needs candidate edges beyond the cutoff"
+    for graph in (candidates, capacity):
+        e, f = energy_and_forces(model, pos, graph)
+        torch.testing.assert_close(e, e_exact, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(f, f_exact, rtol=1e-12, atol=1e-12)
+
+
+def test_float32_model_matches_float64():
+    model = small_nequip(seed=6)
+    pos = perturbed_positions(replicas=1, sigma=0.3, seed=5)
+    e64, f64 = energy_and_forces(model, pos)
+    e32, f32 = energy_and_forces(model.float(), pos.float())
+    assert relative_error(f32.double(), f64) < 1e-5
+    assert relative_error(e32.double(), e64) < 1e-5
+
+
+# -- configuration -----------------------------------------------------------------------
+def test_config_round_trip_and_refusals():
+    config = TensorProductConfig(**SMALL, basis="exp-normal")
+    assert TensorProductConfig.from_dict(config.to_dict()) == config
+    assert json.loads(json.dumps(config.to_dict())) == config.to_dict()
+    model = CGTensorProduct(config)
+    assert model.cutoff == 6.0 and model.config.embedding_size == 25
+    assert TensorProductConfig().cutoff == 10.0
+    with pytest.raises(ValueError, match="unknown NequIP config keys.*radial_layers"):
+        TensorProductConfig.from_dict({**config.to_dict(), "radial_layers": 3})
+    with pytest.raises(ValueError, match="activation"):
+        TensorProductConfig(activation="relu6")
+    with pytest.raises(ValueError, match="basis"):
+        CGTensorProduct(TensorProductConfig(**{**SMALL, "basis": "bessel"}))
+    with pytest.raises(ValueError, match="no even scalars"):
+        CGTensorProduct(TensorProductConfig(**{**SMALL, "irreps": "4x1o"}))
+
+
+# -- the potential, its files and the registry ---------------------------------------------
+def nequip_potential(seed: int = 11) -> Potential:
+    sys = tiny_system()
+    return Potential(sys.bead_types, small_nequip(seed, dtype=torch.float32),
+                     native_priors(sys))
+
+
+def test_registry_and_potential():
+    assert "nequip" in ARCHITECTURES and ARCHITECTURES["nequip"].fused == ()
+    assert architecture_of(small_nequip()) == "nequip"
+    built = build_network("nequip", TensorProductConfig(**SMALL).to_dict())
+    assert isinstance(built, CGTensorProduct) and built.config == TensorProductConfig(**SMALL)
+    potential = nequip_potential()
+    assert potential.architecture == "nequip" and potential.network is potential.nequip
+    assert all(k.startswith(("bead_types", "nequip.", "priors."))
+               for k in potential.state_dict())
+
+
+def test_saved_potential_loads_identically(tmp_path):
+    potential = nequip_potential()
+    pos = tiny_system().native_positions[None].repeat(2, 1, 1)
+    graph = exact_graph(pos, potential.cutoff)
+    loaded = load_potential(save_potential(potential, tmp_path / "nequip.pt"))
+    assert loaded.architecture == "nequip" and loaded.nequip.config == potential.nequip.config
+    before = potential.energy_and_forces(pos, graph)
+    torch.testing.assert_close(loaded.energy_and_forces(pos, graph), before, rtol=0, atol=0)
+
+
+def test_potential_simulates():
+    sim = Simulation(tiny_system(), nequip_potential(), LangevinIntegrator(0.002, 1.0, 300.0),
+                     replicas=2, seed=1)
+    sim.step(3)
+    assert torch.isfinite(sim.positions).all() and not sim.frozen.any()
+
+
+# -- backends -----------------------------------------------------------------------------
+def test_backend_problems_name_what_is_missing(monkeypatch):
+    assert backend_problem("e3nn", "cpu") is None
+    for backend, package in [("openequivariance", "openequivariance"),
+                             ("cuequivariance", "cuequivariance_torch")]:
+        assert "CUDA device" in backend_problem(backend, "cpu")
+        monkeypatch.setattr(tp.importlib.util, "find_spec", lambda name: None)
+        problem = backend_problem(backend, "cuda")
+        assert f"{package} is not installed" in problem and "CUDA" not in problem
+        monkeypatch.undo()
+    with pytest.raises(ValueError, match="unknown tensor-product backend 'e3nm'"):
+        backend_problem("e3nm", "cpu")
+    model = small_nequip()
+    with pytest.raises(ValueError, match="unknown tensor-product backend"):
+        model.backend = "flash"
+
+
+@pytest.mark.parametrize("backend", ["openequivariance", "cuequivariance"])
+def test_unavailable_backend_warns_once_and_runs_e3nn(backend):
+    model = small_nequip(seed=7)
+    pos = perturbed_positions(replicas=2, sigma=0.3, seed=6)
+    e_ref, f_ref = energy_and_forces(model, pos)
+    model.backend = backend  # the switch, flipped on a live model
+    with pytest.warns(RuntimeWarning, match=f"backend '{backend}' unavailable .*CUDA device.*"
+                      "using the e3nn reference path") as caught:
+        e, f = energy_and_forces(model, pos)
+    assert len([w for w in caught if w.category is RuntimeWarning]) == 1
+    assert torch.equal(e, e_ref) and torch.equal(f, f_ref)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: the second evaluation is silent
+        energy_and_forces(model, pos)
+    assert model.backend == backend  # the wish is kept for a device that can serve it
+
+
+def test_state_dict_does_not_depend_on_the_backend():
+    a, b = small_nequip(seed=8), small_nequip(seed=8)
+    b.backend = "cuequivariance"
+    assert list(a.state_dict()) == list(b.state_dict())
+
+
+def test_engine_kernel_options_are_ignored_with_a_notice(monkeypatch):
+    from workbench.model import fused_schnet
+
+    monkeypatch.setattr(fused_schnet, "_WARNED", set())
+    model = small_nequip(seed=9)
+    pos = perturbed_positions(replicas=1, sigma=0.3, seed=7)
+    e_ref, _ = energy_and_forces(model, pos)
+    with pytest.warns(RuntimeWarning, match="CGTensorProduct has no fused kernels for "
+                      ".*fused_message_passing"):
+        e, _ = energy_and_forces(model, pos, options=KernelOptions.all_on())
+    assert torch.equal(e, e_ref)
+
+
+def test_cuequivariance_convolution_matches_e3nn_on_the_cpu():
+    """cuEquivariance's PyTorch ("naive") method runs on the CPU: the same weights, the same
+    convolution as e3nn's, to float32 rounding of its coefficients."""
+    pytest.importorskip("cuequivariance_torch")
+    model = small_nequip(seed=10, irreps="6x0e + 2x0o + 3x1o + 2x2e", lmax=3)
+    gen = torch.Generator().manual_seed(0)
+    n, e = 7, 24
+    src = torch.randint(0, n, (e,), generator=gen)
+    dst = torch.randint(0, n, (e,), generator=gen)
+    for block in model.blocks:
+        x = torch.randn(n, block.irreps_in.dim, generator=gen, dtype=torch.float64)
+        sh = torch.randn(e, block.irreps_sh.dim, generator=gen, dtype=torch.float64)
+        w = torch.randn(e, block.tp.weight_numel, generator=gen, dtype=torch.float64)
+        ref = block.convolution(x, sh, w, src, dst)
+        out = tp.cue_convolution(block, x, sh, w, src, dst, method="naive")
+        assert relative_error(out, ref) < 1e-6
+
+
+class OEQStandIn:
+    """``oeq.TensorProductConv(problem, deterministic=True)`` in e3nn, checking what the
+    deterministic algorithm asks of its inputs: rows sorted, ``sender_perm`` a permutation
+    that puts the columns in order, every index inside the padded node range."""
+
+    def __init__(self, block):
+        self.block = block
+        self.calls = 0
+
+    def forward(self, X, Y, W, rows, cols, sender_perm):
+        edges = rows.shape[0]
+        assert Y.shape[0] == W.shape[0] == cols.shape[0] == sender_perm.shape[0] == edges
+        assert bool((rows[1:] >= rows[:-1]).all()), "rows must be sorted"
+        assert torch.equal(torch.sort(sender_perm).values, torch.arange(edges))
+        assert bool((cols[sender_perm][1:] >= cols[sender_perm][:-1]).all())
+        assert int(rows.max()) < X.shape[0] and int(cols.max()) < X.shape[0]
+        self.calls += 1
+        messages = self.block.tp(X[cols], Y, W)
+        return X.new_zeros(X.shape[0], messages.shape[1]).index_add_(0, rows, messages)
+
+
+@interpreter_only
+@pytest.mark.parametrize("backend", ["openequivariance", "cuequivariance"])
+def test_accelerated_paths_give_the_reference_through_the_whole_model(backend, monkeypatch):
+    """The wiring around the libraries' operations on the CPU: OpenEquivariance's inputs
+    from the engine's CSR layout (exact graph, candidate edges beyond the cutoff, padding
+    slots) into a stand-in of its fused convolution; cuEquivariance's own PyTorch method."""
+    if backend == "cuequivariance":
+        pytest.importorskip("cuequivariance_torch")
+        accelerated = tp._accelerated
+        monkeypatch.setattr(tp, "_accelerated", lambda block, name, x, method=None:
+                            accelerated(block, name, x, method="naive"))
+    else:
+        stand_ins = {}
+        monkeypatch.setattr(tp, "_accelerated", lambda block, name, x:
+                            stand_ins.setdefault(id(block), OEQStandIn(block)))
+    monkeypatch.setattr(tp, "backend_problem", lambda name, device: None)
+    model = small_nequip(seed=12)
+    pos = perturbed_positions(replicas=2, sigma=0.3, seed=8)
+    n = pos.shape[1]
+    graphs = [exact_graph(pos, model.cutoff),
+              NeighborList(n, model.cutoff, skin=1.5).update(pos, exact=False),
+              NeighborList(n, model.cutoff, skin=1.5, capacity=8000).update(pos)]
+    assert not bool(graphs[2].valid.all()), "needs padding slots"
+    for graph in graphs:
+        model.backend = "e3nn"
+        e_ref, f_ref = energy_and_forces(model, pos, graph)
+        model.backend = backend
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            e, f = energy_and_forces(model, pos, graph)
+        assert relative_error(e, e_ref) < 1e-6 and relative_error(f, f_ref) < 1e-6
+    if backend == "openequivariance":
+        assert [s.calls for s in stand_ins.values()] == [len(graphs)] * len(model.blocks)
