@@ -85,10 +85,10 @@ def absent_techniques_note(architecture: str | None) -> str:
     if not absent:
         return ""
     network = "a prior-only potential" if architecture is None else network_name(architecture)
-    own = [name for name in shown if name not in STEP_TECHNIQUES]
+    own = [name for name in shown if name not in STEP_TECHNIQUES and name != "cuda_graph"]
     kernels = (f"its fused kernels are {', '.join(own)}" if own else "it has no fused kernels")
     graphs = "" if "cuda_graph" in shown else (
-        "; whole-step CUDA graphs capture CGSchNet steps only (workbench.md.captured_steps)")
+        "; its steps are not captured as CUDA graphs (workbench.md.captured_steps)")
     return (f"{network}: {kernels}; the pair search and the Langevin steps run for any "
             f"network{graphs}. Not offered: {', '.join(absent)}.")
 

@@ -253,25 +253,26 @@ def shown_toggles(panel) -> set[str]:
 
 def test_the_kernels_panel_offers_what_the_network_implements():
     panel = KernelsPanel(options=KernelOptions.all_on("fp16"), architecture="egnn")
-    assert shown_toggles(panel) == {"fused_message_passing", "fused_pair_search",
+    assert shown_toggles(panel) == {"fused_message_passing", "cuda_graph", "fused_pair_search",
                                     "fused_integrator"}
     assert panel.options == KernelOptions(fused_message_passing=True, fused_pair_search=True,
                                           fused_integrator=True, mlp_precision="fp16")
-    assert "CGEGNN: its fused kernels are fused_message_passing" in panel.absent_note.value
-    assert "capture CGSchNet steps only" in panel.absent_note.value
+    assert "CGEGNN: its fused kernels are fused_message_passing;" in panel.absent_note.value
+    assert "CUDA graphs" not in panel.absent_note.value
     panel.set_architecture("painn")
-    assert shown_toggles(panel) == {"fused_message_passing", "fused_pair_search",
+    assert shown_toggles(panel) == {"fused_message_passing", "cuda_graph", "fused_pair_search",
                                     "fused_integrator"}
     assert not panel.precision.disabled and panel.options == KernelOptions(
         fused_message_passing=True, fused_pair_search=True, fused_integrator=True,
         mlp_precision="fp16")
-    assert "CGPaiNN: its fused kernels are fused_message_passing" in panel.absent_note.value
+    assert "CGPaiNN: its fused kernels are fused_message_passing;" in panel.absent_note.value
     panel.all_on.click()  # only what PaiNN implements
     assert panel.options == KernelOptions(fused_message_passing=True, fused_pair_search=True,
                                           fused_integrator=True, mlp_precision="fp16")
     panel.set_architecture("nequip")  # its convolution backends are a switch of its own
     assert shown_toggles(panel) == {"fused_pair_search", "fused_integrator"}
     assert "CGTensorProduct: it has no fused kernels" in panel.absent_note.value
+    assert "not captured as CUDA graphs" in panel.absent_note.value
     panel.set_architecture("schnet")
     assert shown_toggles(panel) == set(KernelOptions.techniques())
     assert panel.absent_note.value == "" and not panel.precision.disabled
@@ -285,8 +286,8 @@ def test_the_launch_architecture_reaches_the_run_and_the_kernel_switches(fake_ru
     assert workbench.kernels.architecture == "egnn"
     workbench.launch.architecture.value = "painn"
     assert workbench.kernels.architecture == "painn"
-    assert shown_toggles(workbench.kernels) == {"fused_message_passing", "fused_pair_search",
-                                                "fused_integrator"}
+    assert shown_toggles(workbench.kernels) == {"fused_message_passing", "cuda_graph",
+                                                "fused_pair_search", "fused_integrator"}
     assert workbench.launch.settings().architecture == "painn"
     controller = workbench.start()
     controller.wait(5)
