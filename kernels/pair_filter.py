@@ -138,7 +138,7 @@ def pair_layout(csr: GraphCSR, num_edges: int) -> PairLayout:
     """Rows of the pairs of a symmetric graph laid out by the engine (see the module notes).
 
     Three small kernels and one prefix sum (`pair_layout_reference` does the same with
-    PyTorch indexing, about ten times slower on 1ENH x 64).
+    PyTorch indexing: 295 against 93 us on 1ENH x 64, H200).
 
     Parameters
     ----------
