@@ -159,3 +159,18 @@ def test_a_network_without_backends_refuses_a_backend_change(fake_run):
     assert snapshot.tp_backend is None
     assert "CGSchNet has no tensor-product convolution" in snapshot.kernel_messages[-1]
     assert np.all([e.backend is None for e in snapshot.events])
+
+
+def test_the_workbench_starts_a_nequip_run_with_the_panels_backend(fake_nequip):
+    pytest.importorskip("nglview")
+    from widgets import Workbench
+
+    prepare, _ = fake_nequip
+    workbench = Workbench(RunSettings(replicas=2, steps=2, architecture="nequip",
+                                      tp_backend="cuequivariance"), prepare=prepare)
+    assert workbench.kernels.backend.value == "cuequivariance"
+    workbench.kernels.set_tp_backend("openequivariance")
+    assert workbench.launch.settings().tp_backend == "openequivariance"
+    workbench.launch.architecture.value = "egnn"  # no backends: the selector hides
+    assert workbench.kernels.backend.layout.display == "none"
+    assert workbench.launch.settings().tp_backend == "e3nn"
