@@ -41,6 +41,7 @@ from widgets.snapshot import (
     TemperingSnapshot,
 )
 from workbench.model.options import KernelOptions
+from workbench.model.tensor_product import TP_BACKENDS
 from workbench.runner import PreparedRun, RunSettings, ThroughputMeter, prepare_run
 from workbench.units import ns_per_day
 
@@ -218,7 +219,9 @@ class SimulationController(BackgroundWork):
         ValueError
             An unknown backend.
         """
-        usable_backend(backend, torch.device("cpu"), None, None)  # the name only
+        if backend not in TP_BACKENDS:
+            raise ValueError(f"unknown tensor-product backend {backend!r}; choose from "
+                             f"{', '.join(TP_BACKENDS)}")
         with self._lock:
             if self._sim is None:
                 self.settings.tp_backend = backend
