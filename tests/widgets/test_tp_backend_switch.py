@@ -174,3 +174,28 @@ def test_the_workbench_starts_a_nequip_run_with_the_panels_backend(fake_nequip):
     workbench.launch.architecture.value = "egnn"  # no backends: the selector hides
     assert workbench.kernels.backend.layout.display == "none"
     assert workbench.launch.settings().tp_backend == "e3nn"
+
+
+def test_a_backend_that_fails_in_a_chunk_falls_back_to_e3nn(fake_nequip, backends_run):
+    prepare, sim = fake_nequip
+    step = sim.step
+
+    def step_or_fail(steps=1):
+        if sim.potential.network.backend == "cuequivariance":
+            raise RuntimeError("no kernel for this irreps")
+        step(steps)
+
+    sim.step = step_or_fail
+    controller = SimulationController(nequip_settings(steps=40), prepare=prepare,
+                                      chunk_seconds=0.01)
+    controller.start()
+    wait_for(lambda: sim.step_count > 3)
+    controller.set_tp_backend("cuequivariance")
+    assert controller.wait(10) is RunState.STOPPED
+    snapshot = controller.snapshot()
+    assert snapshot.error is None and sim.step_count == 40 and snapshot.tp_backend == "e3nn"
+    assert snapshot.kernel_messages[-1] == ("Tensor-product backend 'cuequivariance' failed "
+                                            "(RuntimeError: no kernel for this irreps); "
+                                            "switched back to e3nn.")
+    switched, failed = snapshot.events[-2:]
+    assert _switch_label(switched, failed) == "backend cuequivariance→e3nn (failed)"
