@@ -52,6 +52,34 @@ def test_bench_cases_run_every_configuration_for_each_architecture():
         bench_cases(["cln025"], [4], ["baseline"], architectures=("schnet", "transformer"))
 
 
+def test_bench_cases_run_each_backend_of_nequip_only():
+    cases = bench_cases(["cln025"], [4], ["baseline"], architectures=("schnet", "nequip"),
+                        tp_backends=("e3nn", "openequivariance", "cuequivariance"))
+    assert [c.network for c in cases] == [
+        "schnet", "nequip/e3nn", "nequip/openequivariance", "nequip/cuequivariance"]
+    assert cases[0].tp_backend is None
+    with pytest.raises(SettingsError, match="tp_backend sets the convolution backend of the "
+                       "nequip network only; add nequip to --arch"):
+        bench_cases(["cln025"], [4], ["baseline"], architectures=("schnet",),
+                    tp_backends=("openequivariance",))
+    with pytest.raises(SettingsError, match="tp_backend must be a comma list of e3nn"):
+        bench_cases(["cln025"], [4], ["baseline"], architectures=("nequip",),
+                    tp_backends=("flash",))
+
+
+@needs_e3nn
+def test_a_nequip_record_names_the_backend_that_ran_and_the_one_asked_for():
+    case = BenchCase("cln025", 2, "baseline", KernelOptions.baseline(), architecture="nequip",
+                     tp_backend="openequivariance")
+    record = run_case(case, device="cpu", steps=1, warmup=0, repeats=1)
+    # no CUDA device here: the e3nn reference path ran, and the record says so
+    assert record["tp_backend"] == "e3nn"
+    assert record["tp_backend_requested"] == "openequivariance"
+    assert network_label(record) == "nequip/e3nn (asked openequivariance)"
+    assert ("| cln025 | 49 | 2 | nequip/e3nn (asked openequivariance) | baseline |"
+            in markdown_table([record]))
+
+
 @pytest.mark.parametrize("architecture",
                          ["painn", "egnn", pytest.param("nequip", marks=needs_e3nn)])
 def test_a_record_names_its_network_and_claims_no_fused_path_it_lacks(architecture,
@@ -63,7 +91,8 @@ def test_a_record_names_its_network_and_claims_no_fused_path_it_lacks(architectu
     record = run_case(case, device="cpu", steps=1, warmup=0, repeats=1)
     assert record["architecture"] == architecture and record["force_path"] == "reference"
     assert record["options"] == KernelOptions().to_dict()  # nothing fused ran
-    assert f"| cln025 | 49 | 2 | {architecture} | all |" in markdown_table([record])
+    network = "nequip/e3nn" if architecture == "nequip" else architecture
+    assert f"| cln025 | 49 | 2 | {network} | all |" in markdown_table([record])
 
 
 @interpreter_only

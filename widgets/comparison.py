@@ -1,5 +1,5 @@
-"""A/B race of two kernel configurations, or two network architectures, on the same system,
-seeds and device.
+"""A/B race of two kernel configurations, two network architectures, or two convolution
+backends of one tensor-product network, on the same system, seeds and device.
 
 Both simulations start from the same coordinates with the same seed; of one architecture
 they share one potential, of two each side has the untrained demo model of its own (or the
@@ -8,7 +8,9 @@ alternating chunks, so both lines of the race plot grow together and both feel t
 machine load. Each chunk is timed on its own (with a device synchronisation), peak memory
 is taken per chunk, Q is sampled after every chunk, and the forces of both configurations
 are compared on identical coordinates at the start and at the end (sides of one potential
-only: two networks' forces differ by design).
+only: two networks' forces differ by design). Two backends of one ``nequip`` network share
+its potential: each side's backend is set on the network before each of its chunks and
+force evaluations.
 """
 
 from __future__ import annotations
@@ -22,11 +24,18 @@ import numpy as np
 import torch
 
 from widgets.background import BackgroundWork
-from widgets.kernel_switches import failure_message, options_label, usable_options
+from widgets.kernel_switches import (
+    failure_message,
+    network_backend,
+    options_label,
+    usable_backend,
+    usable_options,
+)
 from widgets.snapshot import RunState
 from workbench.md import LangevinIntegrator, Simulation
 from workbench.model.options import FASTEST, KernelOptions
 from workbench.model.potential import Potential
+from workbench.model.tensor_product import TP_BACKENDS
 from workbench.neighbors import Graph
 from workbench.runner import PreparedRun, RunSettings, ThroughputMeter, prepare_run
 from workbench.units import FS_PER_PS
@@ -59,6 +68,7 @@ def force_deviation(
     graph: Graph | None,
     options_a: KernelOptions,
     options_b: KernelOptions,
+    backends: tuple[str | None, str | None] = (None, None),
 ) -> ForceDeviation:
     """Evaluate the forces of both configurations on identical positions and compare them.
 
@@ -69,9 +79,22 @@ def force_deviation(
     graph : Graph or None
         Neighbour graph valid for ``positions``.
     options_a, options_b : KernelOptions
+    backends : (str or None, str or None)
+        Convolution backend of A and of B for a tensor-product network (None: as it is);
+        the network's own is restored afterwards.
     """
-    _, forces_a = potential.energy_and_forces(positions, graph, options_a)
-    _, forces_b = potential.energy_and_forces(positions, graph, options_b)
+    network = potential.network
+    kept = getattr(network, "backend", None)
+    try:
+        if backends[0] is not None:
+            network.backend = backends[0]
+        _, forces_a = potential.energy_and_forces(positions, graph, options_a)
+        if backends[1] is not None:
+            network.backend = backends[1]
+        _, forces_b = potential.energy_and_forces(positions, graph, options_b)
+    finally:
+        if kept is not None:
+            network.backend = kept
     return ForceDeviation(
         max_abs=float((forces_a - forces_b).abs().max()),
         max_force=float(forces_a.abs().max()),
@@ -99,6 +122,10 @@ class SideSnapshot:
         ``"A"`` or ``"B"``.
     network : str or None
         Architecture of the side's network (None: a prior-only potential).
+    backend : str or None
+        Convolution backend a tensor-product network ran with (None for other networks).
+    requested_backend : str or None
+        The backend asked for; it differs from ``backend`` where the side fell back.
     label : str
         Applied switches (``"baseline"``, ``"fused_radial_basis+…"``).
     requested_label : str
@@ -127,11 +154,33 @@ class SideSnapshot:
     mean_rate: float
     peak_memory_gb: float | None
     q: np.ndarray
+    backend: str | None = None
+    requested_backend: str | None = None
 
     @property
     def fell_back(self) -> bool:
-        """True when this side runs other switches than were asked for."""
-        return self.label != self.requested_label
+        """True when this side runs other switches, or another backend, than were asked
+        for."""
+        return self.label != self.requested_label or self.backend != self.requested_backend
+
+    @property
+    def network_label(self) -> str:
+        """``"egnn"``, ``"nequip/openequivariance"`` (with its backend), ``"priors only"``."""
+        name = self.network or "priors only"
+        return name if self.backend is None else f"{name}/{self.backend}"
+
+    @property
+    def ran(self) -> str:
+        """What the side ran: ``"nequip/e3nn · baseline"``."""
+        return f"{self.network_label} · {self.label}"
+
+    @property
+    def asked(self) -> str:
+        """What the side asked for, in the same form as :attr:`ran`."""
+        name = self.network or "priors only"
+        if self.requested_backend is not None:
+            name = f"{name}/{self.requested_backend}"
+        return f"{name} · {self.requested_label}"
 
 
 @dataclass(frozen=True)
@@ -167,6 +216,8 @@ class CompareSnapshot:
             return None
         return "; ".join(
             f"{side.name} asked for {side.requested_label} but ran {side.label}"
+            if side.backend == side.requested_backend else
+            f"{side.name} asked for {side.asked} but ran {side.ran}"
             for side in sides
         ) + ": no speedup to show"
 
@@ -177,6 +228,8 @@ class _Side:
     sim: Simulation
     meter: ThroughputMeter
     requested: KernelOptions
+    backend: str | None = None
+    requested_backend: str | None = None
     wall_s: list[float] = field(default_factory=list)
     timestep_mol: list[float] = field(default_factory=list)
     rate: list[float] = field(default_factory=list)
@@ -196,6 +249,8 @@ class _Side:
             mean_rate=self.meter.timestep_mol_per_s() if chunks else 0.0,
             peak_memory_gb=self.peak_memory_gb,
             q=np.concatenate(self.q) if self.q else np.empty(0),
+            backend=self.backend,
+            requested_backend=self.requested_backend,
         )
 
 
@@ -234,6 +289,18 @@ class CompareRunner(BackgroundWork):
     architectures : (str, str), optional
         Network architecture of A and of B (default both ``settings.architecture``); two
         different ones race two networks, each prepared from the settings with its own.
+    backends : (str, str), optional
+        Convolution backend (`TP_BACKENDS`) of A and of B, for a side whose network is
+        ``nequip`` (default ``settings.tp_backend`` for such a side); two of one ``nequip``
+        network race its backends on one potential. A backend that cannot run on the
+        device is refused with its reason and the side runs e3nn (no speedup is shown).
+
+    Raises
+    ------
+    SettingsError
+        An architecture that is not registered.
+    ValueError
+        An unknown backend, or one other than e3nn for a side that is not ``nequip``.
     """
 
     thread_name = "workbench-compare"
@@ -248,6 +315,7 @@ class CompareRunner(BackgroundWork):
         prepare: Callable[[RunSettings], PreparedRun] = prepare_run,
         clock: Callable[[], float] = time.perf_counter,
         architectures: tuple[str, str] | None = None,
+        backends: tuple[str, str] | None = None,
     ):
         if steps < 1:
             raise ValueError(f"steps must be at least 1, got {steps}")
@@ -255,6 +323,16 @@ class CompareRunner(BackgroundWork):
         self.architectures = tuple(architectures or (settings.architecture or "schnet",) * 2)
         for architecture in self.architectures:  # refused here, not in the worker
             replace(self.settings, architecture=architecture)
+        self.backends = tuple(backends or (
+            self.settings.tp_backend if a == "nequip" else "e3nn" for a in self.architectures))
+        for side, architecture, backend in zip("AB", self.architectures, self.backends,
+                                               strict=True):
+            if backend not in TP_BACKENDS:
+                raise ValueError(f"{side}: unknown tensor-product backend {backend!r}; choose "
+                                 f"from {', '.join(TP_BACKENDS)}")
+            if backend != "e3nn" and architecture != "nequip":
+                raise ValueError(f"{side}: tensor-product backend {backend!r} is for the "
+                                 f"nequip network; {side}'s is {architecture}")
         self.options_a = replace(options_a)
         self.options_b = replace(options_b)
         self.steps = int(steps)
@@ -312,7 +390,7 @@ class CompareRunner(BackgroundWork):
         # a race of kernel switches: both sides at one temperature, without exchanges
         arch_a, arch_b = self.architectures
         settings = replace(self.settings, options=KernelOptions.baseline(), ladder=None,
-                           architecture=arch_a)
+                           architecture=arch_a, tp_backend="e3nn")
         prepared = self._prepare(settings)
         notices = list(prepared.notices)
         sim_a = prepared.simulation
@@ -323,13 +401,20 @@ class CompareRunner(BackgroundWork):
             sim_b = other.simulation
             notices = [f"A: {n}" for n in notices] + [f"B: {n}" for n in other.notices]
         sides = []
-        for name, sim, requested in (("A", sim_a, self.options_a), ("B", sim_b, self.options_b)):
+        for name, sim, requested, backend in (("A", sim_a, self.options_a, self.backends[0]),
+                                              ("B", sim_b, self.options_b, self.backends[1])):
             sim.options, message = usable_options(requested, sim.device,
                                                   sim.potential.architecture)
             if message:
                 self._messages.append(f"{name}: {message}")
-            meter = ThroughputMeter(sim.replicas, self.settings.timestep_fs, sim.device)
-            sides.append(_Side(name, sim, meter, requested))
+            side = _Side(name, sim, ThroughputMeter(sim.replicas, self.settings.timestep_fs,
+                                                    sim.device), requested)
+            if network_backend(sim.potential) is not None:
+                side.requested_backend = backend
+                side.backend, message = usable_backend(backend, sim.device, "nequip", "e3nn")
+                if message:
+                    self._messages.append(f"{name}: {message}")
+            sides.append(side)
         with self._lock:
             self._messages[:0] = notices
             self._sides = sides
@@ -348,7 +433,8 @@ class CompareRunner(BackgroundWork):
             return
         try:
             deviation = force_deviation(
-                sim_a.potential, sim_a.positions, sim_a.graph, sim_a.options, sim_b.options
+                sim_a.potential, sim_a.positions, sim_a.graph, sim_a.options, sim_b.options,
+                (self._sides[0].backend, self._sides[1].backend),
             )
         except Exception as exc:  # noqa: BLE001 - reported, the race itself is still valid
             with self._lock:
@@ -372,11 +458,20 @@ class CompareRunner(BackgroundWork):
         sim, meter = side.sim, side.meter
         if sim.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(sim.device)
+        if side.backend is not None:  # the sides of one nequip network share it
+            sim.potential.network.backend = side.backend
         meter.synchronize()
         start = self._clock()
         try:
             sim.step(steps)
         except Exception as exc:
+            if side.backend not in (None, "e3nn"):
+                message = (f"tensor-product backend {side.backend!r} failed "
+                           f"({type(exc).__name__}: {exc}); switched back to e3nn")
+                side.backend = sim.potential.network.backend = "e3nn"
+                with self._lock:
+                    self._messages.append(f"{side.name}: {message}")
+                return
             if sim.options.is_baseline:
                 raise
             message = failure_message(sim.options, exc)

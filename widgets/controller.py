@@ -6,7 +6,8 @@ each chunk it records throughput and memory, at every save interval the metrics
 and a frame (and, with a temperature ladder, the exchange statistics and every
 replica's temperature), and it calls the listeners (the panels), which throttle
 themselves. A run with a ladder is stepped through its replica exchange.
-Kernel switches requested from the UI are applied between chunks. Whatever goes
+Kernel switches requested from the UI, and a tensor-product network's convolution backend,
+are applied between chunks. Whatever goes
 wrong in the thread ends the run in the ``error`` state with the message kept in
 the snapshot; the thread never dies silently.
 """
@@ -28,6 +29,8 @@ from widgets.background import BackgroundWork
 from widgets.kernel_switches import (
     KernelEvent,
     failure_message,
+    network_backend,
+    usable_backend,
     usable_options,
     warning_message,
 )
@@ -38,6 +41,7 @@ from widgets.snapshot import (
     TemperingSnapshot,
 )
 from workbench.model.options import KernelOptions
+from workbench.model.tensor_product import TP_BACKENDS
 from workbench.runner import PreparedRun, RunSettings, ThroughputMeter, prepare_run
 from workbench.units import ns_per_day
 
@@ -144,6 +148,7 @@ class SimulationController(BackgroundWork):
         self._notices: list[str] = []
         self._kernel_messages: list[str] = []
         self._pending_options: KernelOptions | None = None
+        self._pending_backend: str | None = None
         self._watch_warnings = False
         self._events: list[KernelEvent] = []
         self._record = RunRecord(history_points, frame_capacity)
@@ -203,6 +208,26 @@ class SimulationController(BackgroundWork):
             else:
                 self._pending_options = options
 
+    def set_tp_backend(self, backend: str) -> None:
+        """Request a tensor-product network's convolution backend (`TP_BACKENDS`); a running
+        simulation takes it at its next chunk, or keeps its backend with the reason where
+        it cannot run there (a message and a switch event say which). Before the run is
+        built it is the run's ``settings.tp_backend``.
+
+        Raises
+        ------
+        ValueError
+            An unknown backend.
+        """
+        if backend not in TP_BACKENDS:
+            raise ValueError(f"unknown tensor-product backend {backend!r}; choose from "
+                             f"{', '.join(TP_BACKENDS)}")
+        with self._lock:
+            if self._sim is None:
+                self.settings.tp_backend = backend
+            else:
+                self._pending_backend = backend
+
     # -- data for the panels --------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """A consistent copy of everything the panels show."""
@@ -223,6 +248,7 @@ class SimulationController(BackgroundWork):
                 system=getattr(sim, "system", None),
                 cutoff=float(getattr(getattr(sim, "potential", None), "cutoff", 0.0)),
                 options=replace(sim.options) if sim is not None else self.settings.options,
+                tp_backend=network_backend(sim.potential) if sim is not None else None,
                 events=tuple(self._events),
                 frozen=tuple(sim.frozen_report()) if sim is not None else (),
                 mean_timestep_mol_per_s=mean,
@@ -271,7 +297,8 @@ class SimulationController(BackgroundWork):
                 self._prepared = prepared
                 self._started_at = self._clock()
                 self._meter = ThroughputMeter(sim.replicas, self.settings.timestep_fs, sim.device)
-                self._events.append(KernelEvent(sim.step_count, 0.0, requested, applied, message))
+                self._events.append(KernelEvent(sim.step_count, 0.0, requested, applied, message,
+                                                backend=network_backend(sim.potential)))
                 if message:
                     self._kernel_messages.append(message)
                 if self._state is RunState.RUNNING:
@@ -302,6 +329,7 @@ class SimulationController(BackgroundWork):
                 return
             with self._sim_lock:
                 self._apply_pending_options(sim)
+                self._apply_pending_backend(sim)
                 steps = plan_chunk(
                     sim.step_count,
                     remaining,
@@ -320,11 +348,47 @@ class SimulationController(BackgroundWork):
         applied, message = usable_options(requested, sim.device, sim.potential.architecture)
         self._switch(sim, requested, applied, message)
 
+    def _apply_pending_backend(self, sim) -> None:
+        with self._lock:
+            requested, self._pending_backend = self._pending_backend, None
+        current = network_backend(sim.potential)
+        if requested is None or requested == current:
+            return
+        applied, message = usable_backend(requested, sim.device, sim.potential.architecture,
+                                          current)
+        if applied != current:
+            sim.potential.network.backend = applied
+        with self._lock:
+            wall = self._clock() - self._started_at
+            self._events.append(KernelEvent(sim.step_count, wall, sim.options, sim.options,
+                                            message, backend=applied,
+                                            requested_backend=requested))
+            if message:
+                self._kernel_messages.append(message)
+            if applied != current:  # a new backend: its own throughput from here on
+                self._meter = ThroughputMeter(sim.replicas, self.settings.timestep_fs,
+                                              sim.device)
+                self._watch_warnings = True
+                self._seconds_per_step = None
+
+    def _backend_failed(self, sim, backend: str, exc: BaseException) -> None:
+        sim.potential.network.backend = "e3nn"
+        message = (f"Tensor-product backend {backend!r} failed ({type(exc).__name__}: {exc}); "
+                   "switched back to e3nn.")
+        with self._lock:
+            wall = self._clock() - self._started_at
+            self._events.append(KernelEvent(sim.step_count, wall, sim.options, sim.options,
+                                            message, backend="e3nn", requested_backend=backend))
+            self._kernel_messages.append(message)
+            self._meter = ThroughputMeter(sim.replicas, self.settings.timestep_fs, sim.device)
+            self._seconds_per_step = None
+
     def _switch(self, sim, requested: KernelOptions, applied: KernelOptions, message) -> None:
         sim.options = applied
         with self._lock:
             wall = self._clock() - self._started_at
-            self._events.append(KernelEvent(sim.step_count, wall, requested, applied, message))
+            self._events.append(KernelEvent(sim.step_count, wall, requested, applied, message,
+                                            backend=network_backend(sim.potential)))
             if message:
                 self._kernel_messages.append(message)
             self._meter = ThroughputMeter(sim.replicas, self.settings.timestep_fs, sim.device)
@@ -338,6 +402,10 @@ class SimulationController(BackgroundWork):
         try:
             self._step_watching_warnings(sim, steps)
         except Exception as exc:
+            backend = network_backend(sim.potential)
+            if backend not in (None, "e3nn"):
+                self._backend_failed(sim, backend, exc)
+                return
             if sim.options.is_baseline:
                 raise
             self._switch(
@@ -377,6 +445,7 @@ class SimulationController(BackgroundWork):
                         sim.options,
                         sim.options,
                         message,
+                        backend=network_backend(sim.potential),
                     )
                 )
 

@@ -25,6 +25,7 @@ from workbench.model.force_paths import (
     triton_runs_on,
 )
 from workbench.model.options import KernelOptions
+from workbench.model.tensor_product import TP_BACKENDS, backend_problem
 
 
 def options_label(options: KernelOptions) -> str:
@@ -150,6 +151,64 @@ def warning_message(options: KernelOptions, messages: list[str]) -> str:
     return f"Kernel switch to {options_label(options)}: engine warned: " + " | ".join(messages)
 
 
+def network_backend(potential) -> str | None:
+    """The convolution backend of a tensor-product network (``network.backend``), None for
+    any other network."""
+    if getattr(potential, "architecture", None) != "nequip":
+        return None
+    return potential.network.backend
+
+
+def usable_backend(
+    requested: str, device: torch.device, architecture: str | None, current: str | None
+) -> tuple[str | None, str | None]:
+    """The convolution backend a run switches to and, when it is not ``requested``, why.
+
+    Parameters
+    ----------
+    requested : str
+        A backend of `TP_BACKENDS`.
+    device : torch.device
+        Device of the simulation.
+    architecture : str or None
+        The potential's network: only ``"nequip"`` has backends.
+    current : str or None
+        The backend in use (kept when ``requested`` cannot run).
+
+    Returns
+    -------
+    (str or None, str or None)
+        ``(requested, None)``, or ``(current, reason)`` where the backend is refused
+        (`workbench.model.tensor_product.backend_problem`) or the network has none.
+
+    Raises
+    ------
+    ValueError
+        An unknown backend.
+    """
+    if requested not in TP_BACKENDS:
+        raise ValueError(f"unknown tensor-product backend {requested!r}; choose from "
+                         f"{', '.join(TP_BACKENDS)}")
+    if architecture != "nequip":
+        network = "a prior-only potential" if architecture is None else network_name(architecture)
+        return current, (f"Tensor-product backend {requested!r} refused: {network} has no "
+                         "tensor-product convolution (nequip only).")
+    problem = backend_problem(requested, device)
+    if problem is None:
+        return requested, None
+    return current, (f"Tensor-product backend {requested!r} refused ({problem}); the run "
+                     f"keeps {current}.")
+
+
+def backend_change_label(before: str | None, requested: str, applied: str | None) -> str:
+    """``"backend e3nn→openequivariance"``, with ``" (not run)"`` where it was refused, or
+    ``"backend openequivariance→e3nn (failed)"`` where the backend in use failed."""
+    if before == requested and applied != requested:
+        return f"backend {requested}→{applied} (failed)"
+    label = f"backend {before}→{requested}"
+    return label if applied == requested else f"{label} (not run)"
+
+
 @dataclass(frozen=True)
 class KernelEvent:
     """One change of the kernel switches during a run.
@@ -166,6 +225,12 @@ class KernelEvent:
         What the simulation used from then on.
     message : str or None
         Why ``applied`` differs from ``requested`` (or what the engine warned).
+    backend : str or None
+        A tensor-product network's convolution backend from then on (None for other
+        networks).
+    requested_backend : str or None
+        The backend asked for, on a change of backend only (None otherwise); ``backend``
+        differs from it where it was refused.
     """
 
     step: int
@@ -173,6 +238,8 @@ class KernelEvent:
     requested: KernelOptions
     applied: KernelOptions
     message: str | None = None
+    backend: str | None = None
+    requested_backend: str | None = None
 
     @property
     def label(self) -> str:

@@ -105,6 +105,9 @@ class Snapshot:
         SchNet graph radius, Å.
     options : KernelOptions
         Switches the simulation uses now.
+    tp_backend : str or None
+        Convolution backend a tensor-product network uses now (None for other networks
+        and before the simulation is built).
     metrics : dict of str to numpy.ndarray
         Columns :data:`METRIC_KEYS` (decimated).
     throughput : dict of str to numpy.ndarray
@@ -139,6 +142,7 @@ class Snapshot:
     system: CGSystem | None = None
     cutoff: float = 0.0
     options: KernelOptions = field(default_factory=KernelOptions)
+    tp_backend: str | None = None
     metrics: dict[str, np.ndarray] = field(default_factory=dict)
     throughput: dict[str, np.ndarray] = field(default_factory=dict)
     events: tuple[KernelEvent, ...] = ()

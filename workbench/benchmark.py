@@ -8,7 +8,9 @@ None for a prior-only model), ``force_path`` what evaluated the forces (``refere
 ``triton``, or ``pytorch-tables`` where a CPU asks a CGSchNet for ``tabulated_filter``; a
 network is on ``triton`` only with one of its own kernels on,
 `workbench.model.force_paths.force_path`) and, on a CPU, ``threads`` PyTorch's intra-op
-threads. Peak memory is ``torch.cuda.max_memory_allocated``
+threads. A tensor-product network's records carry ``tp_backend``, the convolution backend
+that ran (e3nn where the one asked for cannot run here), and ``tp_backend_requested``.
+Peak memory is ``torch.cuda.max_memory_allocated``
 over the timed windows (``peak_memory_gb``) and over set-up and warm-up, graph capture included
 (``peak_memory_setup_gb``, what a GPU must hold to start the run). The step-time
 breakdown times the neighbour-list update, the energy (forward) and the energy plus
@@ -31,6 +33,7 @@ from workbench.files import atomic_write_text
 from workbench.model.architectures import ARCHITECTURES, RESERVED_NAMES
 from workbench.model.force_paths import force_path
 from workbench.model.options import KernelOptions
+from workbench.model.tensor_product import TP_BACKENDS
 from workbench.runner import DEMO_MODEL, RunSettings, prepare_run, resolve_device
 from workbench.settings_error import SettingsError
 from workbench.units import ns_per_day
@@ -39,7 +42,8 @@ from workbench.units import ns_per_day
 @dataclass
 class BenchCase:
     """One benchmark configuration (``architecture``: the network, see
-    `RunSettings.architecture`)."""
+    `RunSettings.architecture`; ``tp_backend``: a tensor-product network's convolution
+    backend, `RunSettings.tp_backend`, None for the default)."""
 
     protein: str
     replicas: int
@@ -47,6 +51,12 @@ class BenchCase:
     options: KernelOptions = field(default_factory=KernelOptions)
     model: str | None = DEMO_MODEL
     architecture: str = "schnet"
+    tp_backend: str | None = None
+
+    @property
+    def network(self) -> str:
+        """``"nequip/openequivariance"`` for a case of a backend, else the architecture."""
+        return self.architecture + (f"/{self.tp_backend}" if self.tp_backend else "")
 
 
 @dataclass(frozen=True)
@@ -66,16 +76,19 @@ class BenchProtocol:
 
 def bench_cases(
     proteins: list[str], replicas: list[int], configs: list[str], model: str | None = DEMO_MODEL,
-    architectures: tuple[str, ...] = ("schnet",),
+    architectures: tuple[str, ...] = ("schnet",), tp_backends: tuple[str, ...] | None = None,
 ) -> list[BenchCase]:
     """Every architecture × protein × replica count × configuration, a configuration being
     a `KernelOptions.parse` name (``tables+graph``, ``all-fp16``); ``model`` None: each
     protein's shipped model (the demo model of an architecture it is not of).
+    ``tp_backends``: the convolution backends (`TP_BACKENDS`) each configuration of the
+    ``nequip`` network runs with, one case each (the other networks run once).
 
     Raises
     ------
     SettingsError
-        A replica count below 1, or an architecture that is not registered.
+        A replica count below 1, an architecture that is not registered, an unknown
+        backend, or backends without ``nequip`` among the architectures.
     ValueError
         A configuration name that `KernelOptions.parse` does not know.
     """
@@ -85,9 +98,20 @@ def bench_cases(
     if unknown or not architectures:
         raise SettingsError("architecture", f"must be registered ({', '.join(ARCHITECTURES)}), "
                             f"got {list(unknown or architectures)}")
+    if tp_backends is not None:
+        unknown = [b for b in tp_backends if b not in TP_BACKENDS]
+        if unknown or not tp_backends:
+            raise SettingsError("tp_backend", f"must be a comma list of {', '.join(TP_BACKENDS)}, "
+                                f"got {list(unknown or tp_backends)}")
+        if "nequip" not in architectures:
+            raise SettingsError("tp_backend", "sets the convolution backend of the nequip "
+                                "network only; add nequip to --arch (got "
+                                f"{', '.join(architectures)})")
     options = {config: KernelOptions.parse(config) for config in configs}
-    return [BenchCase(p, r, c, replace(options[c]), model, a)
-            for a in architectures for p in proteins for r in replicas for c in configs]
+    return [BenchCase(p, r, c, replace(options[c]), model, a, b)
+            for a in architectures
+            for b in (tp_backends if a == "nequip" and tp_backends else (None,))
+            for p in proteins for r in replicas for c in configs]
 
 
 def _sync(device: torch.device) -> None:
@@ -207,6 +231,7 @@ def run_case(
         timestep_fs=timestep_fs,
         device=device,
         options=case.options,
+        tp_backend=case.tp_backend or "e3nn",
     )
     target, _ = resolve_device(device)
     if target.type == "cuda":
@@ -248,6 +273,10 @@ def run_case(
         "force_path": force_path(sim.potential.network, dev, sim.options),
         "threads": torch.get_num_threads() if dev.type == "cpu" else None,
     }
+    if sim.potential.architecture == "nequip":
+        # what ran (prepare_run keeps e3nn where the backend asked for cannot run)
+        record["tp_backend"] = prepared.settings.tp_backend
+        record["tp_backend_requested"] = case.tp_backend or "e3nn"
     if launches and dev.type == "cuda":
         record["launches"] = launches_per_step(sim)
     if breakdown:
@@ -289,9 +318,17 @@ def environment() -> dict:
 
 def network_label(record: dict) -> str:
     """The network of a record: its ``architecture``, ``"schnet"`` for a record without one
-    (written before records named it), ``"–"`` for a prior-only model."""
+    (written before records named it), ``"–"`` for a prior-only model; a tensor-product
+    network's with the backend that ran, ``"nequip/openequivariance"``, and the one asked
+    for where it fell back (``"nequip/e3nn (asked openequivariance)"``)."""
     architecture = record.get("architecture", "schnet")
-    return "–" if architecture is None else architecture
+    if architecture is None:
+        return "–"
+    backend = record.get("tp_backend")
+    if backend is None:
+        return architecture
+    requested = record.get("tp_backend_requested", backend)
+    return f"{architecture}/{backend}" + (f" (asked {requested})" if requested != backend else "")
 
 
 def markdown_table(records: list[dict]) -> str:

@@ -101,6 +101,28 @@ def test_each_architecture_keeps_its_own_latest_record_and_targets_read_schnet(t
     assert "| 1ENH × 64, fastest path | H100 | ≥ 36,000 | 36,500 (`tables+graph`, " in page
 
 
+def test_each_backend_of_nequip_keeps_its_record_and_names_what_ran(tmp_path):
+    h100 = "NVIDIA H100 80GB HBM3"
+    backends = [("e3nn", "e3nn", 900.0), ("openequivariance", "openequivariance", 4000.0),
+                ("cuequivariance", "e3nn", 880.0)]  # cuequivariance not installed: e3nn ran
+    runs = [run("tp", h100, "2026-11-27",
+                "workbench bench --arch nequip --tp-backend e3nn,openequivariance,cuequivariance",
+                [record("1enh", "baseline", rate, architecture="nequip", tp_backend=ran,
+                        tp_backend_requested=asked) for asked, ran, rate in backends]),
+            run("schnet", h100, "2026-11-24", "workbench bench",
+                [record("1enh", "baseline", 1800.0)])]
+    (tmp_path / "h100.json").write_text(json.dumps({"runs": runs}))
+    kept = report.latest(report.load_records(tmp_path))
+    assert len(kept) == 4
+    page = report.render(report.load_records(tmp_path))
+    assert "| 1enh | 269 | 64 | nequip/e3nn | `baseline` | demo | 900 |" in page
+    assert "| 1enh | 269 | 64 | nequip/openequivariance | `baseline` | demo | 4,000 |" in page
+    assert ("| 1enh | 269 | 64 | nequip/e3nn (asked cuequivariance) | `baseline` | demo | 880 |"
+            in page)
+    # a record without a backend renders as before
+    assert "| 1enh | 269 | 64 | schnet | `baseline` | demo | 1,800 |" in page
+
+
 def test_the_command_writes_the_page(tmp_path):
     fixture(tmp_path)
     out = tmp_path / "BENCHMARKS.md"

@@ -1,6 +1,9 @@
 """`workbench bench`: options refused before any case runs."""
 
+import json
+
 import pytest
+from helpers import needs_e3nn
 
 from workbench.cli import main
 
@@ -13,9 +16,29 @@ from workbench.cli import main
         (["--replicas", "four"], "--replicas must be a comma list of counts"),
         (["--configs", "baseline,warp_drive"], "--configs: unknown kernel technique"),
         (["--arch", "schnet,transformer"], "--arch must be registered"),
+        (["--tp-backend", "openequivariance"],
+         "--tp-backend sets the convolution backend of the nequip network only; add nequip "
+         "to --arch"),
+        (["--arch", "nequip", "--tp-backend", "e3nn,flash"],
+         "--tp-backend must be a comma list of e3nn, openequivariance, cuequivariance"),
     ],
 )
 def test_bench_refuses_bad_options_before_running(extra, message, tmp_path, capsys):
     assert main(["bench", "--proteins", "cln025", "--device", "cpu", "--out",
                  str(tmp_path / "b"), *extra]) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "b").exists()
+
+
+@needs_e3nn
+def test_bench_runs_each_backend_of_nequip_and_records_what_ran(tmp_path, capsys):
+    out = tmp_path / "b"
+    assert main(["bench", "--proteins", "cln025", "--replicas", "2", "--arch", "nequip",
+                 "--tp-backend", "e3nn, openequivariance", "--steps", "1", "--warmup", "0",
+                 "--repeats", "1", "--device", "cpu", "--out", str(out)]) == 0
+    records = json.loads((out / "bench.json").read_text())["records"]
+    assert [(r["tp_backend_requested"], r["tp_backend"]) for r in records] == [
+        ("e3nn", "e3nn"), ("openequivariance", "e3nn")]  # no CUDA device: e3nn ran
+    table = (out / "bench.md").read_text()
+    assert "| nequip/e3nn | baseline |" in table
+    assert "| nequip/e3nn (asked openequivariance) | baseline |" in table
+    assert "nequip/e3nn (asked openequivariance) baseline (reference)" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+from helpers import needs_e3nn
 
 from widgets import ComparePanel, SimulationController
 from widgets.comparison import CompareRunner
@@ -136,3 +137,64 @@ def test_a_race_of_two_architectures_gives_each_side_its_network():
     with pytest.raises(ValueError, match="architecture must be one of"):
         CompareRunner(SETTINGS, KernelOptions(), KernelOptions(), steps=1,
                       architectures=("schnet", "transformer"))
+
+
+@needs_e3nn
+def test_the_compare_panel_races_two_backends_of_one_nequip_network():
+    panel = ComparePanel(settings=RunSettings(replicas=2, steps=2, save_interval=1,
+                                              model="demo", device="cpu"), steps=2)
+    assert panel.backend_a.layout.display == "none"  # schnet: no backends
+    panel.race_backends("e3nn", "openequivariance")
+    assert (panel.arch_a.value, panel.arch_b.value) == ("nequip", "nequip")
+    assert panel.preset_b.value == panel.preset_a.value and panel.backend_b.layout.display is None
+    runner = panel.run()
+    assert runner.backends == ("e3nn", "openequivariance")
+    assert runner.wait(120) is RunState.STOPPED
+    panel.refresh()
+    race = runner.snapshot()
+    assert race.error is None
+    # one network, one potential: the forces of both backends are compared
+    assert runner._sides[0].sim.potential is runner._sides[1].sim.potential
+    assert race.deviation_start is not None and race.deviation_start.max_abs == 0.0
+    # no CUDA device here: B is refused with its reason, runs e3nn, and no speedup is claimed
+    assert (race.a.backend, race.b.backend, race.b.requested_backend) == (
+        "e3nn", "e3nn", "openequivariance")
+    [refusal] = [m for m in race.messages if "refused" in m]
+    assert refusal.startswith("B: Tensor-product backend 'openequivariance' refused (")
+    assert "CUDA device" in refusal
+    assert race.speedup is None
+    assert race.fallback_note == ("B asked for nequip/openequivariance · baseline but ran "
+                                  "nequip/e3nn · baseline: no speedup to show")
+    assert "A: nequip/e3nn · baseline" in panel.race.data[0].name
+    assert "no speedup to show" in panel.summary.value
+
+
+def test_a_backend_race_alternates_the_shared_networks_backend(monkeypatch):
+    pytest.importorskip("e3nn")
+    from workbench.model.tensor_product import CGTensorProduct
+
+    monkeypatch.setattr("widgets.kernel_switches.backend_problem", lambda backend, device: None)
+    seen = []
+
+    def backend_for(network, device):  # what each force evaluation would run
+        seen.append(network.backend)
+        return "e3nn"
+
+    monkeypatch.setattr(CGTensorProduct, "backend_for", backend_for)
+    settings = RunSettings(replicas=2, steps=2, save_interval=1, device="cpu",
+                           architecture="nequip")
+    runner = CompareRunner(settings, KernelOptions(), KernelOptions(), steps=2, chunk_steps=1,
+                           backends=("e3nn", "cuequivariance"))
+    runner.start()
+    assert runner.wait(120) is RunState.STOPPED
+    race = runner.snapshot()
+    assert race.error is None and race.speedup is not None  # both ran what they asked for
+    assert (race.a.network_label, race.b.network_label) == ("nequip/e3nn",
+                                                            "nequip/cuequivariance")
+    # after both simulations' first forces: the forces of A and B at the start, the two
+    # chunks of each alternating A, B, the forces at the end
+    assert seen[2:] == ["e3nn", "cuequivariance"] * 4
+    with pytest.raises(ValueError, match="B: tensor-product backend 'cuequivariance' is for "
+                       "the nequip network; B's is egnn"):
+        CompareRunner(settings, KernelOptions(), KernelOptions(), steps=1,
+                      architectures=("nequip", "egnn"), backends=("e3nn", "cuequivariance"))

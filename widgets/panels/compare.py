@@ -1,5 +1,5 @@
-"""Compare panel: configuration A against B, each with its network architecture, on the same
-system, seeds and device."""
+"""Compare panel: configuration A against B, each with its network architecture (and, for a
+tensor-product network, its convolution backend), on the same system, seeds and device."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from widgets.modes import default_settings
 from widgets.panels.base import COLORS, LivePanel, new_figure
 from workbench.model.architectures import ARCHITECTURES
 from workbench.model.options import KernelOptions
+from workbench.model.tensor_product import TP_BACKENDS
 from workbench.runner import RunSettings
 
 
@@ -27,13 +28,16 @@ def _deviation_text(label: str, deviation) -> str:
 
 
 def _side_title(side) -> str:
-    """``"A: egnn · baseline"``: a side's name, network and applied switches."""
-    return f"{side.name}: {side.network or 'priors only'} · {side.label}"
+    """``"A: egnn · baseline"``, ``"B: nequip/openequivariance · baseline"``: a side's name,
+    network (with its backend) and applied switches."""
+    return f"{side.name}: {side.ran}"
 
 
 class ComparePanel(LivePanel):
-    """Race two kernel configurations, or two network architectures (each side has its own),
-    and show speedup, memory, force deviation (one network) and Q.
+    """Race two kernel configurations, two network architectures (each side has its own), or
+    two convolution backends of one tensor-product network (:meth:`race_backends`), and show
+    speedup, memory, force deviation (one network) and Q. A side's backend selector shows
+    while its network is ``nequip``.
 
     Parameters
     ----------
@@ -65,6 +69,13 @@ class ComparePanel(LivePanel):
             ipw.Dropdown(options=list(ARCHITECTURES), value=self._settings.architecture or "schnet",
                          description=f"{side} network", layout={"width": "200px"})
             for side in "AB")
+        self.backend_a, self.backend_b = (
+            ipw.Dropdown(options=TP_BACKENDS, value=self._settings.tp_backend,
+                         description=f"{side} backend", layout={"width": "260px"})
+            for side in "AB")
+        for arch in (self.arch_a, self.arch_b):
+            arch.observe(lambda _change: self._show_backends(), names="value")
+        self._show_backends()
         self.steps = ipw.BoundedIntText(
             value=steps or self._settings.steps,
             min=1,
@@ -113,6 +124,7 @@ class ComparePanel(LivePanel):
             ipw.HTML("<b>Compare</b>: same system, seeds and device; chunks alternate A, B."),
             ipw.HBox([self.preset_a, self.preset_b, self.steps]),
             ipw.HBox([self.arch_a, self.arch_b]),
+            ipw.HBox([self.backend_a, self.backend_b]),
             ipw.HBox([self.run_button, self.stop_button]),
             self.summary,
             ipw.HBox([self.race, self.rates]),
@@ -128,9 +140,27 @@ class ComparePanel(LivePanel):
         """The figures by file name (for export)."""
         return {"race": self.race, "race_rates": self.rates, "race_q": self.q_histogram}
 
+    def _show_backends(self) -> None:
+        for arch, backend in ((self.arch_a, self.backend_a), (self.arch_b, self.backend_b)):
+            backend.layout.display = None if arch.value == "nequip" else "none"
+
+    @property
+    def backends(self) -> tuple[str, str]:
+        """The backend of each side (e3nn for a side whose network has none)."""
+        return tuple(backend.value if arch.value == "nequip" else "e3nn"
+                     for arch, backend in ((self.arch_a, self.backend_a),
+                                           (self.arch_b, self.backend_b)))
+
+    def race_backends(self, backend_a: str = "e3nn", backend_b: str = "openequivariance") -> None:
+        """Set up a race of two backends of the nequip network: both sides ``nequip``, B with
+        A's kernel configuration, the backends as given; :meth:`run` starts it."""
+        self.arch_a.value = self.arch_b.value = "nequip"
+        self.preset_b.value = self.preset_a.value
+        self.backend_a.value, self.backend_b.value = backend_a, backend_b
+
     def run(self) -> CompareRunner:
-        """Start a race with the chosen presets and networks (the previous one must have
-        ended)."""
+        """Start a race with the chosen presets, networks and backends (the previous one must
+        have ended)."""
         if self.source is not None and self.source.state.active:
             return self.source
         runner = CompareRunner(
@@ -139,6 +169,7 @@ class ComparePanel(LivePanel):
             KernelOptions.parse(PRESETS[self.preset_b.value]),
             steps=self.steps.value,
             architectures=(self.arch_a.value, self.arch_b.value),
+            backends=self.backends,
         )
         self.attach(runner)
         runner.start()

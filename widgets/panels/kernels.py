@@ -1,5 +1,5 @@
 """Kernel switches of the running simulation: one toggle per fused technique the network
-implements, MLP precision."""
+implements, MLP precision, and a tensor-product network's convolution backend."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from workbench.model.force_paths import (
     implemented_techniques,
 )
 from workbench.model.options import PRECISIONS, KernelOptions
+from workbench.model.tensor_product import TP_BACKENDS
 
 TECHNIQUES = tuple(f.name for f in fields(KernelOptions) if f.name != "mlp_precision")
 
@@ -28,7 +29,11 @@ class KernelsPanel(LivePanel):
     marks it on the throughput plot. Where the fused path cannot run (no GPU, or the
     engine refuses), the panel shows the run's message about the fallback. Only the
     techniques the network's architecture implements are offered
-    (:meth:`set_architecture`); a note says why the others are absent.
+    (:meth:`set_architecture`); a note says why the others are absent. For a tensor-product
+    network (``nequip``) a backend selector (`TP_BACKENDS`) stands beside them: a change is
+    sent to the run the same way and marked on the throughput plot
+    (``"backend e3nn→openequivariance"``); a backend that cannot run there is refused, and
+    the panel shows why.
 
     Parameters
     ----------
@@ -38,10 +43,12 @@ class KernelsPanel(LivePanel):
     architecture : str
         The network of the runs the switches are for (``"schnet"``, ``"painn"``,
         ``"egnn"``, ``"nequip"``).
+    tp_backend : str
+        Initial convolution backend of a tensor-product network.
     """
 
     def __init__(self, controller=None, options: KernelOptions | None = None,
-                 architecture: str = "schnet"):
+                 architecture: str = "schnet", tp_backend: str = "e3nn"):
         super().__init__(refresh_interval=0.5)
         options = options or KernelOptions()
         self.architecture = architecture
@@ -62,6 +69,16 @@ class KernelsPanel(LivePanel):
         )
         self.all_on = ipw.Button(description="all on", layout={"width": "90px"})
         self.all_off = ipw.Button(description="all off (baseline)", layout={"width": "140px"})
+        self.backend = ipw.Dropdown(
+            options=TP_BACKENDS,
+            value=tp_backend,
+            description="TP backend",
+            tooltip="convolution backend of the tensor-product network",
+            layout={"width": "260px"},
+            style={"description_width": "90px"},
+        )
+        self.backend_status = ipw.HTML()
+        self.backend.observe(self._on_backend_request, names="value")
         self.status = ipw.HTML()
         self.absent_note = ipw.HTML()
         for control in (*self.toggles.values(), self.precision):
@@ -72,6 +89,7 @@ class KernelsPanel(LivePanel):
             ipw.HTML("<b>Kernels</b> (applied at the next step of a running simulation)"),
             ipw.HBox(list(self.toggles.values()), layout={"flex_flow": "row wrap"}),
             ipw.HBox([self.precision, self.all_on, self.all_off]),
+            ipw.HBox([self.backend, self.backend_status]),
             self.absent_note,
             self.status,
         )
@@ -88,6 +106,16 @@ class KernelsPanel(LivePanel):
             mlp_precision=self.precision.value,
         )
 
+    @property
+    def tp_backend(self) -> str:
+        """The convolution backend as set in the panel (``"e3nn"`` for a network without
+        one)."""
+        return self.backend.value if self.architecture == "nequip" else "e3nn"
+
+    def set_tp_backend(self, backend: str) -> None:
+        """Choose the convolution backend (as the selector does): sent to the attached run."""
+        self.backend.value = backend
+
     def set_architecture(self, architecture: str) -> None:
         """Offer the techniques of ``architecture``'s network only (the others are switched
         off and hidden, and a note says why); nothing is sent to a run: the switches are
@@ -103,6 +131,8 @@ class KernelsPanel(LivePanel):
         for name, toggle in self.toggles.items():
             toggle.layout.display = None if name in shown else "none"
         self.precision.disabled = all(name in STEP_TECHNIQUES for name in shown)
+        self.backend.layout.display = None if self.architecture == "nequip" else "none"
+        self.backend_status.layout.display = self.backend.layout.display
         note = absent_techniques_note(self.architecture)
         self.absent_note.value = (
             "" if not note else f"<span style='color:#666'>ℹ {html.escape(note)}</span>")
@@ -136,8 +166,22 @@ class KernelsPanel(LivePanel):
         self.source.set_options(self.options)
         self.refresh()
 
+    def _on_backend_request(self, _change) -> None:
+        if self.source is None:
+            self.backend_status.value = (
+                f"requested: <code>{html.escape(self.backend.value)}</code> (used by the next run)")
+            return
+        if not hasattr(self.source, "set_tp_backend"):
+            self.backend_status.value = (
+                "<span style='color:#b35c00'>⚠ this run cannot switch its backend live; "
+                "the next run uses it</span>")
+            return
+        self.source.set_tp_backend(self.backend.value)
+        self.refresh()
+
     def update(self, snapshot: Snapshot) -> None:
         """Show what the simulation uses now and any fallback message."""
+        self._show_backend(snapshot)
         requested = options_label(self.options)
         applied = options_label(snapshot.options)
         lines = [
@@ -148,3 +192,28 @@ class KernelsPanel(LivePanel):
             message = html.escape(snapshot.kernel_messages[-1])
             lines.append(f"<span style='color:#b35c00'>⚠ {message}</span>")
         self.status.value = "<br>".join(lines)
+
+    def _show_backend(self, snapshot: Snapshot) -> None:
+        in_use = getattr(snapshot, "tp_backend", None)
+        if in_use is None:
+            if self.architecture != "nequip":
+                return
+            self.backend_status.value = (
+                f"requested: <code>{html.escape(self.backend.value)}</code>")
+            return
+        if self.architecture != "nequip":  # the run's network has backends: offer them
+            self.architecture = "nequip"
+            self._show_techniques()
+        line = (f"requested: <code>{html.escape(self.backend.value)}</code> · in use: "
+                f"<code>{html.escape(in_use)}</code>")
+        changes = [e for e in getattr(snapshot, "events", ()) if e.requested_backend]
+        last = changes[-1] if changes else None
+        if last is not None and last.backend != last.requested_backend and last.message:
+            reason = last.message
+        else:  # refused when the run was prepared: its notice says why
+            reason = next((n for n in reversed(getattr(snapshot, "notices", ()))
+                           if n.startswith("Tensor-product backend")), None)
+            reason = reason if last is None and in_use != self.backend.value else None
+        if reason:
+            line += f"<br><span style='color:#b35c00'>⚠ {html.escape(reason)}</span>"
+        self.backend_status.value = line

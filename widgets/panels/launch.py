@@ -60,6 +60,9 @@ class LaunchPanel(LivePanel):
         Initial state of the "run until stopped" box.
     options_source : callable, optional
         Returns the kernel switches a new run starts with (all off by default).
+    backend_source : callable, optional
+        Returns the convolution backend of a tensor-product network a new run starts with
+        (``settings.tp_backend`` by default).
     prepare : callable, optional
         ``prepare(settings) -> PreparedRun`` for new runs (tests pass a fake engine).
     launch : callable, optional
@@ -74,12 +77,14 @@ class LaunchPanel(LivePanel):
         options_source: Callable[[], KernelOptions] | None = None,
         prepare: Callable[[RunSettings], PreparedRun] = prepare_run,
         launch: Callable[..., ShardedResult] = launch_sharded,
+        backend_source: Callable[[], str] | None = None,
     ):
         super().__init__(refresh_interval=0.3)
         self.prepare = prepare
         self.launch = launch
         self.initial = copy.deepcopy(settings or default_settings())
         self.options_source = options_source or KernelOptions
+        self.backend_source = backend_source or (lambda: self.initial.tp_backend)
         self._callbacks: list[Callable[[BackgroundWork], None]] = []
         self._upload_dir = Path(tempfile.mkdtemp(prefix="workbench-upload-"))
         self.upload_message = ""
@@ -263,6 +268,7 @@ class LaunchPanel(LivePanel):
             model=self.model.value.strip() or None,
             architecture=self.architecture.value,
             options=self.options_source(),
+            tp_backend=self.backend_source(),
         )
 
     def label(self, field: str) -> str:

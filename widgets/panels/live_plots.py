@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from widgets.kernel_switches import change_label
+from widgets.kernel_switches import backend_change_label, change_label
 from widgets.panels.base import COLORS, LivePanel, new_figure
 from widgets.snapshot import Snapshot
 
@@ -126,7 +126,10 @@ def _band_traces(name: str, color: str, row_col: dict, show_legend: bool) -> lis
 
 
 def _switch_label(previous, event) -> str:
-    """What a switch asked to change, and "not run" where the run fell back instead."""
+    """What a switch asked to change, and "not run" where the run fell back instead (a
+    change of a tensor-product network's backend: ``"backend e3nn→openequivariance"``)."""
+    if event.requested_backend is not None:
+        return backend_change_label(previous.backend, event.requested_backend, event.backend)
     label = change_label(previous.requested, event.requested)
     return label if event.applied == event.requested else f"{label} (not run)"
 

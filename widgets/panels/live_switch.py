@@ -52,7 +52,9 @@ class LiveSwitchPanel(ipw.VBox):
         self.controller: SimulationController | None = None
         self._walk: threading.Thread | None = None
         self._stop_walk = threading.Event()
-        self.kernels = KernelsPanel(options=settings.options)
+        self.kernels = KernelsPanel(options=settings.options,
+                                    architecture=settings.architecture or "schnet",
+                                    tp_backend=settings.tp_backend)
         self.plots = LivePlots(font_size=font_size)
         self.start_button = ipw.Button(description="Start", button_style="success", icon="play")
         self.stop_button = ipw.Button(
@@ -95,7 +97,8 @@ class LiveSwitchPanel(ipw.VBox):
         """Start a new run (or return the one going)."""
         if self.running:
             return self.controller
-        settings = replace(copy.deepcopy(self.settings), options=self.kernels.options)
+        settings = replace(copy.deepcopy(self.settings), options=self.kernels.options,
+                           tp_backend=self.kernels.tp_backend)
         kwargs = {} if self._prepare is None else {"prepare": self._prepare}
         controller = SimulationController(settings, until_stopped=True, **kwargs)
         self.controller = controller

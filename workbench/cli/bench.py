@@ -12,6 +12,7 @@ from workbench.cli.output import folder_lock, refuse_existing
 from workbench.cli.parser import command_parser
 from workbench.model.architectures import ARCHITECTURES
 from workbench.model.options import PRESETS
+from workbench.model.tensor_product import TP_BACKENDS
 from workbench.settings_error import SettingsError
 
 
@@ -33,6 +34,12 @@ def add_parser(subparsers) -> None:
         "--arch", default="schnet",
         help=f"comma list of network architectures ({', '.join(ARCHITECTURES)}): every "
         "config runs for each (the demo model of each; a --model file must hold it)",
+    )
+    bench.add_argument(
+        "--tp-backend", default=None,
+        help=f"comma list of convolution backends ({', '.join(TP_BACKENDS)}) of the nequip "
+        "network (needs nequip in --arch): every config of it runs with each, the same run; "
+        "a record names the backend that ran (e3nn where one cannot run here)",
     )
     bench.add_argument("--steps", type=int, default=200, help="timed steps per window")
     bench.add_argument("--warmup", type=int, default=30)
@@ -66,10 +73,13 @@ def execute(args) -> int:
             from None
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     architectures = tuple(a.strip() for a in args.arch.split(",") if a.strip())
+    tp_backends = None if args.tp_backend is None else tuple(
+        b.strip() for b in args.tp_backend.split(",") if b.strip())
     protocol = BenchProtocol(args.steps, args.warmup, args.repeats)
     try:
         cases = bench_cases(proteins, replicas, configs,
-                            None if args.model == "shipped" else args.model, architectures)
+                            None if args.model == "shipped" else args.model, architectures,
+                            tp_backends)
     except SettingsError:
         raise
     except ValueError as error:  # a configuration name
@@ -93,12 +103,12 @@ def run_cases(args, cases, protocol) -> int:
                 args.breakdown, profile=args.profile, launches=args.launches,
             )
         except torch.cuda.OutOfMemoryError:
-            print(f"{case.protein} × {case.replicas} {case.architecture} {case.label}: out of "
+            print(f"{case.protein} × {case.replicas} {case.network} {case.label}: out of "
                   "memory", flush=True)
             torch.cuda.empty_cache()
             continue
         except Exception as exc:  # noqa: BLE001 - one failing case must not end the table
-            print(f"{case.protein} × {case.replicas} {case.architecture} {case.label}: failed: "
+            print(f"{case.protein} × {case.replicas} {case.network} {case.label}: failed: "
                   f"{exc!r}", flush=True)
             failures += 1
             continue
