@@ -66,6 +66,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     # its convolution backends are a switch of the network (`CGTensorProduct.backend`)
     "nequip": Architecture("workbench.model.tensor_product", "TensorProductConfig",
                            "CGTensorProduct"),
+    "dp": Architecture("workbench.model.deep_potential", "DeepPotentialConfig",
+                       "CGDeepPotential"),
 }
 
 #: Attributes of a Potential that an architecture name must not shadow.
