@@ -53,7 +53,7 @@ def test_bench_cases_run_every_configuration_for_each_architecture():
 
 
 @pytest.mark.parametrize("architecture",
-                         ["painn", "egnn", pytest.param("nequip", marks=needs_e3nn)])
+                         ["painn", "egnn", "dp", pytest.param("nequip", marks=needs_e3nn)])
 def test_a_record_names_its_network_and_claims_no_fused_path_it_lacks(architecture,
                                                                       monkeypatch):
     import kernels._triton

@@ -289,3 +289,21 @@ def test_potential_simulates():
                      replicas=2, seed=1)
     sim.step(3)
     assert torch.isfinite(sim.positions).all() and not sim.frozen.any()
+
+
+def test_the_network_term_scales_linearly():
+    """`scale_terms` multiplies the fitting networks' last weights and the energy bias: the
+    network's energy is multiplied, nothing else changes."""
+    from workbench.training.energy_scales import scalable_terms, scale_terms
+
+    potential = dp_potential()
+    with torch.no_grad():
+        potential.dp.energy_bias.normal_()
+    pos = tiny_system().native_positions[None].repeat(2, 1, 1)
+    graph = exact_graph(pos, potential.cutoff)
+    assert scalable_terms(potential)[0] == "dp"
+    before = potential.energy_terms(pos, graph)
+    after = scale_terms(potential, {"dp": 2.5}).energy_terms(pos, graph)
+    torch.testing.assert_close(after["dp"], 2.5 * before["dp"])
+    for name in potential.priors:
+        torch.testing.assert_close(after[name], before[name])

@@ -37,7 +37,7 @@ class KernelsPanel(LivePanel):
         Initial switches (all off by default).
     architecture : str
         The network of the runs the switches are for (``"schnet"``, ``"painn"``,
-        ``"egnn"``, ``"nequip"``).
+        ``"egnn"``, ``"nequip"``, ``"dp"``).
     """
 
     def __init__(self, controller=None, options: KernelOptions | None = None,

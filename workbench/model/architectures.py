@@ -153,6 +153,21 @@ def config_from_dict(name: str, data: dict) -> Any:
     return _entry(name).config_class().from_dict(data)
 
 
+def output_parameters(network: nn.Module) -> list:
+    """The tensors that ``network``'s energy is linear and homogeneous in, weight first:
+    multiplying them all by ``c`` multiplies every node energy by ``c``.
+
+    A network's own ``output_parameters`` where it has one (CGDeepPotential: its fitting
+    networks' last weights and the per-type energy bias), else the weight and bias of the
+    last layer of its ``output_network`` (CGSchNet, CGPaiNN, CGEGNN, CGTensorProduct).
+    """
+    own = getattr(network, "output_parameters", None)
+    if own is not None:
+        return list(own)
+    last = network.output_network.layers[-1]
+    return [last.weight] + ([last.bias] if last.bias is not None else [])
+
+
 def build_network(name: str, config: Any) -> nn.Module:
     """A freshly initialised network of architecture ``name``.
 

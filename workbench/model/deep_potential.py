@@ -250,6 +250,12 @@ class CGDeepPotential(nn.Module):
         self.activation = ACTIVATIONS[config.activation]()
 
     @property
+    def output_parameters(self) -> tuple[nn.Parameter, nn.Parameter]:
+        """``(fitting_out, energy_bias)``: every atomic energy is linear and homogeneous in
+        them (`workbench.model.architectures.output_parameters`)."""
+        return self.fitting_out, self.energy_bias
+
+    @property
     def cutoff(self) -> float:
         """Graph radius r_c in Å."""
         return self.config.cutoff
