@@ -49,12 +49,14 @@ Module tree (parameters stacked over networks; ``P`` = T² pairs, or T with
   at ``r_c``, so a pair crossing the cutoff changes neither energy nor forces.
 
 Evaluation: edges are grouped by embedding network (one stable sort, one host read of the
-group sizes) and each present network runs on its group; beads likewise by fitting network.
-No dense neighbour matrices: ``A_i`` is an ``index_add_`` of per-edge outer products onto
-``dst``. No Triton kernels (``Architecture.fused`` is empty); DeePMD's compressed
-(tabulated) embedding, fused descriptor kernels and deepmd-kit interoperability are
-planned (``docs/deep-potential.md``). DeePMD's data statistics of the environment matrix
-(``davg``/``dstd``) are not applied: ``s`` enters unnormalised.
+group sizes) into blocks of equal length, one network per block, and each layer is one
+batched matrix product over the blocks with their networks' weights gathered
+(`_batched_mlp`); beads likewise by fitting network. No dense neighbour matrices:
+``A_i`` is an ``index_add_`` of per-edge outer products onto ``dst``. No Triton kernels
+(``Architecture.fused`` is empty); DeePMD's compressed (tabulated) embedding, fused
+descriptor kernels and deepmd-kit interoperability are planned (``docs/deep-potential.md``).
+DeePMD's data statistics of the environment matrix (``davg``/``dstd``) are not applied:
+``s`` enters unnormalised.
 """
 
 from __future__ import annotations
