@@ -81,7 +81,7 @@ def test_a_nequip_record_names_the_backend_that_ran_and_the_one_asked_for():
 
 
 @pytest.mark.parametrize("architecture",
-                         ["painn", "egnn", pytest.param("nequip", marks=needs_e3nn)])
+                         ["painn", "egnn", "dp", pytest.param("nequip", marks=needs_e3nn)])
 def test_a_record_names_its_network_and_claims_no_fused_path_it_lacks(architecture,
                                                                       monkeypatch):
     import kernels._triton

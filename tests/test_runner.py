@@ -76,6 +76,7 @@ def test_configure_sets_the_threads_of_the_run(monkeypatch):
 
 @pytest.mark.parametrize(("architecture", "name"),
                          [("schnet", "CGSchNet"), ("painn", "CGPaiNN"), ("egnn", "CGEGNN"),
+                          ("dp", "CGDeepPotential"),
                           pytest.param("nequip", "CGTensorProduct", marks=needs_e3nn)])
 def test_the_demo_model_is_a_network_of_the_chosen_architecture(architecture, name):
     settings = RunSettings(protein="cln025", replicas=2, steps=1, device="cpu",

@@ -3,10 +3,10 @@
 Per configuration: a fresh simulation, warm-up steps (compilation, autotuning,
 allocator growth) excluded, then ``repeats`` timed windows of ``steps`` whole
 MD steps (neighbour list, forces, integrator); the median window gives
-timestep·mol/s. ``architecture`` records the network (``schnet``, ``painn``, ``egnn``, ``nequip``;
-None for a prior-only model), ``force_path`` what evaluated the forces (``reference``,
-``triton``, or ``pytorch-tables`` where a CPU asks a CGSchNet for ``tabulated_filter``; a
-network is on ``triton`` only with one of its own kernels on,
+timestep·mol/s. ``architecture`` records the network (``schnet``, ``painn``, ``egnn``,
+``nequip``, ``dp``; None for a prior-only model), ``force_path`` what evaluated the forces
+(``reference``, ``triton``, or ``pytorch-tables`` where a CPU asks a CGSchNet for
+``tabulated_filter``; a network is on ``triton`` only with one of its own kernels on,
 `workbench.model.force_paths.force_path`) and, on a CPU, ``threads`` PyTorch's intra-op
 threads. A tensor-product network's records carry ``tp_backend``, the convolution backend
 that ran (e3nn where the one asked for cannot run here), and ``tp_backend_requested``.

@@ -76,8 +76,8 @@ class RunSettings:
         for the untrained demo model; None: the shipped model, else the demo model.
     architecture : str or None
         The network: a key of `workbench.model.architectures.ARCHITECTURES` (``"schnet"``,
-        ``"painn"``, ``"egnn"``, ``"nequip"``). The untrained demo model is built with it (default
-        sizes, the same priors); a model file or checkpoint must hold a network of it
+        ``"painn"``, ``"egnn"``, ``"nequip"``, ``"dp"``). The untrained demo model is built with
+        it (default sizes, the same priors); a model file or checkpoint must hold a network of it
         (`check_architecture`); the shipped model is used only when it does. None: the
         network a model file holds, CGSchNet for the demo model.
     tp_backend : str

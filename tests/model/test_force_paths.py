@@ -63,7 +63,8 @@ def test_each_architecture_implements_its_own_techniques():
     for architecture in ("painn", "egnn"):
         assert implemented_techniques(architecture) == (
             "fused_message_passing", "cuda_graph", "fused_pair_search", "fused_integrator")
-    assert implemented_techniques("nequip") == ("fused_pair_search", "fused_integrator")
+    for architecture in ("nequip", "dp"):
+        assert implemented_techniques(architecture) == ("fused_pair_search", "fused_integrator")
     assert implemented_techniques(None) == ("cuda_graph", "fused_pair_search",
                                             "fused_integrator")
 
@@ -80,7 +81,7 @@ def no_schnet_problem(monkeypatch):
 
 
 @pytest.mark.parametrize("architecture",
-                         ["painn", "egnn", pytest.param("nequip", marks=needs_e3nn)])
+                         ["painn", "egnn", "dp", pytest.param("nequip", marks=needs_e3nn)])
 def test_a_cpu_runs_other_networks_on_their_reference_path(architecture, no_triton,
                                                            no_schnet_problem):
     net = demo_network(architecture)

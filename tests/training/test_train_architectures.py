@@ -1,6 +1,7 @@
-"""``workbench train`` for every registered architecture: a tiny CGPaiNN and CGEGNN trained by
-force matching, saved with their architecture, recorded in the card; ``--arch`` and the
-network's sizes on the command line and in a recipe."""
+"""``workbench train`` for every registered architecture: a tiny CGPaiNN, CGEGNN,
+CGTensorProduct and CGDeepPotential trained by force matching, saved with their
+architecture, recorded in the card; ``--arch`` and the network's sizes on the command line
+and in a recipe."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from helpers import tiny_system
 
 from workbench.cli import main
 from workbench.model.architectures import build_network
+from workbench.model.deep_potential import DeepPotentialConfig
 from workbench.model.egnn import EGNNConfig
 from workbench.model.io import load_potential
 from workbench.model.painn import PaiNNConfig
@@ -30,6 +32,8 @@ CONFIGS = {
                        output_widths=[8]),
     "nequip": TensorProductConfig(irreps="8x0e + 4x1o", lmax=1, blocks=1, num_rbf=6,
                                   radial_width=8, cutoff=5.0, output_widths=[8]),
+    "dp": DeepPotentialConfig(cutoff=5.0, cutoff_smooth=3.0, embedding_widths=[4, 8],
+                              axis_neurons=4, fitting_widths=[8], num_neighbors=8.0),
 }
 FIT = FitSettings(epochs=4, batch_size=16, learning_rate=2e-2)
 
@@ -123,6 +127,30 @@ def test_cli_trains_the_architecture_given_with_its_sizes(data, tmp_path, capsys
     ):
         assert main(["train", *extra, "--out", str(tmp_path / "none"), *common]) == 2
         assert message in capsys.readouterr().err and not (tmp_path / "none").exists()
+
+
+def test_cli_trains_a_deep_potential(data, tmp_path, capsys):
+    sys = tiny_system()
+    data_file = tmp_path / "teacher.pt"
+    save_teacher_data(data, data_file, teacher_potential(sys).metadata)
+    common = ["--data", str(data_file), "--epochs", "1", "--batch-size", "16",
+              "--device", "cpu", "--quiet", "--validate-steps", "10",
+              "--validate-replicas", "2"]
+    sizes = ("{cutoff_smooth: 3.0, embedding_widths: [4, 8], axis_neurons: 4, "
+             "fitting_widths: [8], type_one_side: true}")
+    assert main(["train", "--arch", "dp", "--network", sizes, "--cutoff", "5",
+                 "--out", str(tmp_path / "dp"), *common]) == 0
+    model = load_potential(tmp_path / "dp" / "cln025.pt")
+    assert model.architecture == "dp" and model.network.config == DeepPotentialConfig(
+        cutoff=5.0, cutoff_smooth=3.0, embedding_widths=[4, 8], axis_neurons=4,
+        fitting_widths=[8], type_one_side=True)
+    card = json.loads((tmp_path / "dp" / "cln025.json").read_text())
+    assert card["architecture"] == "dp" and card["dp"]["type_one_side"] is True
+    out = capsys.readouterr().out
+    assert any(line.replace(" ", "") == "network|dp" for line in out.splitlines())
+    assert main(["train", "--arch", "dp", "--hidden", "8", "--out", str(tmp_path / "none"),
+                 *common]) == 2
+    assert "--hidden is not a size of dp" in capsys.readouterr().err
 
 
 def test_an_unknown_architecture_is_refused_listing_the_choices(tmp_path, capsys):

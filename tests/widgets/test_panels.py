@@ -278,11 +278,20 @@ def test_the_kernels_panel_offers_what_the_network_implements():
     assert panel.absent_note.value == "" and not panel.precision.disabled
 
 
+def test_the_kernels_panel_offers_a_deep_potential_the_step_techniques_only():
+    panel = KernelsPanel(options=KernelOptions.all_on("fp16"), architecture="dp")
+    assert shown_toggles(panel) == {"fused_pair_search", "fused_integrator"}
+    assert panel.options == KernelOptions(fused_pair_search=True, fused_integrator=True)
+    assert "CGDeepPotential: it has no fused kernels" in panel.absent_note.value
+    assert panel.precision.disabled
+
+
 def test_the_launch_architecture_reaches_the_run_and_the_kernel_switches(fake_run):
     prepare, _ = fake_run()
     workbench = Workbench(RunSettings(replicas=2, steps=2, architecture="egnn"),
                           prepare=prepare)
-    assert workbench.launch.architecture.options == ("schnet", "painn", "egnn", "nequip")
+    assert workbench.launch.architecture.options == ("schnet", "painn", "egnn", "nequip",
+                                                        "dp")
     assert workbench.kernels.architecture == "egnn"
     workbench.launch.architecture.value = "painn"
     assert workbench.kernels.architecture == "painn"

@@ -42,7 +42,7 @@ class KernelsPanel(LivePanel):
         Initial switches (all off by default).
     architecture : str
         The network of the runs the switches are for (``"schnet"``, ``"painn"``,
-        ``"egnn"``, ``"nequip"``).
+        ``"egnn"``, ``"nequip"``, ``"dp"``).
     tp_backend : str
         Initial convolution backend of a tensor-product network.
     """

@@ -29,7 +29,7 @@ def add_parser(subparsers) -> None:
     )
     scales.add_argument("--terms", default=None,
                         help="comma list of the terms to scale: the network's, by its "
-                        "architecture (schnet, painn, egnn, nequip), and/or prior names "
+                        "architecture (schnet, painn, egnn, nequip, dp), and/or prior names "
                         "(default: the network's)")
     scales.add_argument("--temperature", type=float, default=300.0)
     scales.add_argument("--replicas", type=int, default=None,

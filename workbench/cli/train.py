@@ -29,8 +29,8 @@ def add_parser(subparsers) -> None:
     """``workbench train`` and its options."""
     train = command_parser(
         subparsers, "train",
-        "train a network (CGSchNet, CGPaiNN, CGEGNN) + priors on a structure-based teacher "
-        "(force matching)",
+        "train a network (CGSchNet, CGPaiNN, CGEGNN, CGTensorProduct, CGDeepPotential) + "
+        "priors on a structure-based teacher (force matching)",
     )
     train.add_argument(
         "--config", default=None, metavar="RECIPE",
@@ -131,10 +131,10 @@ def add_parser(subparsers) -> None:
     )
     train.add_argument("--hidden", type=int, default=None,
                        help="config key hidden (default 128 for schnet and painn, 64 for egnn; "
-                       "nequip has irreps)")
+                       "nequip has irreps, dp embedding_widths and fitting_widths)")
     train.add_argument("--filters", type=int, default=None, help="config key filters (schnet)")
     train.add_argument("--blocks", type=int, default=None,
-                       help="config key blocks (schnet, painn, nequip; egnn has layers)")
+                       help="config key blocks (schnet, painn, nequip; egnn has layers; dp none)")
     train.add_argument("--num-rbf", type=int, default=None, help="config key num_rbf")
     train.add_argument("--cutoff", type=float, default=None, help="config key cutoff, Å")
     train.add_argument("--epochs", type=int, default=100)

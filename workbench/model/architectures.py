@@ -66,6 +66,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     # its convolution backends are a switch of the network (`CGTensorProduct.backend`)
     "nequip": Architecture("workbench.model.tensor_product", "TensorProductConfig",
                            "CGTensorProduct"),
+    "dp": Architecture("workbench.model.deep_potential", "DeepPotentialConfig",
+                       "CGDeepPotential"),
 }
 
 #: Attributes of a Potential that an architecture name must not shadow.
@@ -149,6 +151,21 @@ def config_from_dict(name: str, data: dict) -> Any:
         An unknown architecture or config key.
     """
     return _entry(name).config_class().from_dict(data)
+
+
+def output_parameters(network: nn.Module) -> list:
+    """The tensors that ``network``'s energy is linear and homogeneous in, weight first:
+    multiplying them all by ``c`` multiplies every node energy by ``c``.
+
+    A network's own ``output_parameters`` where it has one (CGDeepPotential: its fitting
+    networks' last weights and the per-type energy bias), else the weight and bias of the
+    last layer of its ``output_network`` (CGSchNet, CGPaiNN, CGEGNN, CGTensorProduct).
+    """
+    own = getattr(network, "output_parameters", None)
+    if own is not None:
+        return list(own)
+    last = network.output_network.layers[-1]
+    return [last.weight] + ([last.bias] if last.bias is not None else [])
 
 
 def build_network(name: str, config: Any) -> nn.Module:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench.model.architectures import ARCHITECTURES, build_network
+from workbench.model.architectures import ARCHITECTURES, build_network, output_parameters
 from workbench.model.geometry import angle_cosines, bond_lengths, torsions
 from workbench.model.potential import Potential
 from workbench.model.priors import (
@@ -134,10 +134,11 @@ def demo_potential(
     seed : int
         Seed of the weight initialisation.
     output_scale : float
-        Factor applied to the last output layer's weights.
+        Factor applied to the last output layer's weights
+        (`workbench.model.architectures.output_parameters`).
     architecture : str
         A key of `workbench.model.architectures.ARCHITECTURES` (``"schnet"``,
-        ``"painn"``, ``"egnn"``, ``"nequip"``).
+        ``"painn"``, ``"egnn"``, ``"nequip"``, ``"dp"``).
 
     Raises
     ------
@@ -155,7 +156,7 @@ def demo_potential(
     finally:
         torch.random.set_rng_state(generator_state)
     with torch.no_grad():
-        network.output_network.layers[-1].weight.mul_(output_scale)
+        output_parameters(network)[0].mul_(output_scale)
     potential = Potential(system.bead_types, network, native_priors(system))
     name = ARCHITECTURES[architecture].network
     potential.metadata = {

@@ -6,7 +6,7 @@ frames, where a small bias in the fitted energy decides (one epoch moved a 1YRF 
 folded fraction 0.9 to 0.05; docs/decisions/0009-force-error-does-not-select-models.md).
 This module fits a few numbers instead of all weights: each chosen term ``k`` of the
 potential (the network, by its architecture's name, ``"schnet"``, ``"painn"``,
-``"egnn"``, ``"nequip"``, or a prior by name) gets its energy multiplied by
+``"egnn"``, ``"nequip"``, ``"dp"``, or a prior by name) gets its energy multiplied by
 ``s_k = exp(λ_k)``. The relative entropy ``S(λ) = D_KL(teacher ‖ model)`` then has
 gradient and Hessian
 
@@ -22,7 +22,7 @@ a Newton step with the covariance part of the Hessian, capped in length (the cov
 is measured in one state and a step can cross into another).
 
 Only terms whose energy is linear in some of their parameters can be scaled: the network
-(its ``output_network``'s last layer; every registered architecture has one) and the
+(its last output layer, `workbench.model.architectures.output_parameters`) and the
 priors that name ``energy_parameters``; a repulsion ``(σ/r)⁶`` cannot.
 """
 
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from workbench.model.architectures import output_parameters
 from workbench.model.potential import Potential
 from workbench.neighbors import NeighborList
 from workbench.system import CGSystem
@@ -51,7 +52,7 @@ from workbench.units import KB
 def scalable_terms(potential: Potential) -> list[str]:
     """Names of the terms whose energy :func:`scale_terms` can multiply, in order."""
     network = potential.network
-    names = [potential.architecture] if hasattr(network, "output_network") else []
+    names = [] if network is None else [potential.architecture]
     names += [name for name, prior in potential.priors.items() if prior.energy_parameters]
     return names
 
@@ -85,8 +86,7 @@ def scale_terms(potential: Potential, scales: dict[str, float]) -> Potential:
     with torch.no_grad():
         for name, factor in scales.items():
             if name == scaled.architecture:
-                last = scaled.network.output_network.layers[-1]
-                tensors = [last.weight] + ([last.bias] if last.bias is not None else [])
+                tensors = output_parameters(scaled.network)
             else:
                 prior = scaled.priors[name]
                 tensors = [getattr(prior, p) for p in prior.energy_parameters]

@@ -1,0 +1,309 @@
+"""CGDeepPotential (workbench.model.deep_potential): the switching function, forces against
+finite differences, E(3) invariance and permutation equivariance, padding and out-of-cutoff
+edges, the descriptor against a dense evaluation, the configuration, the potential and its
+files, and a short simulation."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from helpers import (
+    exact_graph,
+    finite_difference_forces,
+    perturbed_positions,
+    random_rotation,
+    relative_error,
+    tiny_system,
+)
+
+from workbench.md import LangevinIntegrator, Simulation
+from workbench.model import Potential, fused_schnet, load_potential, save_potential
+from workbench.model.architectures import ARCHITECTURES, architecture_of, build_network
+from workbench.model.deep_potential import CGDeepPotential, DeepPotentialConfig, smooth_switch
+from workbench.model.native_priors import native_priors
+from workbench.model.options import KernelOptions
+from workbench.neighbors import Graph, NeighborList
+
+SMALL = {"cutoff": 6.0, "cutoff_smooth": 4.0, "embedding_widths": [4, 8, 16],
+         "axis_neurons": 4, "fitting_widths": [16, 16], "num_neighbors": 8.0}
+
+
+def small_dp(seed: int = 0, dtype=torch.float64, **overrides) -> CGDeepPotential:
+    """A small CGDeepPotential with a fixed seed (the global RNG left as it was)."""
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return CGDeepPotential(DeepPotentialConfig(**{**SMALL, **overrides})).to(dtype)
+    finally:
+        torch.random.set_rng_state(state)
+
+
+def node_energies(model, pos, graph=None, options=None, types=None):
+    """Per-node energies ``(R, n)`` of positions ``(R, n, 3)`` (exact graph unless given)."""
+    replicas, n, _ = pos.shape
+    types = tiny_system().bead_types.repeat(replicas) if types is None else types
+    graph = exact_graph(pos, model.cutoff) if graph is None else graph
+    return model(pos.reshape(-1, 3), types, graph, options).reshape(replicas, n)
+
+
+def energy_and_forces(model, pos, graph=None, types=None):
+    pos = pos.detach().clone().requires_grad_()
+    energy = node_energies(model, pos, graph, types=types).sum(-1)
+    (grad,) = torch.autograd.grad(energy.sum(), pos)
+    return energy.detach(), -grad
+
+
+# -- the switching function ------------------------------------------------------------------
+def test_switch_is_smooth_at_both_ends_and_zero_beyond_the_cutoff():
+    rs, rc = 4.0, 6.0
+    r = torch.tensor([1.0, rs - 1e-7, rs, rs + 1e-7, 5.0, rc - 1e-7, rc, rc + 1e-7, 9.0],
+                     dtype=torch.float64, requires_grad=True)
+    sw = smooth_switch(r, rs, rc)
+    (d1,) = torch.autograd.grad(sw.sum(), r, create_graph=True)
+    (d2,) = torch.autograd.grad(d1.sum(), r)
+    values, d1, d2 = sw.detach(), d1.detach(), d2.detach()
+    assert torch.equal(values[[0, 2]], torch.ones(2, dtype=torch.float64))
+    assert torch.equal(values[[6, 7, 8]], torch.zeros(3, dtype=torch.float64))
+    assert abs(float(values[1] - values[3])) < 1e-12 and abs(float(values[5])) < 1e-12
+    assert float(d1.abs()[[0, 1, 2, 3, 5, 6, 7, 8]].max()) < 1e-12  # s' = 0 at both ends
+    assert float(d2.abs()[[1, 3, 5, 7]].max()) < 1e-5  # s'' continuous (zero) there too
+    assert float(d1[4]) < -0.1  # it falls in between
+    # s(r) = sw / r: 1/r below r_s, matching the central difference of the switch in between
+    mid = torch.linspace(rs, rc, 41, dtype=torch.float64)[1:-1]
+    h = 1e-6
+    numeric = (smooth_switch(mid + h, rs, rc) - smooth_switch(mid - h, rs, rc)) / (2 * h)
+    u = (mid - rs) / (rc - rs)
+    torch.testing.assert_close(numeric, -30 * u**2 * (1 - u) ** 2 / (rc - rs),
+                               rtol=1e-7, atol=1e-9)
+
+
+def test_a_pair_enters_the_cutoff_smoothly():
+    """Two beads: E and dE/dd go to their far values as d reaches r_c (no jump)."""
+    model = small_dp(seed=3)
+    types = torch.tensor([1, 2])
+
+    def pair(d):
+        pos = torch.tensor([[0.0, 0.0, 0.0], [d, 0.3 * d, 0.0]], dtype=torch.float64,
+                           requires_grad=True)
+        graph = NeighborList(2, model.cutoff, skin=1.0).update(pos[None].detach(), exact=False)
+        e = model(pos, types, graph).sum()
+        (grad,) = torch.autograd.grad(e, pos)
+        return float(e.detach()), float(grad[1].norm())
+
+    scale = (1 + 0.3**2) ** 0.5
+    far_e, far_g = pair((model.cutoff + 0.5) / scale)
+    assert far_g == 0.0
+    near_e, near_g = pair((model.cutoff - 1e-5) / scale)
+    assert abs(near_e - far_e) < 1e-9 and near_g < 1e-6
+    _, mid_g = pair(0.8 * model.cutoff / scale)
+    assert mid_g > 1e-4, "the pair must interact inside the cutoff"
+
+
+# -- forces ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides", [{}, {"type_one_side": True, "activation": "silu"},
+                                       {"embedding_widths": [8, 8], "fitting_widths": []}])
+def test_forces_match_central_finite_differences(overrides):
+    model = small_dp(seed=1, **overrides)
+    pos = perturbed_positions(replicas=1, sigma=0.3, seed=1)
+    _, forces = energy_and_forces(model, pos)
+    assert float(forces.abs().max()) > 1e-3, "forces too small for a meaningful comparison"
+    reference = finite_difference_forces(lambda p: node_energies(model, p).sum(-1), pos[0])
+    assert relative_error(forces[0], reference) < 1e-6
+
+
+# -- invariance and equivariance ---------------------------------------------------------------
+def test_energy_invariant_and_forces_equivariant_under_rigid_motions():
+    model = small_dp(seed=2)
+    pos = perturbed_positions(replicas=3, sigma=0.3, seed=2)
+    energy, forces = energy_and_forces(model, pos)
+    moved = torch.stack([p @ random_rotation(seed=r).T + torch.tensor([3.0 * r, -1.0, 2.5])
+                         for r, p in enumerate(pos)])
+    e_moved, f_moved = energy_and_forces(model, moved)
+    torch.testing.assert_close(e_moved, energy, rtol=1e-12, atol=1e-10)
+    for r in range(3):
+        torch.testing.assert_close(f_moved[r], forces[r] @ random_rotation(seed=r).T,
+                                   rtol=1e-10, atol=1e-10)
+    reflected = pos * torch.tensor([-1.0, 1.0, 1.0])
+    torch.testing.assert_close(energy_and_forces(model, reflected)[0], energy,
+                               rtol=1e-12, atol=1e-10)
+    assert float(forces.sum(1).abs().max()) < 1e-10  # no net force on a replica
+
+
+def test_energies_follow_a_permutation_of_beads():
+    """Relabelling the beads (positions and types alike) permutes the atomic energies."""
+    model = small_dp(seed=4)
+    pos = perturbed_positions(replicas=2, sigma=0.4, seed=3)
+    types = tiny_system().bead_types
+    n = types.shape[0]
+    with torch.no_grad():
+        per_node = node_energies(model, pos)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        permuted = node_energies(model, pos[:, perm], types=types[perm].repeat(2))
+    torch.testing.assert_close(permuted, per_node[:, perm], rtol=1e-12, atol=1e-12)
+    order = torch.tensor([1, 0])
+    with torch.no_grad():
+        torch.testing.assert_close(node_energies(model, pos[order]), per_node[order],
+                                   rtol=1e-12, atol=1e-12)
+    assert float((per_node[0] - per_node[1]).abs().max()) > 1e-6, "replicas must differ"
+
+
+def test_type_pairs_have_their_own_embedding_networks():
+    """Swapping the types of two beads changes the energy (pair networks are distinct), and
+    the one-side variant has one network per neighbour type."""
+    pos = perturbed_positions(replicas=1, sigma=0.3, seed=5)
+    types = tiny_system().bead_types.clone()
+    swapped = types.clone()
+    swapped[[0, 1]] = types[[1, 0]]
+    for one_side, nets in ((False, 25 * 25), (True, 25)):
+        model = small_dp(seed=5, type_one_side=one_side)
+        assert model.embedding_weights[0].shape[0] == nets
+        with torch.no_grad():
+            e = node_energies(model, pos, types=types).sum()
+            e_swapped = node_energies(model, pos, types=swapped).sum()
+        assert abs(float(e - e_swapped)) > 1e-6
+
+
+# -- padding and out-of-cutoff edges --------------------------------------------------------------
+def test_padding_slots_and_edges_beyond_the_cutoff_contribute_nothing():
+    model = small_dp(seed=5)
+    pos = perturbed_positions(replicas=2, sigma=0.3, seed=4)
+    n = pos.shape[1]
+    e_exact, f_exact = energy_and_forces(model, pos)
+    candidates = NeighborList(n, model.cutoff, skin=1.5).update(pos, exact=False)
+    capacity = NeighborList(n, model.cutoff, skin=1.5, capacity=8000).update(pos)
+    assert capacity.valid is not None and not bool(capacity.valid.all()), "needs padding"
+    d = (pos.reshape(-1, 3)[candidates.dst] - pos.reshape(-1, 3)[candidates.src]).norm(dim=-1)
+    assert bool((d >= model.cutoff).any()), "needs candidate edges beyond the cutoff"
+    for graph in (candidates, capacity):
+        e, f = energy_and_forces(model, pos, graph)
+        torch.testing.assert_close(e, e_exact, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(f, f_exact, rtol=1e-12, atol=1e-12)
+
+
+def test_descriptor_matches_a_dense_evaluation():
+    """D_i from edge arrays equals (1/N_c²)(G^T R̃)(R̃^T G^<) over all pairs, written out."""
+    model = small_dp(seed=6)
+    pos = perturbed_positions(replicas=1, sigma=0.3, seed=6)[0]
+    types = tiny_system().bead_types
+    config = model.config
+    with torch.no_grad():
+        d = model.descriptor(pos, types, exact_graph(pos[None], model.cutoff))
+        n = pos.shape[0]
+        dense = torch.zeros(n, config.embedding_widths[-1], config.axis_neurons,
+                            dtype=torch.float64)
+        for i in range(n):
+            rows, gs = [], []
+            for j in range(n):
+                r_ij = pos[j] - pos[i]
+                r = float(r_ij.norm())
+                if j == i or r >= config.cutoff:
+                    continue
+                s = smooth_switch(torch.tensor(r, dtype=torch.float64), config.cutoff_smooth,
+                                  config.cutoff) / r
+                rows.append(torch.cat([s[None], s * r_ij / r]))
+                net = int(types[i]) * config.embedding_size + int(types[j])
+                gs.append(model.embedding(s[None], torch.tensor([net]))[0])
+            env, g = torch.stack(rows), torch.stack(gs)
+            a = g.T @ env / config.num_neighbors
+            dense[i] = a @ a[: config.axis_neurons].T
+    torch.testing.assert_close(d, dense.reshape(n, -1), rtol=1e-12, atol=1e-14)
+
+
+# -- configuration -----------------------------------------------------------------------------
+def test_config_round_trip_and_refusals():
+    config = DeepPotentialConfig(**SMALL, type_one_side=True)
+    assert DeepPotentialConfig.from_dict(config.to_dict()) == config
+    model = CGDeepPotential(config)
+    assert model.cutoff == 6.0 and model.config.embedding_size == 25
+    default = DeepPotentialConfig()
+    assert (default.cutoff, default.cutoff_smooth, default.activation) == (10.0, 8.0, "tanh")
+    with pytest.raises(ValueError, match="unknown Deep Potential config keys.*'sel'"):
+        DeepPotentialConfig.from_dict({**config.to_dict(), "sel": [46]})
+    with pytest.raises(ValueError, match="activation"):
+        DeepPotentialConfig(activation="relu6")
+    with pytest.raises(ValueError, match="cutoff_smooth"):
+        DeepPotentialConfig(cutoff=6.0, cutoff_smooth=6.0)
+    with pytest.raises(ValueError, match="axis_neurons"):
+        DeepPotentialConfig(embedding_widths=[4, 8], axis_neurons=9)
+
+
+def test_kernel_options_fall_back_to_the_reference_path_with_a_warning(monkeypatch):
+    monkeypatch.setattr(fused_schnet, "_WARNED", set(), raising=False)
+    model = small_dp(seed=7)
+    pos = perturbed_positions(replicas=1, sigma=0.3, seed=7)
+    with torch.no_grad():
+        plain = node_energies(model, pos)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fused = node_energies(model, pos, options=KernelOptions(fused_message_passing=True))
+    torch.testing.assert_close(fused, plain, rtol=0, atol=0)
+    assert any("CGDeepPotential has no fused kernels for fused_message_passing"
+               in str(w.message) for w in caught)
+
+
+def test_an_empty_graph_leaves_the_energy_bias_alone():
+    model = small_dp(seed=8)
+    with torch.no_grad():
+        model.energy_bias.copy_(torch.arange(25, dtype=torch.float64))
+    types = torch.tensor([3, 5])
+    pos = torch.zeros(2, 3, dtype=torch.float64)
+    empty = Graph(torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), 2)
+    with torch.no_grad():
+        e = model(pos, types, empty)
+        alone = model.fitting(pos.new_zeros(2, 16 * 4), types)
+    torch.testing.assert_close(e, alone, rtol=0, atol=0)
+    assert torch.isfinite(e).all()
+
+
+# -- the potential, its files and the registry ---------------------------------------------------
+def dp_potential(seed: int = 11) -> Potential:
+    sys = tiny_system()
+    return Potential(sys.bead_types, small_dp(seed, dtype=torch.float32), native_priors(sys))
+
+
+def test_registry_and_potential():
+    assert "dp" in ARCHITECTURES and ARCHITECTURES["dp"].fused == ()
+    assert architecture_of(small_dp()) == "dp"
+    built = build_network("dp", DeepPotentialConfig(**SMALL).to_dict())
+    assert isinstance(built, CGDeepPotential) and built.config == DeepPotentialConfig(**SMALL)
+    potential = dp_potential()
+    assert potential.architecture == "dp" and potential.network is potential.dp
+    assert all(k.startswith(("bead_types", "dp.", "priors.")) for k in potential.state_dict())
+
+
+def test_saved_potential_loads_identically(tmp_path):
+    potential = dp_potential()
+    pos = tiny_system().native_positions[None].repeat(2, 1, 1)
+    graph = exact_graph(pos, potential.cutoff)
+    loaded = load_potential(save_potential(potential, tmp_path / "dp.pt"))
+    assert loaded.architecture == "dp" and loaded.dp.config == potential.dp.config
+    before = potential.energy_and_forces(pos, graph)
+    torch.testing.assert_close(loaded.energy_and_forces(pos, graph), before, rtol=0, atol=0)
+
+
+def test_potential_simulates():
+    sim = Simulation(tiny_system(), dp_potential(), LangevinIntegrator(0.002, 1.0, 300.0),
+                     replicas=2, seed=1)
+    sim.step(3)
+    assert torch.isfinite(sim.positions).all() and not sim.frozen.any()
+
+
+def test_the_network_term_scales_linearly():
+    """`scale_terms` multiplies the fitting networks' last weights and the energy bias: the
+    network's energy is multiplied, nothing else changes."""
+    from workbench.training.energy_scales import scalable_terms, scale_terms
+
+    potential = dp_potential()
+    with torch.no_grad():
+        potential.dp.energy_bias.normal_()
+    pos = tiny_system().native_positions[None].repeat(2, 1, 1)
+    graph = exact_graph(pos, potential.cutoff)
+    assert scalable_terms(potential)[0] == "dp"
+    before = potential.energy_terms(pos, graph)
+    after = scale_terms(potential, {"dp": 2.5}).energy_terms(pos, graph)
+    torch.testing.assert_close(after["dp"], 2.5 * before["dp"])
+    for name in potential.priors:
+        torch.testing.assert_close(after[name], before[name])

@@ -1,0 +1,388 @@
+"""CGDeepPotential: a Deep Potential (DeePMD's smooth edition, descriptor ``se_e2_a``) as a CG
+energy model.
+
+For a centre bead ``i`` (an edge's ``dst``) and a neighbour ``j`` (its ``src``), with
+``r_ij = r_j − r_i`` and ``r = |r_ij|``::
+
+    u      = (r − r_s) / (r_c − r_s), clamped to [0, 1]
+    sw(u)  = u³ (−6u² + 15u − 10) + 1            1 below r_s, 0 from r_c on
+    s(r)   = sw(u) / r                           1/r below r_s, 0 at and beyond r_c
+    R̃_ij   = s(r) [1, x_ij / r, y_ij / r, z_ij / r]        a row of the environment matrix
+    G_ij   = g_{t_i, t_j}(s(r)) ∈ R^{M1}         embedding network of the type pair
+    A_i    = (1 / N_c) Σ_j G_ij^T R̃_ij ∈ R^{M1×4}
+    D_i    = A_i A_i^<T ∈ R^{M1×M2}              A^< = the first M2 rows of A (axis neurons)
+    E_i    = f_{t_i}(vec D_i) + b_{t_i}          fitting network and energy bias of the type
+    E      = Σ_i E_i,  F = −∂E/∂r (autograd)
+
+``r_s`` is ``cutoff_smooth`` (DeePMD's ``rcut_smth``), ``r_c`` the ``cutoff`` (``rcut``);
+``sw`` and its first and second derivatives are continuous at ``r_s`` and vanish at ``r_c``.
+``N_c`` is a fixed normalisation (``num_neighbors``): DeePMD divides by its ``sel``, the
+fixed neighbour count of its padded neighbour lists; the engine's graphs are dynamic and
+have none. ``M1`` is the last embedding width, ``M2`` is ``axis_neurons``.
+
+Embedding networks (DeePMD's ``embedding_net``), widths ``[1, w1, ..., wk]``, activation
+``act``: a layer from width ``a`` to ``b`` computes ``y = act(x W + c)``, plus ``x`` where
+``b = a`` or ``[x, x]`` where ``b = 2a``. Fitting networks (``fitting_net``): the same
+layers, with the identity skip only where a hidden layer keeps the width (never from the
+descriptor), then a linear map to one value. One embedding network per ordered type pair
+``(t_i, t_j)``, or per neighbour type ``t_j`` with ``type_one_side``; one fitting network
+per centre type.
+
+Module tree (parameters stacked over networks; ``P`` = T² pairs, or T with
+``type_one_side``; ``T`` = ``embedding_size``)::
+
+    embedding_weights.{l}    (P, w_l, w_{l+1})     layer l of every embedding network
+    embedding_biases.{l}     (P, w_{l+1})
+    fitting_weights.{l}      (T, v_l, v_{l+1})     v = [M1·M2, fitting widths...]
+    fitting_biases.{l}       (T, v_{l+1})
+    fitting_out              (T, v_last)           last linear map, no bias
+    energy_bias              (T,)                  per-type atomic energy, zero at start
+
+* **Invariance**: ``D_i`` reads distances through ``s`` and ``G``, and directions through
+  ``A_i A_i^<T``, a product of two ``M1×4``/``M2×4`` matrices whose 4-dim index contracts;
+  a rotation acts on the last three columns of every ``R̃_ij`` alike and cancels (so do
+  reflections); translations leave ``r_ij`` unchanged; the sums over neighbours and over
+  beads do not depend on their order. Forces by autograd are equivariant.
+* **Padding and the cutoff**: padding slots get index 0 and a length beyond ``r_c``, so
+  ``s = 0`` and ``R̃_ij = 0``: their (finite) embedding is multiplied by zero, in the
+  energy and in its gradient, as for edges at or beyond ``r_c``. ``s`` and ``s'`` vanish
+  at ``r_c``, so a pair crossing the cutoff changes neither energy nor forces.
+
+Evaluation: edges are grouped by embedding network (one stable sort, one host read of the
+group sizes) into blocks of equal length, one network per block, and each layer is one
+batched matrix product over the blocks with their networks' weights gathered
+(`_batched_mlp`); beads likewise by fitting network. No dense neighbour matrices:
+``A_i`` is an ``index_add_`` of per-edge outer products onto ``dst``. No Triton kernels
+(``Architecture.fused`` is empty); DeePMD's compressed (tabulated) embedding, fused
+descriptor kernels and deepmd-kit interoperability are planned (``docs/deep-potential.md``).
+DeePMD's data statistics of the environment matrix (``davg``/``dstd``) are not applied:
+``s`` enters unnormalised.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from workbench.model.force_paths import STEP_TECHNIQUES
+from workbench.model.network_config import ACTIVATIONS, NetworkConfig
+from workbench.model.options import KernelOptions
+from workbench.neighbors import Graph
+
+
+@dataclass
+class DeepPotentialConfig(NetworkConfig):
+    """Hyper-parameters of :class:`CGDeepPotential` (DeePMD's names in brackets).
+
+    Attributes
+    ----------
+    embedding_size : int
+        T, number of bead types, at least 1 + largest type.
+    cutoff : float
+        r_c, graph radius, Å (``rcut``).
+    cutoff_smooth : float
+        r_s, where the switching of ``s(r)`` starts, Å, below ``cutoff`` (``rcut_smth``).
+    embedding_widths : list of int
+        Hidden and output widths of each embedding network, the last one M1 (``neuron``).
+    axis_neurons : int
+        M2, columns of the embedding kept for the descriptor's second factor, at most M1
+        (``axis_neuron``).
+    fitting_widths : list of int
+        Hidden widths of each fitting network (``fitting_net.neuron``).
+    num_neighbors : float
+        N_c, the fixed normalisation of ``A_i`` (DeePMD divides by its ``sel`` sum).
+    type_one_side : bool
+        One embedding network per neighbour type instead of one per ordered type pair.
+    activation : str
+        One of ``ACTIVATIONS`` (``"tanh"`` as in DeePMD).
+    """
+
+    label: ClassVar[str] = "Deep Potential"
+
+    embedding_size: int = 25
+    cutoff: float = 10.0
+    cutoff_smooth: float = 8.0
+    embedding_widths: list[int] = field(default_factory=lambda: [16, 32, 64])
+    axis_neurons: int = 8
+    fitting_widths: list[int] = field(default_factory=lambda: [128, 128, 128])
+    num_neighbors: float = 32.0
+    type_one_side: bool = False
+    activation: str = "tanh"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0.0 <= self.cutoff_smooth < self.cutoff:
+            raise ValueError(f"cutoff_smooth must lie in [0, cutoff = {self.cutoff}), got "
+                             f"{self.cutoff_smooth}")
+        if not self.embedding_widths or min(self.embedding_widths) < 1:
+            raise ValueError(f"embedding_widths must be positive, got {self.embedding_widths}")
+        if not 1 <= self.axis_neurons <= self.embedding_widths[-1]:
+            raise ValueError(f"axis_neurons must lie in [1, {self.embedding_widths[-1]}] (the "
+                             f"last embedding width), got {self.axis_neurons}")
+        if self.fitting_widths and min(self.fitting_widths) < 1:
+            raise ValueError(f"fitting_widths must be positive, got {self.fitting_widths}")
+        if self.num_neighbors <= 0:
+            raise ValueError(f"num_neighbors must be positive, got {self.num_neighbors}")
+
+
+def smooth_switch(r: torch.Tensor, cutoff_smooth: float, cutoff: float) -> torch.Tensor:
+    """DeePMD's switching ``sw(u) = u³(−6u² + 15u − 10) + 1``, ``u = (r − r_s)/(r_c − r_s)``
+    clamped to [0, 1]: 1 below ``cutoff_smooth``, exactly 0 at and beyond ``cutoff``, with
+    continuous first and second derivatives. Same shape and dtype as ``r``."""
+    u = ((r - cutoff_smooth) / (cutoff - cutoff_smooth)).clamp(0.0, 1.0)
+    return u**3 * (u * (-6.0 * u + 15.0) - 10.0) + 1.0
+
+
+def _padded_slots(keys: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Where each row goes in a padded batch of blocks, one network per block.
+
+    Rows are grouped by network; each group fills blocks of ``width`` rows (its last one
+    padded), ``width`` the mean group size, so that padding at most doubles the rows
+    however unequal the groups.
+
+    Parameters
+    ----------
+    keys : torch.Tensor, shape (M,), int64
+        The network of each row, in ``[0, count)``.
+    count : int
+        Number of networks.
+
+    Returns
+    -------
+    network : torch.Tensor, shape (B,), int64
+        The network of each block.
+    slot : torch.Tensor, shape (M,), int64
+        Row ``m``'s place in the flattened ``(B, width)`` batch.
+    width : int
+        Rows per block (one host read of the group sizes).
+    """
+    sizes = torch.bincount(keys, minlength=count)
+    present = int(torch.count_nonzero(sizes))
+    width = max(1, -(-keys.numel() // max(present, 1)))
+    blocks = (sizes + width - 1) // width  # per network
+    network = torch.repeat_interleave(torch.arange(count, device=keys.device), blocks)
+    first_block = torch.cumsum(blocks, 0) - blocks
+    order = torch.argsort(keys, stable=True)
+    starts = torch.cumsum(sizes, 0) - sizes
+    sorted_keys = keys.index_select(0, order)
+    rank = torch.arange(keys.numel(), device=keys.device) - starts.index_select(0, sorted_keys)
+    place = (first_block.index_select(0, sorted_keys) + rank // width) * width + rank % width
+    return network, torch.empty_like(keys).index_copy_(0, order, place), width
+
+
+def _batched_mlp(x: torch.Tensor, keys: torch.Tensor, count: int, weights, biases,
+                 act: nn.Module, skip) -> torch.Tensor:
+    """Each row of ``x`` through the network ``keys`` picks from stacks of ``count``
+    networks: one batched matrix product per layer over blocks of rows of one network
+    (`_padded_slots`).
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape (M, w0)
+    keys : torch.Tensor, shape (M,), int64
+    count : int
+    weights, biases : sequences of torch.Tensor, shapes (count, w_l, w_{l+1}), (count, w_{l+1})
+    act : nn.Module
+    skip : callable ``(layer, x, y) -> y``, the layer's shortcut
+
+    Returns
+    -------
+    torch.Tensor, shape (M, w_last)
+    """
+    network, slot, width = _padded_slots(keys, count)
+    blocks = network.shape[0]
+    h = x.new_zeros(blocks * width, x.shape[1]).index_copy_(0, slot, x)
+    h = h.view(blocks, width, x.shape[1])
+    for layer, (weight, bias) in enumerate(zip(weights, biases, strict=True)):
+        y = act(torch.baddbmm(bias.index_select(0, network)[:, None], h,
+                              weight.index_select(0, network)))
+        h = skip(layer, h, y)
+    return h.reshape(blocks * width, h.shape[-1]).index_select(0, slot)
+
+
+def _embedding_skip(layer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """DeePMD's embedding-net shortcut: ``y + x`` at equal widths, ``y + [x, x]`` where the
+    width doubles, else ``y``."""
+    if x.shape[-1] == y.shape[-1]:
+        return y + x
+    if 2 * x.shape[-1] == y.shape[-1]:
+        return y + torch.cat([x, x], dim=-1)
+    return y
+
+
+def _fitting_skip(layer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """DeePMD's fitting-net shortcut: ``y + x`` between hidden layers of equal width."""
+    return y + x if layer > 0 and x.shape[-1] == y.shape[-1] else y
+
+
+def _init_stack(nets: int, widths: list[int]) -> tuple[nn.ParameterList, nn.ParameterList]:
+    """DeePMD's initialisation: weights ~ N(0, 1/(in + out)), biases ~ N(0, 1)."""
+    weights, biases = nn.ParameterList(), nn.ParameterList()
+    for a, b in zip(widths[:-1], widths[1:], strict=True):
+        weights.append(nn.Parameter(torch.randn(nets, a, b) / math.sqrt(a + b)))
+        biases.append(nn.Parameter(torch.randn(nets, b)))
+    return weights, biases
+
+
+class CGDeepPotential(nn.Module):
+    """Deep Potential (se_e2_a) energy model over a batch of replica graphs (same interface
+    as ``CGSchNet``).
+
+    Parameters
+    ----------
+    config : DeepPotentialConfig
+    """
+
+    def __init__(self, config: DeepPotentialConfig | None = None):
+        super().__init__()
+        self.config = config = config or DeepPotentialConfig()
+        types = config.embedding_size
+        self.pair_nets = types if config.type_one_side else types * types
+        self.embedding_weights, self.embedding_biases = _init_stack(
+            self.pair_nets, [1, *config.embedding_widths])
+        m1 = config.embedding_widths[-1]
+        fitting = [m1 * config.axis_neurons, *config.fitting_widths]
+        self.fitting_weights, self.fitting_biases = _init_stack(types, fitting)
+        self.fitting_out = nn.Parameter(torch.randn(types, fitting[-1]) / math.sqrt(fitting[-1]))
+        self.energy_bias = nn.Parameter(torch.zeros(types))
+        self.activation = ACTIVATIONS[config.activation]()
+
+    @property
+    def output_parameters(self) -> tuple[nn.Parameter, nn.Parameter]:
+        """``(fitting_out, energy_bias)``: every atomic energy is linear and homogeneous in
+        them (`workbench.model.architectures.output_parameters`)."""
+        return self.fitting_out, self.energy_bias
+
+    @property
+    def cutoff(self) -> float:
+        """Graph radius r_c in Å."""
+        return self.config.cutoff
+
+    def environment(
+        self, pos: torch.Tensor, graph: Graph
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Rows of the environment matrix, with padding slots made harmless.
+
+        Parameters
+        ----------
+        pos : torch.Tensor, shape (N, 3)
+        graph : Graph
+            Padding slots (``valid`` False) get index 0 and a length beyond the cutoff.
+
+        Returns
+        -------
+        s : torch.Tensor, shape (E,)
+            ``s(r)``, 1/Å; zero for padding slots and at or beyond the cutoff.
+        env : torch.Tensor, shape (E, 4)
+            ``R̃_ij = s(r) [1, x/r, y/r, z/r]``, zero where ``s`` is.
+        src, dst : torch.Tensor, shape (E,), int64
+            Neighbour and centre of each edge, safe to gather with.
+        """
+        src, dst, valid = graph.src, graph.dst, graph.valid
+        if valid is not None:
+            src = torch.where(valid, src, 0)
+            dst = torch.where(valid, dst, 0)
+        diff = pos.index_select(0, src) - pos.index_select(0, dst)
+        if valid is not None:  # a scalar fill: no host-to-device copy
+            diff = torch.where(valid[:, None], diff, 2.0 * self.cutoff + 1.0)
+        r = torch.linalg.vector_norm(diff, dim=-1)
+        s = smooth_switch(r, self.config.cutoff_smooth, self.cutoff) / r
+        env = torch.cat([s[:, None], diff * (s / r)[:, None]], dim=-1)
+        return s, env, src, dst
+
+    def embedding(self, s: torch.Tensor, net: torch.Tensor) -> torch.Tensor:
+        """``G``: each edge's ``s`` through the embedding network ``net`` of that edge.
+
+        Parameters
+        ----------
+        s : torch.Tensor, shape (E,)
+        net : torch.Tensor, shape (E,), int64
+            Index of the edge's network, in ``[0, P)``.
+
+        Returns
+        -------
+        torch.Tensor, shape (E, M1)
+        """
+        return _batched_mlp(s[:, None], net, self.pair_nets, self.embedding_weights,
+                            self.embedding_biases, self.activation, _embedding_skip)
+
+    def fitting(self, d: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+        """Atomic energies: each bead's descriptor through its type's fitting network.
+
+        Parameters
+        ----------
+        d : torch.Tensor, shape (N, M1·M2)
+        types : torch.Tensor, shape (N,), int64
+
+        Returns
+        -------
+        torch.Tensor, shape (N,)
+        """
+        h = _batched_mlp(d, types, self.config.embedding_size, self.fitting_weights,
+                         self.fitting_biases, self.activation, _fitting_skip)
+        return (h * self.fitting_out.index_select(0, types)).sum(-1) + self.energy_bias[types]
+
+    def descriptor(
+        self, pos: torch.Tensor, types: torch.Tensor, graph: Graph
+    ) -> torch.Tensor:
+        """The se_e2_a descriptor ``D_i``, flattened.
+
+        Parameters
+        ----------
+        pos : torch.Tensor, shape (N, 3)
+        types : torch.Tensor, shape (N,), int64
+        graph : Graph
+
+        Returns
+        -------
+        torch.Tensor, shape (N, M1·M2)
+        """
+        s, env, src, dst = self.environment(pos, graph)
+        t_src = types.index_select(0, src)
+        net = t_src if self.config.type_one_side else (
+            types.index_select(0, dst) * self.config.embedding_size + t_src)
+        g = self.embedding(s, net)
+        m1 = g.shape[-1]
+        a = pos.new_zeros(pos.shape[0], m1, 4).index_add_(0, dst, g[:, :, None] * env[:, None])
+        a = a / self.config.num_neighbors
+        d = a @ a[:, : self.config.axis_neurons].transpose(1, 2)
+        return d.reshape(pos.shape[0], m1 * self.config.axis_neurons)
+
+    def forward(
+        self,
+        pos: torch.Tensor,
+        types: torch.Tensor,
+        graph: Graph,
+        options: KernelOptions | None = None,
+    ) -> torch.Tensor:
+        """Per-node energies.
+
+        Parameters
+        ----------
+        pos : torch.Tensor, shape (N, 3), float32 or float64
+            Flattened positions of all replicas, Å.
+        types : torch.Tensor, shape (N,), int64
+            Bead types.
+        graph : Graph
+            Directed edges (``src`` → ``dst``, ``dst`` the centre); edges at or beyond the
+            cutoff and padding slots contribute nothing.
+        options : KernelOptions, optional
+            The engine's Triton techniques have no kernels for this network; those asked
+            for (but the MD step's own) are ignored with a one-time warning.
+
+        Returns
+        -------
+        torch.Tensor, shape (N,)
+        """
+        if options is not None:
+            missing = [name for name in options.enabled() if name not in STEP_TECHNIQUES]
+            if missing:
+                from workbench.model.fused_schnet import warn_fallback_once
+
+                warn_fallback_once(f"CGDeepPotential has no fused kernels for "
+                                   f"{', '.join(missing)}")
+        return self.fitting(self.descriptor(pos, types, graph), types)
