@@ -59,7 +59,7 @@ def test_the_network_config_of_each_architecture():
 @pytest.mark.parametrize(
     ("changes", "field", "message"),
     [
-        ({"arch": "network"}, "arch", "must be one of egnn, nequip, painn, schnet"),
+        ({"arch": "network"}, "arch", "must be one of dp, egnn, nequip, painn, schnet"),
         ({"arch": "egnn", "blocks": 2}, "blocks", "is not a size of egnn"),
         ({"arch": "painn", "filters": 8}, "filters", "give them with {network}"),
         ({"network": "[1, 2]"}, "network", "must be a mapping of schnet's config keys"),
