@@ -90,6 +90,24 @@ def bonds_only_potential(sys: CGSystem | None = None) -> Potential:
     return Potential(sys.bead_types, None, {"bonds": bonds})
 
 
+def assert_padding_and_far_edges_add_nothing(energy_and_forces: Callable, pos: torch.Tensor,
+                                             cutoff: float) -> None:
+    """A network's energies and forces on ``pos`` (R, n, 3) are the same on the exact graph,
+    on a candidate graph with edges beyond ``cutoff`` and on a fixed-capacity graph with
+    padding slots (``energy_and_forces(pos, graph=None) -> (energy, forces)``)."""
+    n = pos.shape[1]
+    e_exact, f_exact = energy_and_forces(pos)
+    candidates = NeighborList(n, cutoff, skin=1.5).update(pos, exact=False)
+    capacity = NeighborList(n, cutoff, skin=1.5, capacity=8000).update(pos)
+    assert capacity.valid is not None and not bool(capacity.valid.all()), "needs padding"
+    d = (pos.reshape(-1, 3)[candidates.dst] - pos.reshape(-1, 3)[candidates.src]).norm(dim=-1)
+    assert bool((d >= cutoff).any()), "needs candidate edges beyond the cutoff"
+    for graph in (candidates, capacity):
+        e, f = energy_and_forces(pos, graph)
+        torch.testing.assert_close(e, e_exact, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(f, f_exact, rtol=1e-12, atol=1e-12)
+
+
 # -- coordinates --------------------------------------------------------------------------
 def perturbed_positions(
     sys: CGSystem | None = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import (
+    assert_padding_and_far_edges_add_nothing,
     exact_graph,
     finite_difference_forces,
     interpreter_only,
@@ -116,17 +117,8 @@ def test_energies_follow_a_permutation_of_replicas():
 def test_padding_slots_and_edges_beyond_the_cutoff_contribute_nothing():
     model = small_egnn(seed=5).double()
     pos = perturbed_positions(replicas=2, sigma=0.3, seed=4)
-    n = pos.shape[1]
-    e_exact, f_exact = energy_and_forces(model, pos)
-    candidates = NeighborList(n, model.cutoff, skin=1.5).update(pos, exact=False)
-    capacity = NeighborList(n, model.cutoff, skin=1.5, capacity=8000).update(pos)
-    assert capacity.valid is not None and not bool(capacity.valid.all()), "needs padding"
-    d = (pos.reshape(-1, 3)[candidates.dst] - pos.reshape(-1, 3)[candidates.src]).norm(dim=-1)
-    assert bool((d >= model.cutoff).any()), "needs candidate edges beyond the cutoff"
-    for graph in (candidates, capacity):
-        e, f = energy_and_forces(model, pos, graph)
-        torch.testing.assert_close(e, e_exact, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(f, f_exact, rtol=1e-12, atol=1e-12)
+    assert_padding_and_far_edges_add_nothing(
+        lambda p, graph=None: energy_and_forces(model, p, graph), pos, model.cutoff)
 
 
 # -- configuration -----------------------------------------------------------------------

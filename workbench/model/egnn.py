@@ -309,16 +309,12 @@ def fused_edge_problem(
     counterpart of `workbench.model.fused_schnet.fused_path_problem`)."""
     from kernels.egnn_edge import ACTIVATIONS as FUSED_ACTIVATIONS
 
-    problem = kernel_device_problem(model, device, options, "the EGNN edge kernel")
-    if problem is not None:
-        return problem
     config = model.config
-    if config.activation not in FUSED_ACTIVATIONS:
-        return f"the EGNN edge kernel implements {FUSED_ACTIVATIONS}, not {config.activation}"
-    width = config.edge_width
-    if width & (width - 1) or width < 16:
-        return f"the EGNN edge kernel needs a power-of-two edge width >= 16, got {width}"
-    return None
+    problem = kernel_device_problem(model, device, options, "the EGNN edge kernel",
+                                    {"edge width": config.edge_width})
+    if problem is None and config.activation not in FUSED_ACTIVATIONS:
+        problem = f"the EGNN edge kernel implements {FUSED_ACTIVATIONS}, not {config.activation}"
+    return problem
 
 
 def packed_edges(model: CGEGNN, precision: str) -> PackedLayers:

@@ -126,10 +126,10 @@ class PackedWeights:
 
 
 def kernel_device_problem(network, device: torch.device, options: KernelOptions,
-                          kernel: str) -> str | None:
+                          kernel: str, widths: dict[str, int] | None = None) -> str | None:
     """The reasons shared by CGEGNN's and CGPaiNN's fused kernels not to run (Triton on
-    ``device``, float32 weights, bf16 support), or None; ``kernel`` names the kernel in the
-    message (``"the EGNN edge kernel"``)."""
+    ``device``, float32 weights, bf16 support, ``widths`` by name that are not powers of two
+    >= 16), or None; ``kernel`` names the kernel in the message (``"the EGNN edge kernel"``)."""
     from kernels import triton_available
     from kernels._triton import INTERPRET
 
@@ -140,6 +140,9 @@ def kernel_device_problem(network, device: torch.device, options: KernelOptions,
     bf16 = options.mlp_precision == "bf16"
     if bf16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         return "this GPU does not support bf16"
+    for name, width in (widths or {}).items():
+        if width & (width - 1) or width < 16:
+            return f"{kernel} needs a power-of-two {name} >= 16, got {width}"
     return None
 
 

@@ -420,13 +420,8 @@ def fused_message_problem(
 ) -> str | None:
     """Why the fused PaiNN message kernel cannot run on ``device``, or None if it can (the
     counterpart of `workbench.model.egnn.fused_edge_problem`)."""
-    problem = kernel_device_problem(model, device, options, "the PaiNN message kernel")
-    if problem is not None:
-        return problem
-    hidden = model.config.hidden
-    if hidden & (hidden - 1) or hidden < 16:
-        return f"the PaiNN message kernel needs a power-of-two hidden width >= 16, got {hidden}"
-    return None
+    return kernel_device_problem(model, device, options, "the PaiNN message kernel",
+                                 {"hidden width": model.config.hidden})
 
 
 def packed_filters(model: CGPaiNN, precision: str) -> PackedLayers:
