@@ -17,6 +17,7 @@ import torch
 
 from workbench.model.ablation import TURNS_ON, WALK, walk_stages
 from workbench.model.force_paths import (
+    PYTORCH_ONLY,
     PYTORCH_TECHNIQUES,
     STEP_TECHNIQUES,
     drop_unimplemented,
@@ -114,9 +115,10 @@ def usable_options(
     -------
     (KernelOptions, str or None)
         ``options`` itself, or what of them runs with the reason: the techniques the
-        network has no kernels for are off; off a GPU, the reference path, but a
-        CGSchNet's techniques with a PyTorch implementation stay on
-        (``tabulated_filter``: `workbench.model.pytorch_tables`).
+        network has no kernels for are off; off a GPU, the reference path, but the
+        techniques with a PyTorch implementation stay on (``tabulated_filter`` of a
+        CGSchNet, `workbench.model.pytorch_tables`, or of a CGDeepPotential,
+        `workbench.model.dp_tables`).
     """
     implemented = replace(options)
     absent = drop_unimplemented(implemented, architecture)
@@ -126,8 +128,9 @@ def usable_options(
     if implemented.is_baseline or device.type == "cuda":
         return (options, None) if note is None else (implemented, note + ".")
     # the techniques with a PyTorch path stay on, except under TRITON_INTERPRET (tests),
-    # where they would run in the Triton interpreter
-    keep = () if triton_runs_on(device) or architecture != "schnet" else PYTORCH_TECHNIQUES
+    # where they would run in the Triton interpreter (those that run in PyTorch only stay)
+    keep = (PYTORCH_ONLY if triton_runs_on(device) else PYTORCH_TECHNIQUES).get(architecture,
+                                                                             ())
     kept = KernelOptions(**{name: getattr(implemented, name) for name in keep})
     if kept == options:
         return options, None

@@ -257,7 +257,7 @@ def dp_potential(seed: int = 11) -> Potential:
 
 
 def test_registry_and_potential():
-    assert "dp" in ARCHITECTURES and ARCHITECTURES["dp"].fused == ()
+    assert "dp" in ARCHITECTURES and ARCHITECTURES["dp"].fused == ("tabulated_filter",)
     assert architecture_of(small_dp()) == "dp"
     built = build_network("dp", DeepPotentialConfig(**SMALL).to_dict())
     assert isinstance(built, CGDeepPotential) and built.config == DeepPotentialConfig(**SMALL)

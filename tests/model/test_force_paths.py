@@ -63,8 +63,9 @@ def test_each_architecture_implements_its_own_techniques():
     for architecture in ("painn", "egnn"):
         assert implemented_techniques(architecture) == (
             "fused_message_passing", "cuda_graph", "fused_pair_search", "fused_integrator")
-    for architecture in ("nequip", "dp"):
-        assert implemented_techniques(architecture) == ("fused_pair_search", "fused_integrator")
+    assert implemented_techniques("nequip") == ("fused_pair_search", "fused_integrator")
+    assert implemented_techniques("dp") == ("tabulated_filter", "fused_pair_search",
+                                            "fused_integrator")
     assert implemented_techniques(None) == ("cuda_graph", "fused_pair_search",
                                             "fused_integrator")
 
@@ -81,7 +82,7 @@ def no_schnet_problem(monkeypatch):
 
 
 @pytest.mark.parametrize("architecture",
-                         ["painn", "egnn", "dp", pytest.param("nequip", marks=needs_e3nn)])
+                         ["painn", "egnn", pytest.param("nequip", marks=needs_e3nn)])
 def test_a_cpu_runs_other_networks_on_their_reference_path(architecture, no_triton,
                                                            no_schnet_problem):
     net = demo_network(architecture)
@@ -90,6 +91,19 @@ def test_a_cpu_runs_other_networks_on_their_reference_path(architecture, no_trit
     assert options == KernelOptions() and force_path(net, CPU, options) == "reference"
     assert "tabulated_filter" in notices[0] and "no fused kernels" in notices[0]
     assert "fused_pair_search" in notices[1] and "fell back" in notices[1]
+
+
+def test_a_cpu_runs_a_deep_potential_on_its_pytorch_tables(no_triton, no_schnet_problem):
+    net = demo_network("dp")
+    options = KernelOptions.all_on("fp16", tabulated_filter=True, cuda_graph=True)
+    notices = settle_options(options, CPU, net)
+    assert options == KernelOptions(tabulated_filter=True)
+    assert force_path(net, CPU, options) == "pytorch-tables"
+    assert "fused_pair_search" in notices[1] and "fell back" in notices[1]
+    assert "dp_tables: each embedding network" in notices[2]
+    exact = KernelOptions(fused_integrator=True)
+    settle_options(exact, CPU, net)
+    assert exact.is_baseline and force_path(net, CPU, exact) == "reference"
 
 
 @interpreter_only

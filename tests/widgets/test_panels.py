@@ -278,12 +278,13 @@ def test_the_kernels_panel_offers_what_the_network_implements():
     assert panel.absent_note.value == "" and not panel.precision.disabled
 
 
-def test_the_kernels_panel_offers_a_deep_potential_the_step_techniques_only():
-    panel = KernelsPanel(options=KernelOptions.all_on("fp16"), architecture="dp")
-    assert shown_toggles(panel) == {"fused_pair_search", "fused_integrator"}
-    assert panel.options == KernelOptions(fused_pair_search=True, fused_integrator=True)
-    assert "CGDeepPotential: it has no fused kernels" in panel.absent_note.value
-    assert panel.precision.disabled
+def test_the_kernels_panel_offers_a_deep_potential_its_own_techniques():
+    panel = KernelsPanel(options=KernelOptions.all_on("fp16", tabulated_filter=True),
+                         architecture="dp")
+    assert shown_toggles(panel) == {"tabulated_filter", "fused_pair_search", "fused_integrator"}
+    assert panel.options == KernelOptions(tabulated_filter=True, fused_pair_search=True,
+                                          fused_integrator=True, mlp_precision="fp16")
+    assert "CGDeepPotential: its fused kernels are tabulated_filter" in panel.absent_note.value
 
 
 def test_the_launch_architecture_reaches_the_run_and_the_kernel_switches(fake_run):

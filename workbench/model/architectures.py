@@ -66,8 +66,9 @@ ARCHITECTURES: dict[str, Architecture] = {
     # its convolution backends are a switch of the network (`CGTensorProduct.backend`)
     "nequip": Architecture("workbench.model.tensor_product", "TensorProductConfig",
                            "CGTensorProduct"),
+    # its tables run in PyTorch on any device (`workbench.model.dp_tables`)
     "dp": Architecture("workbench.model.deep_potential", "DeepPotentialConfig",
-                       "CGDeepPotential"),
+                       "CGDeepPotential", ("tabulated_filter",)),
 }
 
 #: Attributes of a Potential that an architecture name must not shadow.

@@ -52,9 +52,10 @@ Evaluation: edges are grouped by embedding network (one stable sort, one host re
 group sizes) into blocks of equal length, one network per block, and each layer is one
 batched matrix product over the blocks with their networks' weights gathered
 (`_batched_mlp`); beads likewise by fitting network. No dense neighbour matrices:
-``A_i`` is an ``index_add_`` of per-edge outer products onto ``dst``. No Triton kernels
-(``Architecture.fused`` is empty); DeePMD's compressed (tabulated) embedding, fused
-descriptor kernels and deepmd-kit interoperability are planned (``docs/deep-potential.md``).
+``A_i`` is an ``index_add_`` of per-edge outer products onto ``dst``. With
+``tabulated_filter`` the embedding networks are read from cubic tables
+(`workbench.model.dp_tables`, DeePMD's model compression). Fused descriptor kernels and
+deepmd-kit interoperability are planned (``docs/deep-potential.md``).
 DeePMD's data statistics of the environment matrix (``davg``/``dstd``) are not applied:
 ``s`` enters unnormalised.
 """
@@ -68,7 +69,14 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from workbench.model.force_paths import STEP_TECHNIQUES
+from workbench.model.dp_tables import (
+    TABLE_MIN_DISTANCE,
+    EmbeddingTable,
+    embedding_table,
+    tabulated_embedding,
+)
+from workbench.model.force_paths import implemented_techniques
+from workbench.model.fused_schnet import kernel_device_problem
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.neighbors import Graph
@@ -290,9 +298,32 @@ class CGDeepPotential(nn.Module):
         if valid is not None:  # a scalar fill: no host-to-device copy
             diff = torch.where(valid[:, None], diff, 2.0 * self.cutoff + 1.0)
         r = torch.linalg.vector_norm(diff, dim=-1)
-        s = smooth_switch(r, self.config.cutoff_smooth, self.cutoff) / r
+        s = self.embedding_input(r)  # the embedding networks read s itself
         env = torch.cat([s[:, None], diff * (s / r)[:, None]], dim=-1)
         return s, env, src, dst
+
+    def embedding_input(self, r: torch.Tensor) -> torch.Tensor:
+        """``x``, the embedding networks' input, at pair distances ``r``: ``s(r)``.
+
+        Parameters
+        ----------
+        r : torch.Tensor, shape (E,), float
+            Å, positive.
+
+        Returns
+        -------
+        torch.Tensor, shape (E,), 1/Å
+            Zero at and beyond the cutoff.
+        """
+        return smooth_switch(r, self.config.cutoff_smooth, self.cutoff) / r
+
+    def embedding_input_range(self) -> tuple[float, float]:
+        """``(x_lo, x_hi)``: the range of `embedding_input` over distances in
+        ``[TABLE_MIN_DISTANCE, r_c]`` (the domain of the embedding tables,
+        `workbench.model.dp_tables`), from 4,001 distances in float64."""
+        r = torch.linspace(TABLE_MIN_DISTANCE, self.cutoff, 4001, dtype=torch.float64)
+        x = self.embedding_input(r)
+        return float(x.min()), float(x.max())
 
     def embedding(self, s: torch.Tensor, net: torch.Tensor) -> torch.Tensor:
         """``G``: each edge's ``s`` through the embedding network ``net`` of that edge.
@@ -327,7 +358,8 @@ class CGDeepPotential(nn.Module):
         return (h * self.fitting_out.index_select(0, types)).sum(-1) + self.energy_bias[types]
 
     def descriptor(
-        self, pos: torch.Tensor, types: torch.Tensor, graph: Graph
+        self, pos: torch.Tensor, types: torch.Tensor, graph: Graph,
+        table: EmbeddingTable | None = None,
     ) -> torch.Tensor:
         """The se_e2_a descriptor ``D_i``, flattened.
 
@@ -336,6 +368,9 @@ class CGDeepPotential(nn.Module):
         pos : torch.Tensor, shape (N, 3)
         types : torch.Tensor, shape (N,), int64
         graph : Graph
+        table : EmbeddingTable, optional
+            Read the embedding networks from their tables (rows in ``pos``' dtype) instead
+            of evaluating them.
 
         Returns
         -------
@@ -345,7 +380,7 @@ class CGDeepPotential(nn.Module):
         t_src = types.index_select(0, src)
         net = t_src if self.config.type_one_side else (
             types.index_select(0, dst) * self.config.embedding_size + t_src)
-        g = self.embedding(s, net)
+        g = self.embedding(s, net) if table is None else tabulated_embedding(table, s, net)
         m1 = g.shape[-1]
         a = pos.new_zeros(pos.shape[0], m1, 4).index_add_(0, dst, g[:, :, None] * env[:, None])
         a = a / self.config.num_neighbors
@@ -371,18 +406,31 @@ class CGDeepPotential(nn.Module):
             Directed edges (``src`` → ``dst``, ``dst`` the centre); edges at or beyond the
             cutoff and padding slots contribute nothing.
         options : KernelOptions, optional
-            The engine's Triton techniques have no kernels for this network; those asked
-            for (but the MD step's own) are ignored with a one-time warning.
+            ``tabulated_filter`` reads the embedding networks from their tables
+            (`workbench.model.dp_tables`). Techniques this network has no path for are
+            ignored with a one-time warning.
 
         Returns
         -------
         torch.Tensor, shape (N,)
         """
+        table = None
         if options is not None:
-            missing = [name for name in options.enabled() if name not in STEP_TECHNIQUES]
+            own = implemented_techniques("dp")
+            missing = [name for name in options.enabled() if name not in own]
             if missing:
                 from workbench.model.fused_schnet import warn_fallback_once
 
                 warn_fallback_once(f"CGDeepPotential has no fused kernels for "
                                    f"{', '.join(missing)}")
-        return self.fitting(self.descriptor(pos, types, graph), types)
+            if options.tabulated_filter:
+                table = embedding_table(self, pos.dtype, pos.device)
+        return self.fitting(self.descriptor(pos, types, graph, table), types)
+
+
+def fused_descriptor_problem(model: CGDeepPotential, device: torch.device,
+                             options: KernelOptions) -> str | None:
+    """Why CGDeepPotential's Triton techniques cannot run on ``device``, or None if they can
+    (the counterpart of `workbench.model.fused_schnet.fused_path_problem`). Its tables
+    (`workbench.model.dp_tables`) run in PyTorch whatever this says."""
+    return kernel_device_problem(model, device, options, "CGDeepPotential's kernels")

@@ -3,7 +3,7 @@
 Each architecture implements its own techniques (`workbench.model.architectures`,
 `Architecture.fused`: CGSchNet all of them, CGEGNN and CGPaiNN ``fused_message_passing``,
 CGTensorProduct none: its convolution backends are a switch of its own; CGDeepPotential
-none yet);
+its tables, which run in PyTorch);
 the MD step's own techniques (`STEP_TECHNIQUES`: the Triton pair search and the fused
 Langevin steps) run whatever the network. `settle_options` switches the others off in the
 options themselves, so that what a run reports (its banner, summary and benchmark record)
@@ -12,7 +12,8 @@ is what ran, and says so in a notice.
 Where the Triton kernels can run (`fused_problem` finds nothing), every remaining technique
 runs as asked. Elsewhere (a CPU, or a model the kernels do not implement) a CGSchNet's
 ``tabulated_filter`` still runs, in PyTorch (`workbench.model.pytorch_tables`), and every
-other technique falls back to the PyTorch reference path.
+other technique falls back to the PyTorch reference path; a CGDeepPotential's tables run in
+PyTorch everywhere (`workbench.model.dp_tables`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,14 @@ from workbench.model.architectures import (
 )
 from workbench.model.options import KernelOptions
 
-#: Techniques with a PyTorch implementation besides the Triton one (CGSchNet's).
-PYTORCH_TECHNIQUES = frozenset({"tabulated_filter"})
+#: Techniques with a PyTorch implementation, by architecture: they run where the Triton
+#: kernels cannot (CGSchNet's tables besides its Triton ones; CGDeepPotential's tables).
+PYTORCH_TECHNIQUES = {"schnet": frozenset({"tabulated_filter"}),
+                      "dp": frozenset({"tabulated_filter"})}
+
+#: Techniques that run in PyTorch only, whatever the device, by architecture (on their own
+#: they put the forces on the ``"pytorch-tables"`` path).
+PYTORCH_ONLY = {"dp": frozenset({"tabulated_filter"})}
 
 #: Techniques of the MD step around the network, which run whatever network the potential
 #: holds: the graph from the Triton pair search, and the fused Langevin steps.
@@ -45,6 +52,7 @@ FUSED_PROBLEMS = {
     "schnet": ("workbench.model.fused_schnet", "fused_path_problem"),
     "egnn": ("workbench.model.egnn", "fused_edge_problem"),
     "painn": ("workbench.model.painn", "fused_message_problem"),
+    "dp": ("workbench.model.deep_potential", "fused_descriptor_problem"),
 }
 
 NO_TRITON = "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
@@ -126,22 +134,26 @@ def fused_problem(network: nn.Module | None, device: torch.device,
 
 def force_path(network: nn.Module | None, device: torch.device, options: KernelOptions) -> str:
     """What evaluates the forces: ``"triton"`` (fused kernels), ``"pytorch-tables"`` (a
-    CGSchNet's tabulated filters in PyTorch) or ``"reference"``.
+    CGSchNet's or CGDeepPotential's tables in PyTorch) or ``"reference"``.
 
-    A network other than CGSchNet is on the Triton path only with one of its own kernels
-    on (CGEGNN's and CGPaiNN's ``fused_message_passing``); otherwise its reference path computes the
+    A network other than CGSchNet is on the Triton path only with one of its own Triton
+    kernels on (CGEGNN's and CGPaiNN's ``fused_message_passing``, CGDeepPotential's fused
+    descriptor); otherwise its PyTorch tables, if on, or its reference path compute the
     forces whatever the step's techniques.
     """
     if options.is_baseline:
         return "reference"
     architecture = None if network is None else architecture_of(network)
-    schnet = architecture == "schnet"
-    if architecture is not None and not schnet and not any(
-            getattr(options, name) for name in network_kernels(architecture)):
+    own = [] if architecture is None else [
+        name for name in network_kernels(architecture) if getattr(options, name)]
+    if architecture is not None and architecture != "schnet" and not own:
         return "reference"
-    if fused_problem(network, device, options) is None:
+    triton = architecture in (None, "schnet") or any(
+        name not in PYTORCH_ONLY.get(architecture, ()) for name in own)
+    if triton and fused_problem(network, device, options) is None:
         return "triton"
-    return "pytorch-tables" if schnet and options.tabulated_filter else "reference"
+    tables = PYTORCH_TECHNIQUES.get(architecture, frozenset())
+    return "pytorch-tables" if options.tabulated_filter and tables else "reference"
 
 
 def settle_options(options: KernelOptions, device: torch.device,
@@ -171,7 +183,7 @@ def settle_options(options: KernelOptions, device: torch.device,
                        f"{', '.join(absent)}: switched off, its PyTorch reference path runs.")
     problem = None if options.is_baseline else fused_problem(network, device, options)
     if problem is not None:
-        keep = PYTORCH_TECHNIQUES if architecture == "schnet" else frozenset()
+        keep = PYTORCH_TECHNIQUES.get(architecture, frozenset())
         dropped = [f.name for f in fields(options)
                    if f.type == "bool" and getattr(options, f.name) and f.name not in keep]
         for name in dropped:
@@ -185,6 +197,8 @@ def settle_options(options: KernelOptions, device: torch.device,
     if force_path(network, device, options) == "pytorch-tables":
         count = torch.get_num_threads()
         threads = f", {count} thread{'s' * (count != 1)}" if device.type == "cpu" else ""
-        notices.append("Tabulated filters in PyTorch (workbench.model.pytorch_tables: each "
-                       f"block's filter from its cubic Hermite table{threads}).")
+        where = ("workbench.model.dp_tables: each embedding network" if architecture == "dp"
+                 else "workbench.model.pytorch_tables: each block's filter")
+        notices.append(f"Tabulated filters in PyTorch ({where} from its cubic Hermite "
+                       f"table{threads}).")
     return notices

@@ -127,7 +127,8 @@ class PackedWeights:
 
 def kernel_device_problem(network, device: torch.device, options: KernelOptions,
                           kernel: str, widths: dict[str, int] | None = None) -> str | None:
-    """The reasons shared by CGEGNN's and CGPaiNN's fused kernels not to run (Triton on
+    """The reasons shared by CGEGNN's, CGPaiNN's and CGDeepPotential's fused kernels not to
+    run (Triton on
     ``device``, float32 weights, bf16 support, ``widths`` by name that are not powers of two
     >= 16), or None; ``kernel`` names the kernel in the message (``"the EGNN edge kernel"``)."""
     from kernels import triton_available
@@ -135,7 +136,7 @@ def kernel_device_problem(network, device: torch.device, options: KernelOptions,
 
     if not triton_available() or (device.type != "cuda" and not INTERPRET):
         return "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
-    if network.embedding_layer.weight.dtype != torch.float32:
+    if next(network.parameters()).dtype != torch.float32:
         return f"{kernel} takes float32 weights"
     bf16 = options.mlp_precision == "bf16"
     if bf16 and device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -167,10 +168,11 @@ class PackedLayers:
     layers: list
 
 
-def cached_packing(network: torch.nn.Module, attribute: str, precision: str, pack):
+def cached_packing(network: torch.nn.Module, attribute: str, precision, pack):
     """``pack(key)`` (run under ``torch.no_grad()``; returns an object with that ``key``),
-    kept on ``network`` as ``attribute`` until a parameter, a buffer or ``precision``
-    changes (`weights_key`)."""
+    kept on ``network`` as ``attribute`` until a parameter, a buffer or ``precision`` (a
+    precision name, or anything hashable the packing depends on besides the weights, e.g.
+    a dtype and a device) changes (`weights_key`)."""
     key = (precision, weights_key(network))
     cached = getattr(network, attribute, None)
     if cached is not None and cached.key == key:

@@ -44,8 +44,8 @@ from torch.autograd.function import once_differentiable
 from kernels.tabulated import FilterTable
 from workbench.neighbors import Graph
 
-__all__ = ["CubicRows", "PairChunk", "TablePairs", "cubic_rows", "table_pairs", "pair_filters",
-           "pair_cfconv", "table_node_energies"]
+__all__ = ["CubicRows", "PairChunk", "TablePairs", "cubic_coefficients", "cubic_rows",
+           "table_pairs", "pair_filters", "pair_cfconv", "table_node_energies"]
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,19 @@ class CubicRows:
         return self.values.shape[0] // 4
 
 
-def cubic_rows(table: FilterTable, dtype: torch.dtype = torch.float32) -> CubicRows:
-    """`CubicRows` of a table, in ``dtype`` (float32 for MD, float64 for checks)."""
+def cubic_coefficients(table: FilterTable, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The stored cubics as ``[G - 1, 4, F]`` in ``dtype``: ``[k, m]`` is ``c_m`` of interval
+    ``k`` (``c2``, ``c3`` rescaled from the stored float16 exactly, as
+    ``kernels.tabulated.evaluate_table`` does)."""
     c0, c1 = table.coeffs01.to(dtype).unbind(1)
     c2, c3 = (table.coeffs23.to(dtype) * table.scale23.to(dtype)).unbind(1)
-    values = torch.stack([c0, c1, c2, c3], 1)
+    return torch.stack([c0, c1, c2, c3], 1)
+
+
+def cubic_rows(table: FilterTable, dtype: torch.dtype = torch.float32) -> CubicRows:
+    """`CubicRows` of a table, in ``dtype`` (float32 for MD, float64 for checks)."""
+    values = cubic_coefficients(table, dtype)
+    c1, c2, c3 = values[:, 1], values[:, 2], values[:, 3]
     slopes = torch.stack([c1, 2.0 * c2, 3.0 * c3, torch.zeros_like(c3)], 1) / table.spacing
     width = table.num_features
     return CubicRows(values.reshape(-1, width).contiguous(),
