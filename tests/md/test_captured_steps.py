@@ -16,6 +16,7 @@ from workbench.benchmark import launches_per_step
 from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
 from workbench.md.captured_steps import CapturedSteps, captured_steps_problem
 from workbench.model import fused_schnet
+from workbench.model.deep_potential import CGDeepPotential, DeepPotentialConfig
 from workbench.model.egnn import CGEGNN, EGNNConfig
 from workbench.model.native_priors import native_priors
 from workbench.model.options import KernelOptions
@@ -191,11 +192,16 @@ def test_caller_never_sees_buffers_that_a_later_chunk_overwrites(potential):
 
 
 def network_potential(architecture: str) -> Potential:
-    """A small CGEGNN or CGPaiNN (fused kernels need power-of-two widths) with the priors."""
+    """A small CGEGNN, CGPaiNN or CGDeepPotential (fused kernels need power-of-two widths)
+    with the priors."""
     sys = tiny_system()
     torch.manual_seed(5)
     if architecture == "egnn":
         network = CGEGNN(EGNNConfig(hidden=16, edge_width=16, layers=1, num_rbf=8, cutoff=6.0))
+    elif architecture == "dp":
+        network = CGDeepPotential(DeepPotentialConfig(
+            cutoff=6.0, cutoff_smooth=4.0, embedding_widths=[4, 8, 16], axis_neurons=4,
+            fitting_widths=[16, 16], num_neighbors=8.0))
     else:
         network = CGPaiNN(PaiNNConfig(embedding_size=25, hidden=16, blocks=1, num_rbf=8,
                                       cutoff=6.0))
@@ -216,7 +222,21 @@ def test_static_steps_of_fused_egnn_and_painn_reproduce_the_eager_trajectory(arc
     assert steps.captures == 1
 
 
-@pytest.mark.parametrize("architecture", ["egnn", "painn"])
+def test_static_steps_of_a_tabulated_deep_potential_reproduce_the_eager_trajectory():
+    """What a CUDA graph replays for a Deep Potential: its tables (gathered per edge by
+    network) and its fitting networks grouped with fixed shapes, over the static graph."""
+    pot = network_potential("dp")
+    options = KernelOptions(cuda_graph=True, tabulated_filter=True)
+    eager, captured = make_sim(pot, options, replicas=2), make_sim(pot, options, replicas=2)
+    eager_steps(eager, 3)
+    steps = CapturedSteps(captured)
+    steps.advance(3)
+    assert steps.captures == 1 and captured.step_count == eager.step_count
+    for name, a, b in zip(eager.state._fields, eager.state, captured.state, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("architecture", ["egnn", "painn", "dp"])
 def test_egnn_and_painn_steps_are_captured_only_on_their_fused_path(architecture,
                                                                    monkeypatch):
     pot = network_potential(architecture)
@@ -224,8 +244,9 @@ def test_egnn_and_painn_steps_are_captured_only_on_their_fused_path(architecture
     monkeypatch.setattr(sim, "device", torch.device("cuda"))  # past the device and
     monkeypatch.setattr(torch.cuda.CUDAGraph, "register_generator_state",  # PyTorch checks
                         lambda *_: None, raising=False)
-    assert "need its kernels (fused_message_passing)" in captured_steps_problem(sim)
-    sim.options.fused_message_passing = True
+    kernel = "tabulated_filter" if architecture == "dp" else "fused_message_passing"
+    assert f"need its kernels ({kernel})" in captured_steps_problem(sim)
+    setattr(sim.options, kernel, True)
     problem = captured_steps_problem(sim)
     assert problem is None or "need its kernels" not in problem  # the kernels' own reason
 

@@ -236,6 +236,34 @@ def test_kernel_options_fall_back_to_the_reference_path_with_a_warning(monkeypat
                in str(w.message) for w in caught)
 
 
+def test_the_captured_paths_read_nothing_on_the_host():
+    """Under ``cuda_graph`` (exact networks or tables) the forward and backward passes run
+    on fake tensors, which refuse any data-dependent host read; energies and forces equal
+    those of the eager grouping's."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    model = small_dp(seed=9, dtype=torch.float32)
+    pos = perturbed_positions(replicas=2, sigma=0.1, seed=9).float()
+    graph, _ = NeighborList(pos.shape[1], model.cutoff).static_graph(pos, 400)  # padded
+    types = tiny_system().bead_types.repeat(2)
+
+    def energy_and_grad(options):
+        p = pos.reshape(-1, 3).clone().requires_grad_()
+        energy = model(p, types, graph, options).sum()
+        return energy, torch.autograd.grad(energy, p)[0]
+
+    for tables in (False, True):
+        captured = KernelOptions(cuda_graph=True, tabulated_filter=tables)
+        eager = KernelOptions(tabulated_filter=tables)
+        for got, want in zip(energy_and_grad(captured), energy_and_grad(eager), strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            energy_and_grad(captured)
+    with pytest.raises(Exception, match="local_scalar_dense"), \
+            FakeTensorMode(allow_non_fake_inputs=True):
+        energy_and_grad(KernelOptions())  # the eager grouping reads a count
+
+
 def test_an_empty_graph_leaves_the_energy_bias_alone():
     model = small_dp(seed=8)
     with torch.no_grad():
@@ -257,7 +285,7 @@ def dp_potential(seed: int = 11) -> Potential:
 
 
 def test_registry_and_potential():
-    assert "dp" in ARCHITECTURES and ARCHITECTURES["dp"].fused == ("tabulated_filter",)
+    assert "dp" in ARCHITECTURES and ARCHITECTURES["dp"].fused == ("tabulated_filter", "cuda_graph")
     assert architecture_of(small_dp()) == "dp"
     built = build_network("dp", DeepPotentialConfig(**SMALL).to_dict())
     assert isinstance(built, CGDeepPotential) and built.config == DeepPotentialConfig(**SMALL)

@@ -64,8 +64,8 @@ def test_each_architecture_implements_its_own_techniques():
         assert implemented_techniques(architecture) == (
             "fused_message_passing", "cuda_graph", "fused_pair_search", "fused_integrator")
     assert implemented_techniques("nequip") == ("fused_pair_search", "fused_integrator")
-    assert implemented_techniques("dp") == ("tabulated_filter", "fused_pair_search",
-                                            "fused_integrator")
+    assert implemented_techniques("dp") == ("tabulated_filter", "cuda_graph",
+                                            "fused_pair_search", "fused_integrator")
     assert implemented_techniques(None) == ("cuda_graph", "fused_pair_search",
                                             "fused_integrator")
 

@@ -279,11 +279,13 @@ def test_the_kernels_panel_offers_what_the_network_implements():
 
 
 def test_the_kernels_panel_offers_a_deep_potential_its_own_techniques():
-    panel = KernelsPanel(options=KernelOptions.all_on("fp16", tabulated_filter=True),
-                         architecture="dp")
-    assert shown_toggles(panel) == {"tabulated_filter", "fused_pair_search", "fused_integrator"}
-    assert panel.options == KernelOptions(tabulated_filter=True, fused_pair_search=True,
-                                          fused_integrator=True, mlp_precision="fp16")
+    panel = KernelsPanel(options=KernelOptions.all_on("fp16", tabulated_filter=True,
+                                                      cuda_graph=True), architecture="dp")
+    assert shown_toggles(panel) == {"tabulated_filter", "cuda_graph", "fused_pair_search",
+                                    "fused_integrator"}
+    assert panel.options == KernelOptions(tabulated_filter=True, cuda_graph=True,
+                                          fused_pair_search=True, fused_integrator=True,
+                                          mlp_precision="fp16")
     assert "CGDeepPotential: its fused kernels are tabulated_filter" in panel.absent_note.value
 
 

@@ -68,7 +68,7 @@ ARCHITECTURES: dict[str, Architecture] = {
                            "CGTensorProduct"),
     # its tables run in PyTorch on any device (`workbench.model.dp_tables`)
     "dp": Architecture("workbench.model.deep_potential", "DeepPotentialConfig",
-                       "CGDeepPotential", ("tabulated_filter",)),
+                       "CGDeepPotential", ("tabulated_filter", "cuda_graph")),
 }
 
 #: Attributes of a Potential that an architecture name must not shadow.
