@@ -77,7 +77,7 @@ from workbench.model.dp_tables import (
     tabulated_embedding,
 )
 from workbench.model.force_paths import implemented_techniques
-from workbench.model.fused_schnet import kernel_device_problem
+from workbench.model.fused_schnet import PRECISION_DTYPES, kernel_device_problem
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.neighbors import Graph
@@ -207,10 +207,17 @@ def _padded_slots(keys: torch.Tensor, count: int,
 
 
 def _batched_mlp(x: torch.Tensor, keys: torch.Tensor, count: int, weights, biases,
-                 act: nn.Module, skip, static: bool) -> torch.Tensor:
+                 act: nn.Module, skip, static: bool,
+                 half: torch.dtype | None = None) -> torch.Tensor:
     """Each row of ``x`` through the network ``keys`` picks from stacks of ``count``
     networks: one batched matrix product per layer over blocks of rows of one network
     (`_padded_slots`).
+
+    With ``half`` (``mlp_precision`` fp16 or bf16) each product takes its operands (the
+    layer's input and weights) in that 16-bit type, accumulates in FP32 (the
+    matrix-multiply routines' accumulator for 16-bit operands) and is rounded once to 16
+    bits; bias, activation and shortcuts stay in ``x``'s dtype, as does everything around
+    the network.
 
     Parameters
     ----------
@@ -222,19 +229,25 @@ def _batched_mlp(x: torch.Tensor, keys: torch.Tensor, count: int, weights, biase
     skip : callable ``(layer, x, y) -> y``, the layer's shortcut
     static : bool
         Shapes fixed by ``M`` and ``count``, no host read (`_padded_slots`).
+    half : torch.dtype, optional
+        ``torch.float16`` or ``torch.bfloat16``: the products' operand type.
 
     Returns
     -------
-    torch.Tensor, shape (M, w_last)
+    torch.Tensor, shape (M, w_last), ``x``'s dtype
     """
     network, slot, width = _padded_slots(keys, count, static)
     blocks = network.shape[0]
     h = x.new_zeros(blocks * width, x.shape[1]).index_copy_(0, slot, x)
     h = h.view(blocks, width, x.shape[1])
     for layer, (weight, bias) in enumerate(zip(weights, biases, strict=True)):
-        y = act(torch.baddbmm(bias.index_select(0, network)[:, None], h,
-                              weight.index_select(0, network)))
-        h = skip(layer, h, y)
+        b = bias.index_select(0, network)[:, None]
+        if half is None:
+            y = torch.baddbmm(b, h, weight.index_select(0, network))
+        else:
+            w = weight.to(half).index_select(0, network)
+            y = torch.bmm(h.to(half), w).to(h.dtype) + b
+        h = skip(layer, h, act(y))
     return h.reshape(blocks * width, h.shape[-1]).index_select(0, slot)
 
 
@@ -351,8 +364,8 @@ class CGDeepPotential(nn.Module):
         x = self.embedding_input(r)
         return float(x.min()), float(x.max())
 
-    def embedding(self, s: torch.Tensor, net: torch.Tensor,
-                  static: bool = False) -> torch.Tensor:
+    def embedding(self, s: torch.Tensor, net: torch.Tensor, static: bool = False,
+                  half: torch.dtype | None = None) -> torch.Tensor:
         """``G``: each edge's ``s`` through the embedding network ``net`` of that edge.
 
         Parameters
@@ -362,16 +375,19 @@ class CGDeepPotential(nn.Module):
             Index of the edge's network, in ``[0, P)``.
         static : bool
             Grouping with shapes fixed by ``E`` and ``P``, no host read (`_padded_slots`).
+        half : torch.dtype, optional
+            16-bit operands of the products (`_batched_mlp`).
 
         Returns
         -------
         torch.Tensor, shape (E, M1)
         """
         return _batched_mlp(s[:, None], net, self.pair_nets, self.embedding_weights,
-                            self.embedding_biases, self.activation, _embedding_skip, static)
+                            self.embedding_biases, self.activation, _embedding_skip, static,
+                            half)
 
-    def fitting(self, d: torch.Tensor, types: torch.Tensor,
-                static: bool = False) -> torch.Tensor:
+    def fitting(self, d: torch.Tensor, types: torch.Tensor, static: bool = False,
+                half: torch.dtype | None = None) -> torch.Tensor:
         """Atomic energies: each bead's descriptor through its type's fitting network.
 
         Parameters
@@ -380,18 +396,22 @@ class CGDeepPotential(nn.Module):
         types : torch.Tensor, shape (N,), int64
         static : bool
             Grouping with shapes fixed by ``N`` and ``T``, no host read (`_padded_slots`).
+        half : torch.dtype, optional
+            16-bit operands of the products (`_batched_mlp`); the last linear map and the
+            energies stay in ``d``'s dtype.
 
         Returns
         -------
         torch.Tensor, shape (N,)
         """
         h = _batched_mlp(d, types, self.config.embedding_size, self.fitting_weights,
-                         self.fitting_biases, self.activation, _fitting_skip, static)
+                         self.fitting_biases, self.activation, _fitting_skip, static, half)
         return (h * self.fitting_out.index_select(0, types)).sum(-1) + self.energy_bias[types]
 
     def descriptor(
         self, pos: torch.Tensor, types: torch.Tensor, graph: Graph,
         table: EmbeddingTable | None = None, static: bool = False,
+        half: torch.dtype | None = None,
     ) -> torch.Tensor:
         """The se_e2_a descriptor ``D_i``, flattened.
 
@@ -405,6 +425,8 @@ class CGDeepPotential(nn.Module):
             of evaluating them.
         static : bool
             Group the edges for the exact networks with fixed shapes, no host read.
+        half : torch.dtype, optional
+            16-bit operands of the exact embedding networks' products (`_batched_mlp`).
 
         Returns
         -------
@@ -414,7 +436,7 @@ class CGDeepPotential(nn.Module):
         t_src = types.index_select(0, src)
         net = t_src if self.config.type_one_side else (
             types.index_select(0, dst) * self.config.embedding_size + t_src)
-        g = (self.embedding(s, net, static) if table is None
+        g = (self.embedding(s, net, static, half) if table is None
              else tabulated_embedding(table, s, net))
         m1 = g.shape[-1]
         a = pos.new_zeros(pos.shape[0], m1, 4).index_add_(0, dst, g[:, :, None] * env[:, None])
@@ -444,17 +466,20 @@ class CGDeepPotential(nn.Module):
             ``tabulated_filter`` reads the embedding networks from their tables
             (`workbench.model.dp_tables`); with ``cuda_graph`` the networks' rows are
             grouped with fixed shapes and no host read (`_padded_slots`), so that the step
-            can be captured. Techniques this network has no path for are ignored with a
+            can be captured; ``mlp_precision`` fp16 or bf16 runs the fitting networks and
+            the exact embedding networks with 16-bit operands (`_batched_mlp`; FP32 for
+            everything else). Techniques this network has no path for are ignored with a
             one-time warning.
 
         Returns
         -------
         torch.Tensor, shape (N,)
         """
-        table, static = None, options is not None and options.cuda_graph
+        table, static, half = None, options is not None and options.cuda_graph, None
         if options is not None:
             own = implemented_techniques("dp")
-            missing = [name for name in options.enabled() if name not in own]
+            missing = [name for name in options.enabled()
+                       if name not in own and not name.startswith("mlp_")]
             if missing:
                 from workbench.model.fused_schnet import warn_fallback_once
 
@@ -462,7 +487,10 @@ class CGDeepPotential(nn.Module):
                                    f"{', '.join(missing)}")
             if options.tabulated_filter:
                 table = embedding_table(self, pos.dtype, pos.device)
-        return self.fitting(self.descriptor(pos, types, graph, table, static), types, static)
+            if options.mlp_precision != "fp32":
+                half = PRECISION_DTYPES[options.mlp_precision]
+        d = self.descriptor(pos, types, graph, table, static, half)
+        return self.fitting(d, types, static, half)
 
 
 def fused_descriptor_problem(model: CGDeepPotential, device: torch.device,

@@ -32,14 +32,15 @@ from workbench.model.architectures import (
 )
 from workbench.model.options import KernelOptions
 
-#: Techniques with a PyTorch implementation, by architecture: they run where the Triton
-#: kernels cannot (CGSchNet's tables besides its Triton ones; CGDeepPotential's tables).
+#: Techniques (and ``mlp_precision``) with a PyTorch implementation, by architecture: they
+#: run where the Triton kernels cannot (CGSchNet's tables besides its Triton ones;
+#: CGDeepPotential's tables and 16-bit networks).
 PYTORCH_TECHNIQUES = {"schnet": frozenset({"tabulated_filter"}),
-                      "dp": frozenset({"tabulated_filter"})}
+                      "dp": frozenset({"tabulated_filter", "mlp_precision"})}
 
-#: Techniques that run in PyTorch only, whatever the device, by architecture (on their own
-#: they put the forces on the ``"pytorch-tables"`` path).
-PYTORCH_ONLY = {"dp": frozenset({"tabulated_filter"})}
+#: Techniques (and ``mlp_precision``) that run in PyTorch only, whatever the device, by
+#: architecture (the tables on their own put the forces on the ``"pytorch-tables"`` path).
+PYTORCH_ONLY = {"dp": frozenset({"tabulated_filter", "mlp_precision"})}
 
 #: Techniques of the MD step around the network, which run whatever network the potential
 #: holds: the graph from the Triton pair search, and the fused Langevin steps.
@@ -103,7 +104,8 @@ def drop_unimplemented(options: KernelOptions, architecture: str | None) -> list
     list of str
         The techniques switched off, and ``mlp_precision=...`` when a 16-bit precision
         was asked of a network none of whose own kernels is on (CGSchNet's kernels read
-        the precision in any combination, so it keeps it).
+        the precision in any combination, and CGDeepPotential's networks in PyTorch, so
+        they keep it).
     """
     if architecture is None:
         return []
@@ -113,7 +115,9 @@ def drop_unimplemented(options: KernelOptions, architecture: str | None) -> list
     for name in dropped:
         setattr(options, name, False)
     own = [name for name in network_kernels(architecture) if getattr(options, name)]
-    if options.mlp_precision != "fp32" and architecture != "schnet" and not own:
+    keeps = architecture == "schnet" or "mlp_precision" in PYTORCH_TECHNIQUES.get(architecture,
+                                                                                  ())
+    if options.mlp_precision != "fp32" and not keeps and not own:
         dropped.append(f"mlp_precision={options.mlp_precision}")
         options.mlp_precision = "fp32"
     return dropped
@@ -188,7 +192,7 @@ def settle_options(options: KernelOptions, device: torch.device,
                    if f.type == "bool" and getattr(options, f.name) and f.name not in keep]
         for name in dropped:
             setattr(options, name, False)
-        if options.mlp_precision != "fp32":
+        if options.mlp_precision != "fp32" and "mlp_precision" not in keep:
             dropped.append(f"mlp_precision={options.mlp_precision}")
             options.mlp_precision = "fp32"
         if dropped:
