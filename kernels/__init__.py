@@ -40,6 +40,7 @@ from kernels.csr import (
     build_csr_sorted_pairs,
     valid_edge_mask,
 )
+from kernels.dp_descriptor import DescriptorSpec, dp_descriptor, dp_descriptor_reference
 from kernels.edge_distances import edge_distances, edge_distances_reference
 from kernels.egnn_edge import EdgeMLPParams, egnn_edge, egnn_edge_reference, pack_edge_mlp
 from kernels.fused_update import linear, linear_reference, tanh_linear, tanh_linear_reference
@@ -95,7 +96,7 @@ __all__ = [
     "build_filter_table",
     "build_csr", "build_csr_sorted_pairs", "radial_basis", "segment_sum",
     "edge_grad_to_positions", "edge_vectors_to_positions", "edge_distances", "cfconv",
-    "egnn_edge", "painn_message",
+    "egnn_edge", "painn_message", "DescriptorSpec", "dp_descriptor",
     "tabulated_cfconv", "linear", "tanh_linear", "pair_energies", "PAIR_FORMS",
     "PairGraph", "pair_search_csr", "angle_energies", "dihedral_energies", "langevin_drift",
     "langevin_finish", "signed_segment_sum", "PairLayout", "PairFilterRows", "pair_layout",
@@ -125,6 +126,7 @@ OPS: dict[str, Op] = {
         Op("cfconv", cfconv, cfconv_reference),
         Op("egnn_edge", egnn_edge, egnn_edge_reference),
         Op("painn_message", painn_message, painn_message_reference),
+        Op("dp_descriptor", dp_descriptor, dp_descriptor_reference),
         Op("tabulated_cfconv", tabulated_cfconv, tabulated_cfconv_reference),
         Op("pair_layout", pair_layout, pair_layout_reference),
         Op("pair_filter_rows", pair_filter_rows, pair_filter_rows_reference),

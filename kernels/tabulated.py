@@ -207,15 +207,18 @@ def tabulate_filter(fn, num_points: int, cutoff: float, device=None) -> FilterTa
 
 
 @triton.jit
-def _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f,
+def _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, cols,
                 F: tl.constexpr):
-    """``W(d)`` and ``W'(d)`` on the feature columns ``f`` ([BLOCK_E, FS] each; zero where not
-    ``valid``).
+    """``W(d)`` and ``W'(d)`` on the feature columns ``cols`` ([BLOCK_E, FS] each; zero where
+    not ``valid``).
 
     ``c01_ptr``: float32 [G-1, 2, F] (c0, c1); ``c23_ptr``: float16 [G-1, 2, F] (c2, c3
-    over ``scale23``); ``scale23``: float32 [1, FS] registers (powers of two) of the columns
-    ``f`` ([FS] int); ``d``: [BLOCK_E] distances >= 0; ``valid``: [BLOCK_E] lanes to evaluate
-    (in a segment and ``d < r_c``); ``inv_h = 1/h``; ``num_intervals = G - 1``. The
+    over ``scale23``); ``scale23``: float32 [1, FS] (or [BLOCK_E, FS]) registers (powers of
+    two) of the columns read; ``cols``: int [1, FS] columns shared by all lanes (a feature
+    slice) or [BLOCK_E, FS] per lane (`kernels.dp_descriptor`: each edge's network);
+    ``d``: [BLOCK_E] distances >= 0 (arguments beyond ``(G-1) h`` read the last interval at
+    ``t = 1``); ``valid``: [BLOCK_E] lanes to evaluate (in a segment and ``d < r_c``);
+    ``inv_h = 1/h``; ``num_intervals = G - 1``. The
     half-precision rows are converted to FP32 and the scale applied after their Horner step
     (exact: a power of two). Table rows are loaded with the ``evict_last`` hint (they are
     reused by every edge; feature rows are not). A caller that ignores ``W'`` pays nothing
@@ -224,7 +227,7 @@ def _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f,
     x = tl.minimum(d * inv_h, num_intervals)
     k = tl.minimum(x.to(tl.int32), num_intervals - 1)  # d >= 0: truncation is floor
     t = (x - k.to(tl.float32))[:, None]
-    off = (k.to(tl.int64) * 2 * F)[:, None] + f[None, :]
+    off = (k.to(tl.int64) * 2 * F)[:, None] + cols
     m = valid[:, None]
     c3 = tl.load(c23_ptr + off + F, mask=m, other=0.0, eviction_policy="evict_last")
     c2 = tl.load(c23_ptr + off, mask=m, other=0.0, eviction_policy="evict_last")
@@ -432,8 +435,8 @@ def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_p
             w, _ = _row_eval(c01_ptr, c23_ptr, d, valid, f, F)
         else:
             valid = pmask & (d < cutoff)
-            w, _ = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f,
-                               F)
+            w, _ = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals,
+                               f[None, :], F)
         x = tl.load(xs_ptr + j.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
                     other=0.0)
         acc += x.to(tl.float32) * w
@@ -481,8 +484,8 @@ def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, other_ptr, ptr_ptr, perm_ptr, c01_
             w, dw = _row_eval(c01_ptr, c23_ptr, d, valid, f, F)
         else:
             valid = pmask & (d < cutoff)
-            w, dw = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals, f,
-                                F)
+            w, dw = _table_eval(c01_ptr, c23_ptr, scale23, d, valid, inv_h, num_intervals,
+                                f[None, :], F)
         gu = tl.load(gu_ptr + i.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
                      other=0.0)
         tl.store(g_row + e, tl.sum(gu * x * dw, axis=1), mask=pmask)

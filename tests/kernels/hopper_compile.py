@@ -1,5 +1,5 @@
-"""Compile the fused-filter, pair-filter, EGNN edge, PaiNN message, tabulated, edge-length,
-pair-search, position-gradient and packed-linear kernels for sm_90.
+"""Compile the fused-filter, pair-filter, EGNN edge, PaiNN message, Deep Potential descriptor,
+tabulated, edge-length, pair-search, position-gradient and packed-linear kernels for sm_90.
 
 Run as a script in a process without ``TRITON_INTERPRET`` (under the interpreter the
 kernels are Python functions and cannot be compiled): ``python hopper_compile.py`` prints
@@ -24,6 +24,7 @@ from triton.runtime.autotuner import Autotuner
 
 from kernels import tabulated
 from kernels.cfconv import _conv_kernel, _length_grad_kernel
+from kernels.dp_descriptor import _descriptor_bwd_kernel, _descriptor_fwd_kernel
 from kernels.edge_distances import _distance_kernel
 from kernels.egnn_edge import _edge_bwd_kernel, _edge_fwd_kernel
 from kernels.fused_update import _linear_kernel
@@ -61,6 +62,12 @@ PAINN_BWD = dict(PAINN, gq_ptr="*fp32", gmu_ptr="*fp32", dst_ptr="*i64", gx_ptr=
                  gvec_ptr="*fp32", v_ptr="*fp32")
 PAINN_VARIANT = dict(EXP_NORMAL=True, ENV_LOWER=False, ENV_IN_BASIS=True, ENV_ON_FILTER=True,
                      H=128, KP=64, DT=tl.float32, PREC="tf32x3", BLOCK_E=16)
+DP = {"pos_ptr": "*fp32", "types_ptr": "*i64", "src_ptr": "*i64", "ptr_ptr": "*i32",
+      "perm_ptr": "*i32", "c01_ptr": "*fp32", "c23_ptr": "*fp16", "scale_ptr": "*fp32",
+      "out_ptr": "*fp32", "ga_ptr": "*fp32", "v_ptr": "*fp32", "num_nodes": "i32",
+      "num_types": "i32", "cutoff_smooth": "fp32", "cutoff": "fp32", "lower": "fp32",
+      "inv_h": "fp32", "num_intervals": "i32", "inv_nc": "fp32"}
+DP_PAIRS = dict(F=25 * 25 * 64, M1=64, ONE_SIDE=False, BLOCK_E=16)  # the default model's
 KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "fused filter convolution": (
         _conv_kernel,
@@ -91,6 +98,9 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "PaiNN message backward, fp16 operands": (
         _message_bwd_kernel, dict(PAINN_BWD, w_ptr="*fp16"),
         [dict(PAINN_VARIANT, DT=tl.float16)]),
+    "DP descriptor forward": (
+        _descriptor_fwd_kernel, DP, [DP_PAIRS, dict(DP_PAIRS, F=25 * 64, ONE_SIDE=True)]),
+    "DP descriptor backward": (_descriptor_bwd_kernel, DP, [DP_PAIRS]),
     "position gradients": (
         _pos_grad_kernel,
         {"g_ptr": "*fp32", "pos_ptr": "*fp32", "src_ptr": "*i64", "dst_ptr": "*i64",

@@ -209,11 +209,12 @@ def network_potential(architecture: str) -> Potential:
 
 
 @interpreter_only
-@pytest.mark.parametrize("architecture", ["egnn", "painn"])
+@pytest.mark.parametrize("architecture", ["egnn", "painn", "dp"])
 def test_static_steps_of_fused_egnn_and_painn_reproduce_the_eager_trajectory(architecture):
     """What a CUDA graph replays for these networks: their fused path with static shapes."""
     pot = network_potential(architecture)
-    options = KernelOptions(cuda_graph=True, fused_message_passing=True)
+    options = KernelOptions(cuda_graph=True, fused_message_passing=True,
+                            tabulated_filter=architecture == "dp")
     eager, captured = make_sim(pot, options, replicas=1), make_sim(pot, options, replicas=1)
     eager_steps(eager, 2)
     steps = CapturedSteps(captured)
@@ -244,9 +245,10 @@ def test_egnn_and_painn_steps_are_captured_only_on_their_fused_path(architecture
     monkeypatch.setattr(sim, "device", torch.device("cuda"))  # past the device and
     monkeypatch.setattr(torch.cuda.CUDAGraph, "register_generator_state",  # PyTorch checks
                         lambda *_: None, raising=False)
-    kernel = "tabulated_filter" if architecture == "dp" else "fused_message_passing"
-    assert f"need its kernels ({kernel})" in captured_steps_problem(sim)
-    setattr(sim.options, kernel, True)
+    kernels = "fused_message_passing, tabulated_filter" if architecture == "dp" else \
+        "fused_message_passing"
+    assert f"need its kernels ({kernels})" in captured_steps_problem(sim)
+    sim.options.fused_message_passing = True
     problem = captured_steps_problem(sim)
     assert problem is None or "need its kernels" not in problem  # the kernels' own reason
 

@@ -13,6 +13,7 @@ from helpers import (
     assert_padding_and_far_edges_add_nothing,
     exact_graph,
     finite_difference_forces,
+    interpreter_only,
     perturbed_positions,
     random_rotation,
     relative_error,
@@ -22,7 +23,12 @@ from helpers import (
 from workbench.md import LangevinIntegrator, Simulation
 from workbench.model import Potential, fused_schnet, load_potential, save_potential
 from workbench.model.architectures import ARCHITECTURES, architecture_of, build_network
-from workbench.model.deep_potential import CGDeepPotential, DeepPotentialConfig, smooth_switch
+from workbench.model.deep_potential import (
+    CGDeepPotential,
+    DeepPotentialConfig,
+    fused_descriptor_problem,
+    smooth_switch,
+)
 from workbench.model.native_priors import native_priors
 from workbench.model.options import KernelOptions
 from workbench.neighbors import Graph, NeighborList
@@ -230,10 +236,40 @@ def test_kernel_options_fall_back_to_the_reference_path_with_a_warning(monkeypat
         plain = node_energies(model, pos)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            fused = node_energies(model, pos, options=KernelOptions(fused_message_passing=True))
+            fused = node_energies(model, pos, options=KernelOptions(fused_update=True))
     torch.testing.assert_close(fused, plain, rtol=0, atol=0)
-    assert any("CGDeepPotential has no fused kernels for fused_message_passing"
+    assert any("CGDeepPotential has no fused kernels for fused_update"
                in str(w.message) for w in caught)
+
+
+@interpreter_only
+def test_fused_descriptor_matches_the_tables_path_and_needs_them(monkeypatch):
+    """The kernel's descriptor (`kernels.dp_descriptor`) against the PyTorch tables path, on
+    a fixed-capacity graph with padding slots."""
+    monkeypatch.setattr(fused_schnet, "_WARNED", set(), raising=False)
+    model = small_dp(seed=10, dtype=torch.float32, embedding_widths=[8, 16])
+    pos = perturbed_positions(replicas=1, sigma=0.1, seed=10).float()
+    graph, needed = NeighborList(pos.shape[1], model.cutoff).static_graph(pos, 1200)
+    assert int(needed) < 1200  # every edge has a slot, some slots are padding
+    types = tiny_system().bead_types
+
+    def energy_and_grad(options):
+        p = pos.reshape(-1, 3).clone().requires_grad_()
+        energy = model(p, types, graph, options)
+        return energy.detach(), torch.autograd.grad(energy.sum(), p)[0]
+
+    fused = KernelOptions(fused_message_passing=True, tabulated_filter=True)
+    for got, want in zip(energy_and_grad(fused), energy_and_grad(KernelOptions(
+            tabulated_filter=True)), strict=True):
+        assert relative_error(got, want) < 1e-5
+    with pytest.warns(RuntimeWarning, match="switch on tabulated_filter"):
+        alone = energy_and_grad(KernelOptions(fused_message_passing=True))
+    torch.testing.assert_close(alone[0], energy_and_grad(None)[0], rtol=0, atol=0)
+    narrow = small_dp(seed=10, dtype=torch.float32)  # M1 = 16 of [4, 8, 16]: fine
+    assert fused_descriptor_problem(narrow, pos.device, fused) is None
+    odd = small_dp(seed=10, dtype=torch.float32, embedding_widths=[8, 24])
+    assert "power-of-two last embedding width" in fused_descriptor_problem(odd, pos.device,
+                                                                          fused)
 
 
 def test_the_captured_paths_read_nothing_on_the_host():
@@ -244,7 +280,8 @@ def test_the_captured_paths_read_nothing_on_the_host():
 
     model = small_dp(seed=9, dtype=torch.float32)
     pos = perturbed_positions(replicas=2, sigma=0.1, seed=9).float()
-    graph, _ = NeighborList(pos.shape[1], model.cutoff).static_graph(pos, 400)  # padded
+    graph, needed = NeighborList(pos.shape[1], model.cutoff).static_graph(pos, 1200)
+    assert int(needed) < 1200  # every edge has a slot, some slots are padding
     types = tiny_system().bead_types.repeat(2)
 
     def energy_and_grad(options):
@@ -303,7 +340,8 @@ def dp_potential(seed: int = 11) -> Potential:
 
 
 def test_registry_and_potential():
-    assert "dp" in ARCHITECTURES and ARCHITECTURES["dp"].fused == ("tabulated_filter", "cuda_graph")
+    assert "dp" in ARCHITECTURES and ARCHITECTURES["dp"].fused == (
+        "fused_message_passing", "tabulated_filter", "cuda_graph")
     assert architecture_of(small_dp()) == "dp"
     built = build_network("dp", DeepPotentialConfig(**SMALL).to_dict())
     assert isinstance(built, CGDeepPotential) and built.config == DeepPotentialConfig(**SMALL)

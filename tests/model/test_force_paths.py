@@ -64,8 +64,9 @@ def test_each_architecture_implements_its_own_techniques():
         assert implemented_techniques(architecture) == (
             "fused_message_passing", "cuda_graph", "fused_pair_search", "fused_integrator")
     assert implemented_techniques("nequip") == ("fused_pair_search", "fused_integrator")
-    assert implemented_techniques("dp") == ("tabulated_filter", "cuda_graph",
-                                            "fused_pair_search", "fused_integrator")
+    assert implemented_techniques("dp") == ("fused_message_passing", "tabulated_filter",
+                                            "cuda_graph", "fused_pair_search",
+                                            "fused_integrator")
     assert implemented_techniques(None) == ("cuda_graph", "fused_pair_search",
                                             "fused_integrator")
 
@@ -99,12 +100,26 @@ def test_a_cpu_runs_a_deep_potential_on_its_pytorch_tables(no_triton, no_schnet_
     notices = settle_options(options, CPU, net)
     assert options == KernelOptions(tabulated_filter=True, mlp_precision="fp16")
     assert force_path(net, CPU, options) == "pytorch-tables"
-    assert "fused_pair_search" in notices[1] and "fell back" in notices[1]
+    assert "fused_message_passing" in notices[1] and "fell back" in notices[1]
     assert "dp_tables: each embedding network" in notices[2]
     exact = KernelOptions(fused_integrator=True, mlp_precision="bf16")
     settle_options(exact, CPU, net)
     assert exact == KernelOptions(mlp_precision="bf16")  # its networks in 16-bit, in PyTorch
     assert force_path(net, CPU, exact) == "reference"
+
+
+@interpreter_only
+def test_a_deep_potential_keeps_its_descriptor_kernel_tables_and_precision(no_schnet_problem):
+    net = demo_network("dp")
+    options = KernelOptions.all_on("bf16", tabulated_filter=True, cuda_graph=True)
+    notices = settle_options(options, CPU, net)
+    assert options == KernelOptions(fused_message_passing=True, tabulated_filter=True,
+                                    cuda_graph=True, fused_pair_search=True,
+                                    fused_integrator=True, mlp_precision="bf16")
+    assert "fused_radial_basis" in notices[0] and force_path(net, CPU, options) == "triton"
+    tables = KernelOptions(tabulated_filter=True)
+    assert settle_options(tables, CPU, net)[0].startswith("Tabulated filters in PyTorch")
+    assert force_path(net, CPU, tables) == "pytorch-tables"
 
 
 @interpreter_only

@@ -281,12 +281,13 @@ def test_the_kernels_panel_offers_what_the_network_implements():
 def test_the_kernels_panel_offers_a_deep_potential_its_own_techniques():
     panel = KernelsPanel(options=KernelOptions.all_on("fp16", tabulated_filter=True,
                                                       cuda_graph=True), architecture="dp")
-    assert shown_toggles(panel) == {"tabulated_filter", "cuda_graph", "fused_pair_search",
-                                    "fused_integrator"}
-    assert panel.options == KernelOptions(tabulated_filter=True, cuda_graph=True,
-                                          fused_pair_search=True, fused_integrator=True,
-                                          mlp_precision="fp16")
-    assert "CGDeepPotential: its fused kernels are tabulated_filter" in panel.absent_note.value
+    assert shown_toggles(panel) == {"fused_message_passing", "tabulated_filter", "cuda_graph",
+                                    "fused_pair_search", "fused_integrator"}
+    assert panel.options == KernelOptions(fused_message_passing=True, tabulated_filter=True,
+                                          cuda_graph=True, fused_pair_search=True,
+                                          fused_integrator=True, mlp_precision="fp16")
+    assert ("CGDeepPotential: its fused kernels are fused_message_passing, tabulated_filter"
+            in panel.absent_note.value)
 
 
 def test_the_launch_architecture_reaches_the_run_and_the_kernel_switches(fake_run):

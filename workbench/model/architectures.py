@@ -66,9 +66,11 @@ ARCHITECTURES: dict[str, Architecture] = {
     # its convolution backends are a switch of the network (`CGTensorProduct.backend`)
     "nequip": Architecture("workbench.model.tensor_product", "TensorProductConfig",
                            "CGTensorProduct"),
-    # its tables run in PyTorch on any device (`workbench.model.dp_tables`)
+    # its tables run in PyTorch on any device (`workbench.model.dp_tables`); its fused
+    # descriptor kernel reads them
     "dp": Architecture("workbench.model.deep_potential", "DeepPotentialConfig",
-                       "CGDeepPotential", ("tabulated_filter", "cuda_graph")),
+                       "CGDeepPotential",
+                       ("fused_message_passing", "tabulated_filter", "cuda_graph")),
 }
 
 #: Attributes of a Potential that an architecture name must not shadow.

@@ -77,7 +77,11 @@ from workbench.model.dp_tables import (
     tabulated_embedding,
 )
 from workbench.model.force_paths import implemented_techniques
-from workbench.model.fused_schnet import PRECISION_DTYPES, kernel_device_problem
+from workbench.model.fused_schnet import (
+    PRECISION_DTYPES,
+    kernel_device_problem,
+    real_edge_graph,
+)
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.neighbors import Graph
@@ -440,9 +444,51 @@ class CGDeepPotential(nn.Module):
              else tabulated_embedding(table, s, net))
         m1 = g.shape[-1]
         a = pos.new_zeros(pos.shape[0], m1, 4).index_add_(0, dst, g[:, :, None] * env[:, None])
-        a = a / self.config.num_neighbors
+        return self.contract(a / self.config.num_neighbors)
+
+    def contract(self, a: torch.Tensor) -> torch.Tensor:
+        """``D_i = A_i A_i^<T``, flattened.
+
+        Parameters
+        ----------
+        a : torch.Tensor, shape (N, M1, 4)
+            ``A_i``.
+
+        Returns
+        -------
+        torch.Tensor, shape (N, M1·M2)
+        """
         d = a @ a[:, : self.config.axis_neurons].transpose(1, 2)
-        return d.reshape(pos.shape[0], m1 * self.config.axis_neurons)
+        return d.reshape(a.shape[0], a.shape[1] * self.config.axis_neurons)
+
+    def fused_descriptor(self, pos: torch.Tensor, types: torch.Tensor, graph: Graph,
+                         table: EmbeddingTable) -> torch.Tensor:
+        """`descriptor` with ``A_i`` from the fused kernel (`kernels.dp_descriptor`: per
+        destination, its CSR segment's environment rows and tabulated embeddings summed in
+        registers; the backward writes one vector per edge).
+
+        Parameters
+        ----------
+        pos : torch.Tensor, shape (N, 3), float32
+        types : torch.Tensor, shape (N,), int64
+        graph : Graph
+            Edges at or beyond the cutoff and padding slots become padding of the CSR
+            layouts (`workbench.model.fused_schnet.real_edge_graph`, no host read).
+        table : EmbeddingTable
+            The embedding networks' table on ``pos``' device.
+
+        Returns
+        -------
+        torch.Tensor, shape (N, M1·M2)
+        """
+        from kernels.dp_descriptor import DescriptorSpec, dp_descriptor
+
+        config = self.config
+        src, dst, csr, _ = real_edge_graph(self, pos, graph)
+        spec = DescriptorSpec(config.cutoff_smooth, config.cutoff, config.embedding_size,
+                              config.type_one_side, config.num_neighbors, table.lower,
+                              table.width)
+        return self.contract(dp_descriptor(pos, types, src, dst, csr, table.table, spec))
 
     def forward(
         self,
@@ -464,7 +510,10 @@ class CGDeepPotential(nn.Module):
             cutoff and padding slots contribute nothing.
         options : KernelOptions, optional
             ``tabulated_filter`` reads the embedding networks from their tables
-            (`workbench.model.dp_tables`); with ``cuda_graph`` the networks' rows are
+            (`workbench.model.dp_tables`), and with ``fused_message_passing`` as well the
+            fused descriptor kernel computes ``A`` (`fused_descriptor`, where
+            `fused_descriptor_problem` finds nothing, else with a one-time warning the
+            path without it); with ``cuda_graph`` the networks' rows are
             grouped with fixed shapes and no host read (`_padded_slots`), so that the step
             can be captured; ``mlp_precision`` fp16 or bf16 runs the fitting networks and
             the exact embedding networks with 16-bit operands (`_batched_mlp`; FP32 for
@@ -475,7 +524,7 @@ class CGDeepPotential(nn.Module):
         -------
         torch.Tensor, shape (N,)
         """
-        table, static, half = None, options is not None and options.cuda_graph, None
+        table, static, half, fused = None, options is not None and options.cuda_graph, None, False
         if options is not None:
             own = implemented_techniques("dp")
             missing = [name for name in options.enabled()
@@ -489,13 +538,34 @@ class CGDeepPotential(nn.Module):
                 table = embedding_table(self, pos.dtype, pos.device)
             if options.mlp_precision != "fp32":
                 half = PRECISION_DTYPES[options.mlp_precision]
-        d = self.descriptor(pos, types, graph, table, static, half)
+            if options.fused_message_passing:
+                problem = fused_descriptor_problem(self, pos.device, options)
+                if problem is None and pos.dtype != torch.float32:
+                    problem = f"the DP descriptor kernel takes float32 positions, not {pos.dtype}"
+                fused = problem is None
+                if problem is not None:
+                    from workbench.model.fused_schnet import warn_fallback_once
+
+                    warn_fallback_once(problem)
+        if fused:
+            d = self.fused_descriptor(pos, types, graph, table)
+        else:
+            d = self.descriptor(pos, types, graph, table, static, half)
         return self.fitting(d, types, static, half)
 
 
 def fused_descriptor_problem(model: CGDeepPotential, device: torch.device,
                              options: KernelOptions) -> str | None:
     """Why CGDeepPotential's Triton techniques cannot run on ``device``, or None if they can
-    (the counterpart of `workbench.model.fused_schnet.fused_path_problem`). Its tables
-    (`workbench.model.dp_tables`) run in PyTorch whatever this says."""
-    return kernel_device_problem(model, device, options, "CGDeepPotential's kernels")
+    (the counterpart of `workbench.model.fused_schnet.fused_path_problem`): Triton on the
+    device and float32 weights; with ``fused_message_passing``, the tables
+    (``tabulated_filter``: the descriptor kernel reads the embedding from them) and a
+    power-of-two last embedding width >= 16. Its tables and 16-bit networks
+    (`workbench.model.dp_tables`, `_batched_mlp`) run in PyTorch whatever this says."""
+    fused = options.fused_message_passing
+    widths = {"last embedding width": model.config.embedding_widths[-1]} if fused else None
+    problem = kernel_device_problem(model, device, options, "the DP descriptor kernel", widths)
+    if problem is None and fused and not options.tabulated_filter:
+        problem = ("the DP descriptor kernel reads the embedding networks from their tables: "
+                   "switch on tabulated_filter")
+    return problem
