@@ -2,7 +2,7 @@
 
     python -m benchmarks.force_error [--protein 1enh] [--replicas 64] [--steps 200]
         [--configs tables+graph,tables+graph-fp16,tables+graph-bf16] [--model demo]
-        [--device cuda] [--out result.json]
+        [--arch schnet] [--device cuda] [--out result.json]
 
 The reference path runs ``--steps`` Langevin steps from the native structure (so the
 replicas are thermal, not native); at those positions and that graph every configuration's
@@ -48,18 +48,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--configs", default="tables+graph,tables+graph-fp16,tables+graph-bf16")
     parser.add_argument("--model", default="demo")
+    parser.add_argument("--arch", default="schnet", help="the network's architecture")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", default=None, help="JSON file for the result")
     args = parser.parse_args()
     settings = RunSettings(protein=args.protein, model=args.model, replicas=args.replicas,
-                           device=args.device, seed=0, options=KernelOptions())
+                           device=args.device, seed=0, options=KernelOptions(),
+                           architecture=args.arch)
     sim = prepare_run(settings).simulation
     sim.step(args.steps)
     pos, graph = sim.positions, sim.graph
     parts = {"potential": sim.potential,
-             "network": Potential(sim.potential.bead_types, sim.potential.schnet)}
+             "network": Potential(sim.potential.bead_types, sim.potential.network)}
     result = {"protein": args.protein, "replicas": args.replicas, "steps": args.steps,
-              "model": args.model, "device": torch.cuda.get_device_name(sim.device)
+              "model": args.model, "architecture": args.arch, "device": torch.cuda.get_device_name(sim.device)
               if sim.device.type == "cuda" else "cpu"}
     for part, potential in parts.items():
         ref_energy, ref_forces = potential.energy_and_forces(pos, graph)

@@ -53,10 +53,13 @@ length, one network per block, and each layer is one batched matrix product over
 blocks with their networks' weights gathered (`_batched_mlp`); beads likewise by fitting
 network. Shapes depend on the numbers of edges and networks only, so nothing is read on the
 host and whole MD steps can be captured as CUDA graphs. No dense neighbour matrices:
-``A_i`` is an ``index_add_`` of per-edge outer products onto ``dst``. With
-``tabulated_filter`` the embedding networks are read from cubic tables
-(`workbench.model.dp_tables`, DeePMD's model compression). Fused descriptor kernels and
-deepmd-kit interoperability are planned (``docs/deep-potential.md``).
+``A_i`` is an ``index_add_`` of per-edge outer products onto ``dst``. Fast paths
+(`forward`'s options, ``docs/deep-potential.md``): ``tabulated_filter`` reads the embedding
+networks from cubic tables (`workbench.model.dp_tables`, DeePMD's model compression);
+``fused_message_passing`` with them computes ``A_i`` in one Triton kernel per destination
+(`kernels.dp_descriptor`); ``mlp_precision`` runs the networks' products on 16-bit
+operands; ``cuda_graph`` groups rows with fixed shapes so that whole steps are captured.
+deepmd-kit interoperability is planned.
 DeePMD's data statistics of the environment matrix (``davg``/``dstd``) are not applied:
 ``s`` enters unnormalised.
 """

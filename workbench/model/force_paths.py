@@ -3,7 +3,7 @@
 Each architecture implements its own techniques (`workbench.model.architectures`,
 `Architecture.fused`: CGSchNet all of them, CGEGNN and CGPaiNN ``fused_message_passing``,
 CGTensorProduct none: its convolution backends are a switch of its own; CGDeepPotential
-its tables, which run in PyTorch);
+``fused_message_passing``, its descriptor kernel, and its tables, which run in PyTorch);
 the MD step's own techniques (`STEP_TECHNIQUES`: the Triton pair search and the fused
 Langevin steps) run whatever the network. `settle_options` switches the others off in the
 options themselves, so that what a run reports (its banner, summary and benchmark record)
