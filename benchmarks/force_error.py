@@ -61,7 +61,8 @@ def main() -> None:
     parts = {"potential": sim.potential,
              "network": Potential(sim.potential.bead_types, sim.potential.network)}
     result = {"protein": args.protein, "replicas": args.replicas, "steps": args.steps,
-              "model": args.model, "architecture": args.arch, "device": torch.cuda.get_device_name(sim.device)
+              "model": args.model, "architecture": args.arch,
+              "device": torch.cuda.get_device_name(sim.device)
               if sim.device.type == "cuda" else "cpu"}
     for part, potential in parts.items():
         ref_energy, ref_forces = potential.energy_and_forces(pos, graph)
