@@ -15,8 +15,9 @@ What makes the step capturable:
   on the host and no skin;
 * the network's path has no host synchronisation: CGSchNet's on any path; CGEGNN's and
   CGPaiNN's with ``fused_message_passing`` (the only path of theirs captured);
-  CGDeepPotential's with ``tabulated_filter`` (per-edge table rows gathered by network;
-  its fitting networks grouped with fixed shapes under ``cuda_graph``);
+  CGDeepPotential's with ``tabulated_filter`` or ``fused_message_passing`` (per-edge table
+  rows gathered by network, or its descriptor kernel; its fitting networks grouped with
+  fixed shapes under ``cuda_graph``);
 * the run's random generator is registered with the graph, so each replay draws
   the numbers an eager step would have drawn (same Philox seed and offsets);
 * temperatures, the step counter and the overflow counter live in device tensors

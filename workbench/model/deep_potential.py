@@ -51,14 +51,15 @@ Module tree (parameters stacked over networks; ``P`` = T² pairs, or T with
 Evaluation: edges are grouped by embedding network (one stable sort) into blocks of equal
 length, one network per block, and each layer is one batched matrix product over the
 blocks with their networks' weights gathered (`_batched_mlp`); beads likewise by fitting
-network. Shapes depend on the numbers of edges and networks only, so nothing is read on the
-host and whole MD steps can be captured as CUDA graphs. No dense neighbour matrices:
-``A_i`` is an ``index_add_`` of per-edge outer products onto ``dst``. Fast paths
-(`forward`'s options, ``docs/deep-potential.md``): ``tabulated_filter`` reads the embedding
-networks from cubic tables (`workbench.model.dp_tables`, DeePMD's model compression);
-``fused_message_passing`` with them computes ``A_i`` in one Triton kernel per destination
-(`kernels.dp_descriptor`); ``mlp_precision`` runs the networks' products on 16-bit
-operands; ``cuda_graph`` groups rows with fixed shapes so that whole steps are captured.
+network (`_padded_slots`: one host read of the number of networks present, or, with
+``cuda_graph``, shapes fixed by the numbers of rows and networks and no host read). No
+dense neighbour matrices: ``A_i`` is an ``index_add_`` of per-edge outer products onto
+``dst``. Fast paths (`forward`'s options, ``docs/deep-potential.md``): ``tabulated_filter``
+reads the embedding networks from cubic tables (`workbench.model.dp_tables`, DeePMD's model
+compression); ``fused_message_passing`` computes ``A_i``, reading them, in one Triton
+kernel per destination (`kernels.dp_descriptor`); ``mlp_precision`` runs the networks'
+products on 16-bit operands; ``cuda_graph`` groups rows with fixed shapes so that whole
+steps can be captured.
 deepmd-kit interoperability is planned.
 DeePMD's data statistics of the environment matrix (``davg``/``dstd``) are not applied:
 ``s`` enters unnormalised.
@@ -513,8 +514,9 @@ class CGDeepPotential(nn.Module):
             cutoff and padding slots contribute nothing.
         options : KernelOptions, optional
             ``tabulated_filter`` reads the embedding networks from their tables
-            (`workbench.model.dp_tables`), and with ``fused_message_passing`` as well the
-            fused descriptor kernel computes ``A`` (`fused_descriptor`, where
+            (`workbench.model.dp_tables`); ``fused_message_passing`` computes ``A`` in
+            the fused descriptor kernel, which reads the embedding from those tables
+            whether or not ``tabulated_filter`` is on (`fused_descriptor`, where
             `fused_descriptor_problem` finds nothing, else with a one-time warning the
             path without it); with ``cuda_graph`` the networks' rows are
             grouped with fixed shapes and no host read (`_padded_slots`), so that the step
@@ -537,8 +539,6 @@ class CGDeepPotential(nn.Module):
 
                 warn_fallback_once(f"CGDeepPotential has no fused kernels for "
                                    f"{', '.join(missing)}")
-            if options.tabulated_filter:
-                table = embedding_table(self, pos.dtype, pos.device)
             if options.mlp_precision != "fp32":
                 half = PRECISION_DTYPES[options.mlp_precision]
             if options.fused_message_passing:
@@ -550,6 +550,8 @@ class CGDeepPotential(nn.Module):
                     from workbench.model.fused_schnet import warn_fallback_once
 
                     warn_fallback_once(problem)
+            if options.tabulated_filter or fused:
+                table = embedding_table(self, pos.dtype, pos.device)
         if fused:
             d = self.fused_descriptor(pos, types, graph, table)
         else:
@@ -561,14 +563,9 @@ def fused_descriptor_problem(model: CGDeepPotential, device: torch.device,
                              options: KernelOptions) -> str | None:
     """Why CGDeepPotential's Triton techniques cannot run on ``device``, or None if they can
     (the counterpart of `workbench.model.fused_schnet.fused_path_problem`): Triton on the
-    device and float32 weights; with ``fused_message_passing``, the tables
-    (``tabulated_filter``: the descriptor kernel reads the embedding from them) and a
-    power-of-two last embedding width >= 16. Its tables and 16-bit networks
-    (`workbench.model.dp_tables`, `_batched_mlp`) run in PyTorch whatever this says."""
+    device and float32 weights; with ``fused_message_passing``, a power-of-two last
+    embedding width >= 16. Its tables and 16-bit networks (`workbench.model.dp_tables`,
+    `_batched_mlp`) run in PyTorch whatever this says."""
     fused = options.fused_message_passing
     widths = {"last embedding width": model.config.embedding_widths[-1]} if fused else None
-    problem = kernel_device_problem(model, device, options, "the DP descriptor kernel", widths)
-    if problem is None and fused and not options.tabulated_filter:
-        problem = ("the DP descriptor kernel reads the embedding networks from their tables: "
-                   "switch on tabulated_filter")
-    return problem
+    return kernel_device_problem(model, device, options, "the DP descriptor kernel", widths)
