@@ -118,3 +118,17 @@ def test_autotune_asks_triton_to_keep_timings_where_it_can(monkeypatch):
     (kw,) = calls
     assert kw["configs"] == ["config"] and kw["key"] == ["n"] and "prune_configs_by" in kw
     assert kw.get("cache_results", False) is _triton.CACHES_AUTOTUNING
+
+
+def test_row_counts_that_change_with_the_graph_keep_the_linear_kernels_key(device,
+                                                                           launched_keys):
+    # layers applied to edge rows (16-bit filter MLPs off the fused path) see a new row
+    # count whenever the graph changes; keyed on the count itself, they re-tuned every step
+    layer = kernels.pack_linear(torch.randn(8, 16, device=device), None)
+    keys = []
+    for rows in (40, 50, 64):
+        kernels.linear(torch.randn(rows, 16, device=device), layer)
+        keys.append(launched_keys["_linear_kernel"][0])
+    assert keys[0] == keys[1] == keys[2]
+    kernels.linear(torch.randn(65, 16, device=device), layer)
+    assert launched_keys["_linear_kernel"][0] != keys[0]
