@@ -44,7 +44,7 @@ _CONFIGS = pick_configs(
 
 
 @autotune(_CONFIGS, ["SIZE_CLASS", "N", "KD", "GATE", "ROW_NORM", "SPLIT"])
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def _linear_kernel(a_ptr, stride_am, b_ptr, b_lo_ptr, stride_bk, stride_bn, kscale_ptr,
                    nscale_ptr, bias_ptr, gate_ptr, stride_gm, res_ptr, stride_rm, out_ptr,
                    stride_om, M, SIZE_CLASS, N, KD,
