@@ -246,7 +246,7 @@ def _conv_kernel(pos_ptr, feat_ptr, other_ptr, ptr_ptr, perm_ptr, own_ptr, edge_
 
 @autotune(_GRAD_CONFIGS, ["F", "KP", "PREC", "PAIRS"],
           prune_configs_by={"early_config_prune": _prune_configs}, restore_value=["g_ptr"])
-@triton.jit
+@triton.jit(do_not_specialize=["E"])
 def _length_grad_kernel(pos_ptr, xs_ptr, gu_ptr, src_ptr, dst_ptr, order_ptr, count_ptr,
                         w1_ptr, s1_ptr, b1_ptr, w2t_ptr, s2_ptr, g_ptr, E, mu_ptr, gamma_ptr, K,
                         alpha, basis_lower, env_a, env_b, env_upper, env_lower,

@@ -116,7 +116,7 @@ def build_csr_reference(src, dst, num_nodes: int, num_edges=None) -> GraphCSR:
     return GraphCSR(*out)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["E"])
 def _csr_count_kernel(src_ptr, dst_ptr, num_edges_ptr, counts_ptr, valid_ptr, E, N,
                       HAS_COUNT: tl.constexpr, BLOCK: tl.constexpr):
     e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -133,7 +133,7 @@ def _csr_count_kernel(src_ptr, dst_ptr, num_edges_ptr, counts_ptr, valid_ptr, E,
     tl.store(valid_ptr + e, ok.to(tl.int32), mask=inb)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["E"])
 def _csr_scatter_kernel(src_ptr, dst_ptr, valid_ptr, valid_incl_ptr, ptr_ptr, cursor_ptr,
                         tmp_ptr, perm_ptr, E, N, BLOCK: tl.constexpr):
     e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -155,7 +155,7 @@ def _csr_scatter_kernel(src_ptr, dst_ptr, valid_ptr, valid_incl_ptr, ptr_ptr, cu
         tl.store(perm_ptr + row * E + tail_start + tail, e.to(tl.int32), mask=bad)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["E"])
 def _csr_rank_kernel(ptr_ptr, tmp_ptr, perm_ptr, E, N, BLOCK: tl.constexpr):
     node = tl.program_id(0)
     row = tl.program_id(1)

@@ -21,6 +21,7 @@ from kernels._triton import (
     autotune,
     check_no_grad,
     mma,
+    next_pow2,
     pick_configs,
     tanh_f32,
     tl,
@@ -42,11 +43,11 @@ _CONFIGS = pick_configs(
 )
 
 
-@autotune(_CONFIGS, ["M", "N", "KD", "GATE", "ROW_NORM", "SPLIT"])
-@triton.jit
+@autotune(_CONFIGS, ["SIZE_CLASS", "N", "KD", "GATE", "ROW_NORM", "SPLIT"])
+@triton.jit(do_not_specialize=["M"])
 def _linear_kernel(a_ptr, stride_am, b_ptr, b_lo_ptr, stride_bk, stride_bn, kscale_ptr,
                    nscale_ptr, bias_ptr, gate_ptr, stride_gm, res_ptr, stride_rm, out_ptr,
-                   stride_om, M, N, KD,
+                   stride_om, M, SIZE_CLASS, N, KD,
                    TANH_A: tl.constexpr, KSCALE: tl.constexpr, ROW_NORM: tl.constexpr,
                    NSCALE: tl.constexpr, BIAS: tl.constexpr, GATE: tl.constexpr,
                    RES: tl.constexpr,
@@ -60,6 +61,10 @@ def _linear_kernel(a_ptr, stride_am, b_ptr, b_lo_ptr, stride_bk, stride_bn, ksca
     ``+ bias[n]`` (BIAS), ``* (1 - tanh(gate[m, n])^2)`` (GATE), ``+ res[m, n]`` (RES, a
     residual connection). FP32 accumulation in registers; only ``a``, ``b`` tiles and the
     output tile touch HBM.
+
+    SIZE_CLASS: M rounded up to a power of two, the autotune key in place of M, so layers
+    applied to edge rows, whose count changes with the graph, do not re-tune at every
+    step (unused in the body).
 
     SPLIT (FP32 only): ``b_ptr`` holds the TF32-exact part ``hi`` of b and ``b_lo_ptr`` the
     rest (`kernels.quantize.tf32_split`, same strides); each ``a`` tile is split likewise
@@ -142,7 +147,8 @@ def _launch(a, layer: PackedLinear, transposed, out, *, precision, tanh_a=False,
     _linear_kernel[grid](
         a, a.stride(0), b, b_lo, strides[0], strides[1], kscale, nscale, bias,
         gate, gate.stride(0) if gate is not None else 0, residual,
-        residual.stride(0) if residual is not None else 0, out, out.stride(0), M, n_out, kd,
+        residual.stride(0) if residual is not None else 0, out, out.stride(0), M,
+        next_pow2(M), n_out, kd,
         TANH_A=tanh_a, KSCALE=kscale is not None, ROW_NORM=sixteen and kscale is not None,
         NSCALE=nscale is not None, BIAS=bias is not None, GATE=gate is not None,
         RES=residual is not None,

@@ -101,7 +101,7 @@ def _pair_slots(dst_perm_ptr, src_perm_ptr, live_ptr, E, BLOCK: tl.constexpr):
     return p, e, rev, live, live & (e <= rev)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["E"])
 def _pair_flag_kernel(dst_perm_ptr, src_perm_ptr, live_ptr, flag_ptr, E,
                       BLOCK: tl.constexpr):
     """``flag[p] = 1`` where destination slot ``p`` holds its pair's representative.
@@ -114,7 +114,7 @@ def _pair_flag_kernel(dst_perm_ptr, src_perm_ptr, live_ptr, flag_ptr, E,
     tl.store(flag_ptr + p, rep.to(tl.int32), mask=p < E)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["E"])
 def _pair_row_kernel(dst_perm_ptr, src_perm_ptr, live_ptr, rank_ptr, row_ptr, edges_ptr, E,
                      capacity, REPRESENTATIVES: tl.constexpr, BLOCK: tl.constexpr):
     """Rows of the representatives (``REPRESENTATIVES``: ``row[e] = rank``, ``edges[rank] =

@@ -187,7 +187,7 @@ _RB_CONFIGS = pick_configs([triton.Config({"BLOCK_E": b}, num_warps=w)
 
 
 @autotune(_RB_CONFIGS, ["SIZE_CLASS", "KP"])
-@triton.jit
+@triton.jit(do_not_specialize=["E"])
 def _radial_fwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, d_out, e_out, c_out,
                        E, SIZE_CLASS, num_nodes, mu_ptr, gamma_ptr, K, alpha, basis_lower,
                        env_a, env_b, env_upper, env_lower, EXP_NORMAL: tl.constexpr,
@@ -212,7 +212,7 @@ def _radial_fwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, d_out, e_out, c
 
 
 @autotune(_RB_CONFIGS, ["SIZE_CLASS", "KP"])
-@triton.jit
+@triton.jit(do_not_specialize=["E"])
 def _radial_bwd_kernel(pos_ptr, src_ptr, dst_ptr, num_edges_ptr, gd_ptr, ge_ptr, gc_ptr,
                        g_out, E, SIZE_CLASS, num_nodes, mu_ptr, gamma_ptr, K, alpha,
                        basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL: tl.constexpr,

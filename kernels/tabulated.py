@@ -314,7 +314,7 @@ def backward_slice(num_features: int, num_edges: int) -> int:
     return BACKWARD_SLICE if partial_rows_fit(num_features, num_edges) else num_features
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_edges"])
 def _row_sum_kernel(rows_ptr, out_ptr, ptr_ptr, num_nodes, num_rows, num_edges,
                     SEARCHED: tl.constexpr, BLOCK: tl.constexpr):
     """``out[e] = sum_r rows[r, e]``, rows added in order (deterministic).
@@ -445,7 +445,7 @@ def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_p
 
 
 @autotune(pick_configs(_CONFIGS, _INTERPRET_CONFIG), ["num_nodes", "F", "ROWS"])
-@triton.jit
+@triton.jit(do_not_specialize=["num_edges"])
 def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, other_ptr, ptr_ptr, perm_ptr, c01_ptr,
                     c23_ptr, scale_ptr, gxs_ptr, g_ptr, num_nodes, num_edges, num_intervals,
                     inv_h, cutoff, F: tl.constexpr, FS: tl.constexpr, BLOCK_E: tl.constexpr,

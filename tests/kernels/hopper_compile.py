@@ -169,7 +169,7 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
          "nscale_ptr": "*fp32", "bias_ptr": "*fp32", "gate_ptr": "*fp32", "res_ptr": "*fp32",
          "out_ptr": "*fp32",
          **dict.fromkeys(("stride_am", "stride_bk", "stride_bn", "stride_gm", "stride_rm",
-                          "stride_om", "M", "N", "KD"), "i32")},
+                          "stride_om", "M", "SIZE_CLASS", "N", "KD"), "i32")},
         [dict(TANH_A=t, KSCALE=t, ROW_NORM=False, NSCALE=not t, BIAS=True, GATE=t, RES=not t,
               DT=tl.float32, PREC="tf32x3", SPLIT=True, BLOCK_M=64, BLOCK_N=128, BLOCK_K=32)
          for t in (False, True)]),

@@ -4,7 +4,11 @@ Triton's cache (JSON), which a ``tl.dtype`` among them once made fail."""
 
 import importlib
 import json
+import os
 import pkgutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -118,3 +122,54 @@ def test_autotune_asks_triton_to_keep_timings_where_it_can(monkeypatch):
     (kw,) = calls
     assert kw["configs"] == ["config"] and kw["key"] == ["n"] and "prune_configs_by" in kw
     assert kw.get("cache_results", False) is _triton.CACHES_AUTOTUNING
+
+
+def test_row_counts_that_change_with_the_graph_keep_the_linear_kernels_key(device,
+                                                                           launched_keys):
+    # layers applied to edge rows (16-bit filter MLPs off the fused path) see a new row
+    # count whenever the graph changes; keyed on the count itself, they re-tuned every step
+    layer = kernels.pack_linear(torch.randn(8, 16, device=device), None)
+    keys = []
+    for rows in (40, 50, 64):
+        kernels.linear(torch.randn(rows, 16, device=device), layer)
+        keys.append(launched_keys["_linear_kernel"][0])
+    assert keys[0] == keys[1] == keys[2]
+    kernels.linear(torch.randn(65, 16, device=device), layer)
+    assert launched_keys["_linear_kernel"][0] != keys[0]
+
+
+#: Kernel arguments that carry a count of edges (or of rows of an edge tensor), which
+#: changes whenever a neighbour list is rebuilt.
+EDGE_COUNTS = {"E", "M", "num_edges"}
+
+#: Lists every compiled Triton function's arguments and unspecialised arguments as JSON.
+_LIST_KERNELS = """
+import importlib, json, pkgutil
+import kernels
+from triton.runtime.autotuner import Autotuner
+from triton.runtime.jit import JITFunction
+found = {}
+for info in pkgutil.iter_modules(kernels.__path__):
+    for name, obj in vars(importlib.import_module("kernels." + info.name)).items():
+        fn = obj.fn if isinstance(obj, Autotuner) else obj
+        if isinstance(fn, JITFunction):
+            found[info.name + "." + name] = [fn.arg_names, list(fn.do_not_specialize or ())]
+print(json.dumps(found))
+"""
+
+
+def test_edge_counts_are_not_specialised():
+    # Triton compiles one variant per divisibility class of an integer argument: an edge
+    # count that changes every few steps made a run compile again mid-way (seconds). The
+    # tests interpret kernels, which specialise nothing, so the kernels are listed as
+    # compiled in a process of their own.
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    out = subprocess.run([sys.executable, "-c", _LIST_KERNELS], env=env, check=True,
+                         capture_output=True, text=True, cwd=Path(kernels.__file__).parents[1])
+    found = json.loads(out.stdout)
+    with_counts = {name: (EDGE_COUNTS & set(args), set(unspecialised))
+                   for name, (args, unspecialised) in found.items()
+                   if name.endswith("_kernel") and EDGE_COUNTS & set(args)}  # launched
+    assert "fused_update._linear_kernel" in with_counts and len(with_counts) >= 8
+    for name, (counts, unspecialised) in with_counts.items():
+        assert counts <= unspecialised, f"{name} specialises on {counts - unspecialised}"
