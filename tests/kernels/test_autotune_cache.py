@@ -22,9 +22,11 @@ from benchmarks.bench_kernels import (
     pack_schnet,
 )
 from kernels import (
+    DescriptorSpec,
     _triton,
     build_csr,
     build_csr_sorted_pairs,
+    dp_descriptor,
     edge_distances,
     pack_filter,
     pair_filter_rows,
@@ -108,6 +110,12 @@ def test_every_autotuned_launch_has_a_key_the_disk_cache_can_write(device, launc
     xa = torch.randn(sym["num_nodes"] + 1, 16, device=device, requires_grad=True)
     u = egnn_edge(pos, xa, xs, sym["src"], sym["dst"], sym["csr"], params, spec)
     torch.autograd.grad(u.sum(), xa)
+    # the Deep Potential descriptor, forward and backward (table: 1 type, M1 = 16)
+    types = torch.zeros(sym["num_nodes"] + 1, dtype=torch.long, device=device)
+    descriptor = DescriptorSpec(cutoff_smooth=4.0, cutoff=6.0, num_types=1,
+                                type_one_side=False, num_neighbors=8.0, lower=0.0, width=16)
+    a = dp_descriptor(pos, types, sym["src"], sym["dst"], sym["csr"], table, descriptor)
+    torch.autograd.grad(a.sum(), pos)
 
     assert set(launched_keys) == _autotuned_kernels()
     for name, (values, missing) in launched_keys.items():

@@ -352,6 +352,10 @@ class CGDeepPotential(nn.Module):
     def embedding_input(self, r: torch.Tensor) -> torch.Tensor:
         """``x``, the embedding networks' input, at pair distances ``r``: ``s(r)``.
 
+        The tables are keyed on it (`embedding_input_range`), and the fused descriptor
+        kernel (`kernels.dp_descriptor`) computes the same ``x``: a change here is a change
+        there (`tests/model/test_deep_potential.py` compares the two paths).
+
         Parameters
         ----------
         r : torch.Tensor, shape (E,), float
