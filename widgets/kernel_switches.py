@@ -20,6 +20,8 @@ from workbench.model.force_paths import (
     PYTORCH_ONLY,
     PYTORCH_TECHNIQUES,
     STEP_TECHNIQUES,
+    bring_needed,
+    brought_notice,
     drop_unimplemented,
     implemented_techniques,
     network_name,
@@ -115,18 +117,23 @@ def usable_options(
     -------
     (KernelOptions, str or None)
         ``options`` itself, or what of them runs with the reason: the techniques the
-        network has no kernels for are off; off a GPU, the reference path, but the
+        network has no kernels for are off; ``cuda_graph`` brings what it needs on a GPU
+        (`workbench.model.force_paths.bring_needed`); off a GPU, the reference path, but the
         techniques with a PyTorch implementation stay on (``tabulated_filter`` of a
         CGSchNet, `workbench.model.pytorch_tables`, or of a CGDeepPotential,
         `workbench.model.dp_tables`).
     """
     implemented = replace(options)
     absent = drop_unimplemented(implemented, architecture)
-    note = None if not absent else (
+    notes = [] if not absent else [
         f"{network_name(architecture)} has no fused kernels for {', '.join(absent)}: they "
-        "are off")
+        "are off."]
+    brought = bring_needed(implemented, device, architecture)
+    if brought:
+        notes.append(brought_notice(brought))
+    note = " ".join(notes) or None
     if implemented.is_baseline or device.type == "cuda":
-        return (options, None) if note is None else (implemented, note + ".")
+        return (options, None) if note is None else (implemented, note)
     # the techniques with a PyTorch path stay on, except under TRITON_INTERPRET (tests),
     # where they would run in the Triton interpreter (those that run in PyTorch only stay)
     keep = (PYTORCH_ONLY if triton_runs_on(device) else PYTORCH_TECHNIQUES).get(architecture,
@@ -138,7 +145,7 @@ def usable_options(
             f"only {options_label(kept)} runs, in PyTorch; the rest keeps the reference path")
     device_note = (f"Fused kernels ({options_label(implemented)}) need a CUDA GPU; this run "
                    f"is on {device.type}, so {rest}.")
-    return kept, device_note if note is None else f"{note}. {device_note}"
+    return kept, device_note if note is None else f"{note} {device_note}"
 
 
 def failure_message(options: KernelOptions, exc: BaseException) -> str:

@@ -189,3 +189,32 @@ def test_a_simulation_reports_what_its_network_runs():
                                                mlp_precision="fp16"))
         assert sim.applied_options() == KernelOptions(fused_message_passing=True,
                                                       mlp_precision="fp16")
+
+
+def test_captured_steps_bring_the_message_kernel_on_a_gpu():
+    from workbench.model.force_paths import bring_needed
+
+    gpu = torch.device("cuda")  # only its type is read
+    for architecture in ("schnet", "egnn", "painn", "dp"):
+        options = KernelOptions(cuda_graph=True, fused_radial_basis=architecture == "schnet")
+        assert bring_needed(options, gpu, architecture) == ["fused_message_passing"]
+        assert options.fused_message_passing and options.cuda_graph
+    for options in (KernelOptions(cuda_graph=True, tabulated_filter=True),
+                    KernelOptions(cuda_graph=True, fused_message_passing=True),
+                    KernelOptions(fused_update=True)):
+        before = KernelOptions(**options.to_dict())
+        assert bring_needed(options, gpu, "schnet") == [] and options == before
+    alone = KernelOptions(cuda_graph=True)
+    assert bring_needed(alone, CPU, "schnet") == [] and not alone.fused_message_passing
+    assert bring_needed(alone, gpu, None) == []  # prior-only steps capture as they are
+
+
+def test_settled_options_say_what_captured_steps_brought(monkeypatch):
+    from workbench.model import force_paths
+
+    net = schnet_potential(priors=False).schnet
+    monkeypatch.setattr(force_paths, "fused_problem", lambda *a: None)  # as on a GPU
+    options = KernelOptions(cuda_graph=True)
+    notices = settle_options(options, torch.device("cuda"), net)
+    assert options == KernelOptions(cuda_graph=True, fused_message_passing=True)
+    assert notices == [force_paths.brought_notice(["fused_message_passing"])]

@@ -86,6 +86,9 @@ def test_switches_follow_the_network_architecture(monkeypatch):
         assert message.startswith(f"{name} has no fused kernels for fused_radial_basis")
         assert "mlp_precision" not in message  # the message kernel reads it
     assert usable_options(asked, gpu, "schnet") == (asked, None)
+    applied, message = usable_options(KernelOptions(cuda_graph=True), gpu, "painn")
+    assert applied == KernelOptions(cuda_graph=True, fused_message_passing=True)
+    assert message.startswith("cuda_graph brings fused_message_passing")
     monkeypatch.setattr(kernels._triton, "INTERPRET", False)  # a CPU as users have it
     applied, message = usable_options(KernelOptions(tabulated_filter=True),
                                       torch.device("cpu"), "egnn")

@@ -46,6 +46,10 @@ PYTORCH_ONLY = {"dp": frozenset({"tabulated_filter", "mlp_precision"})}
 #: holds: the graph from the Triton pair search, and the fused Langevin steps.
 STEP_TECHNIQUES = frozenset({"fused_pair_search", "fused_integrator"})
 
+#: The techniques that keep a network's edge tensors out of memory: captured steps need
+#: one of them (`bring_needed`).
+CAPTURED_PATHS = ("fused_message_passing", "tabulated_filter")
+
 #: Where an architecture's kernels say why they cannot run a network (``module``,
 #: ``function(network, device, options) -> str | None``); an architecture without an entry
 #: needs Triton on the device only.
@@ -123,6 +127,47 @@ def drop_unimplemented(options: KernelOptions, architecture: str | None) -> list
     return dropped
 
 
+def bring_needed(options: KernelOptions, device: torch.device,
+                 architecture: str | None) -> list[str]:
+    """Switch on (in place) what a requested technique needs to pay off; the names.
+
+    Captured steps (``cuda_graph``) need the network's edge tensors out of memory (one of
+    `CAPTURED_PATHS`): captured on the reference path, a step runs them at the neighbour
+    list's fixed capacity and was slower than the eager baseline (1ENH × 64, H200: 1,400
+    against 2,068 timestep·mol/s). So on a CUDA device ``cuda_graph`` with neither of them
+    on brings the network's ``fused_message_passing``, where it has one.
+
+    Parameters
+    ----------
+    options : KernelOptions
+        Asked for (after `drop_unimplemented`); afterwards with what they need.
+    device : torch.device
+        Where the run is (nothing is captured off a CUDA device).
+    architecture : str or None
+        The potential's network (None: a prior-only potential, which needs nothing).
+
+    Returns
+    -------
+    list of str
+        The techniques switched on.
+    """
+    if not options.cuda_graph or device.type != "cuda" or architecture is None:
+        return []
+    own = implemented_techniques(architecture)
+    if "fused_message_passing" not in own or any(
+            getattr(options, name) for name in CAPTURED_PATHS if name in own):
+        return []
+    options.fused_message_passing = True
+    return ["fused_message_passing"]
+
+
+def brought_notice(brought: list[str]) -> str:
+    """The user's notice that ``cuda_graph`` brought ``brought`` (`bring_needed`)."""
+    return (f"cuda_graph brings {', '.join(brought)}: captured steps need the edge tensors "
+            "out of memory (captured on the reference path they were slower than eager "
+            "steps).")
+
+
 def fused_problem(network: nn.Module | None, device: torch.device,
                   options: KernelOptions) -> str | None:
     """Why the Triton kernels cannot run ``options`` here (None if they can): the reasons
@@ -176,8 +221,9 @@ def settle_options(options: KernelOptions, device: torch.device,
     Returns
     -------
     list of str
-        A notice naming what the network has no kernels for, one naming what fell back
-        on this device, and one naming the PyTorch tables path when it runs.
+        A notice naming what the network has no kernels for, one naming what
+        ``cuda_graph`` brought (`bring_needed`), one naming what fell back on this
+        device, and one naming the PyTorch tables path when it runs.
     """
     notices = []
     architecture = None if network is None else architecture_of(network)
@@ -185,6 +231,9 @@ def settle_options(options: KernelOptions, device: torch.device,
     if absent:
         notices.append(f"{network_name(architecture)} has no fused kernels for "
                        f"{', '.join(absent)}: switched off, its PyTorch reference path runs.")
+    brought = bring_needed(options, device, architecture)
+    if brought:
+        notices.append(brought_notice(brought))
     problem = None if options.is_baseline else fused_problem(network, device, options)
     if problem is not None:
         keep = PYTORCH_TECHNIQUES.get(architecture, frozenset())
