@@ -44,7 +44,8 @@ TURNS_ON = {
     "pair_filter": "the exact filter and its derivative once per pair on tensor cores, read "
                    "by the convolution (no GEMM in its backward)",
     "mlp_fp16": "FP16 weights and activations in the filter, update and output MLPs",
-    "cuda_graph": "the whole MD step captured once as a CUDA graph and replayed",
+    "cuda_graph": "the whole MD step captured once as a CUDA graph and replayed (alone, it "
+                  "brings the network's fused message passing)",
     "tabulated_filter": "each block's filter read from a cubic table instead of its MLP",
 }
 
