@@ -212,8 +212,12 @@ def test_config_round_trip_and_refusals():
     assert model.cutoff == 6.0 and model.config.embedding_size == 25
     default = DeepPotentialConfig()
     assert (default.cutoff, default.cutoff_smooth, default.activation) == (10.0, 8.0, "tanh")
-    with pytest.raises(ValueError, match="unknown Deep Potential config keys.*'sel'"):
-        DeepPotentialConfig.from_dict({**config.to_dict(), "sel": [46]})
+    with pytest.raises(ValueError, match="unknown Deep Potential config keys.*'rcut'"):
+        DeepPotentialConfig.from_dict({**config.to_dict(), "rcut": 6.0})
+    with pytest.raises(ValueError, match="sel must give a count >= 0 for each of the 25"):
+        DeepPotentialConfig(sel=[46])
+    with pytest.raises(ValueError, match=r"num_neighbors must be the sum of sel \(25\)"):
+        DeepPotentialConfig(sel=[1] * 25, num_neighbors=32.0)
     with pytest.raises(ValueError, match="activation"):
         DeepPotentialConfig(activation="relu6")
     with pytest.raises(ValueError, match="cutoff_smooth"):

@@ -73,6 +73,10 @@ from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.neighbors import Graph
 
+#: Who evaluates the network (``CGDeepPotential.backend``): the engine's own path, or
+#: deepmd-kit's PyTorch model built from the same weights (`workbench.model.deepmd_interop`).
+DP_BACKENDS = ("engine", "deepmd")
+
 
 @dataclass
 class DeepPotentialConfig(NetworkConfig):
@@ -98,7 +102,19 @@ class DeepPotentialConfig(NetworkConfig):
     type_one_side : bool
         One embedding network per neighbour type instead of one per ordered type pair.
     activation : str
-        One of ``ACTIVATIONS`` (``"tanh"`` as in DeePMD).
+        One of ``ACTIVATIONS`` (``"tanh"`` as in DeePMD), of both kinds of network.
+    embedding_resnet_dt : bool
+        A trainable per-channel timestep ``idt`` scales the activation of every embedding
+        layer that has a shortcut (the descriptor's ``resnet_dt``).
+    fitting_resnet_dt : bool
+        The same for the fitting networks (``fitting_net.resnet_dt``).
+    sel : list of int or None
+        DeePMD's padded neighbour lists: ``sel[t]`` slots for neighbours of bead type ``t``
+        (length ``embedding_size``; ``num_neighbors`` must be their sum). With it the
+        environment matrix is normalised by the per-centre-type statistics ``env_mean``
+        and ``env_std`` (buffers, identity until set, e.g. by a converted deepmd-kit
+        model) and every empty slot of a list contributes as in DeePMD. None: no lists,
+        no statistics (``s`` and ``R̃`` enter as they are).
     """
 
     label: ClassVar[str] = "Deep Potential"
@@ -112,6 +128,9 @@ class DeepPotentialConfig(NetworkConfig):
     num_neighbors: float = 32.0
     type_one_side: bool = False
     activation: str = "tanh"
+    embedding_resnet_dt: bool = False
+    fitting_resnet_dt: bool = False
+    sel: list[int] | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -127,6 +146,13 @@ class DeepPotentialConfig(NetworkConfig):
             raise ValueError(f"fitting_widths must be positive, got {self.fitting_widths}")
         if self.num_neighbors <= 0:
             raise ValueError(f"num_neighbors must be positive, got {self.num_neighbors}")
+        if self.sel is not None:
+            if len(self.sel) != self.embedding_size or min(self.sel) < 0:
+                raise ValueError(f"sel must give a count >= 0 for each of the "
+                                 f"{self.embedding_size} bead types, got {self.sel}")
+            if sum(self.sel) != self.num_neighbors:
+                raise ValueError(f"num_neighbors must be the sum of sel ({sum(self.sel)}), "
+                                 f"got {self.num_neighbors}")
 
 
 def smooth_switch(r: torch.Tensor, cutoff_smooth: float, cutoff: float) -> torch.Tensor:
@@ -175,10 +201,11 @@ def _padded_slots(keys: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.T
 
 
 def _batched_mlp(x: torch.Tensor, keys: torch.Tensor, count: int, weights, biases,
-                 act: nn.Module, skip) -> torch.Tensor:
+                 act: nn.Module, timesteps) -> torch.Tensor:
     """Each row of ``x`` through the network ``keys`` picks from stacks of ``count``
     networks: one batched matrix product per layer over blocks of rows of one network
-    (`_padded_slots`).
+    (`_padded_slots`). A layer computes ``y = act(x W + c)``, times the layer's timestep
+    where it has one, plus DeePMD's shortcut (`shortcut`).
 
     Parameters
     ----------
@@ -187,7 +214,8 @@ def _batched_mlp(x: torch.Tensor, keys: torch.Tensor, count: int, weights, biase
     count : int
     weights, biases : sequences of torch.Tensor, shapes (count, w_l, w_{l+1}), (count, w_{l+1})
     act : nn.Module
-    skip : callable ``(layer, x, y) -> y``, the layer's shortcut
+    timesteps : nn.ParameterDict
+        ``str(l)`` to shape (count, w_{l+1}) for the layers with a timestep.
 
     Returns
     -------
@@ -200,32 +228,35 @@ def _batched_mlp(x: torch.Tensor, keys: torch.Tensor, count: int, weights, biase
     for layer, (weight, bias) in enumerate(zip(weights, biases, strict=True)):
         y = act(torch.baddbmm(bias.index_select(0, network)[:, None], h,
                               weight.index_select(0, network)))
-        h = skip(layer, h, y)
+        if str(layer) in timesteps:
+            y = y * timesteps[str(layer)].index_select(0, network)[:, None]
+        skip = shortcut(h, y.shape[-1])
+        h = y if skip is None else y + skip
     return h.reshape(blocks * width, h.shape[-1]).index_select(0, slot)
 
 
-def _embedding_skip(layer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """DeePMD's embedding-net shortcut: ``y + x`` at equal widths, ``y + [x, x]`` where the
-    width doubles, else ``y``."""
-    if x.shape[-1] == y.shape[-1]:
-        return y + x
-    if 2 * x.shape[-1] == y.shape[-1]:
-        return y + torch.cat([x, x], dim=-1)
-    return y
+def shortcut(x: torch.Tensor, width: int) -> torch.Tensor | None:
+    """DeePMD's ResNet-like shortcut of a layer from ``x`` to ``width`` channels (both kinds
+    of network, every layer but the fitting networks' output): ``x`` at equal widths,
+    ``[x, x]`` where the width doubles, else None."""
+    if x.shape[-1] == width:
+        return x
+    if 2 * x.shape[-1] == width:
+        return torch.cat([x, x], dim=-1)
+    return None
 
 
-def _fitting_skip(layer: int, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """DeePMD's fitting-net shortcut: ``y + x`` between hidden layers of equal width."""
-    return y + x if layer > 0 and x.shape[-1] == y.shape[-1] else y
-
-
-def _init_stack(nets: int, widths: list[int]) -> tuple[nn.ParameterList, nn.ParameterList]:
-    """DeePMD's initialisation: weights ~ N(0, 1/(in + out)), biases ~ N(0, 1)."""
-    weights, biases = nn.ParameterList(), nn.ParameterList()
-    for a, b in zip(widths[:-1], widths[1:], strict=True):
+def _init_stack(nets: int, widths: list[int], resnet_dt: bool
+                ) -> tuple[nn.ParameterList, nn.ParameterList, nn.ParameterDict]:
+    """DeePMD's initialisation: weights ~ N(0, 1/(in + out)), biases ~ N(0, 1), and with
+    ``resnet_dt`` timesteps ~ N(0.1, 0.001²) for the layers with a shortcut."""
+    weights, biases, timesteps = nn.ParameterList(), nn.ParameterList(), nn.ParameterDict()
+    for layer, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
         weights.append(nn.Parameter(torch.randn(nets, a, b) / math.sqrt(a + b)))
         biases.append(nn.Parameter(torch.randn(nets, b)))
-    return weights, biases
+        if resnet_dt and b in (a, 2 * a):
+            timesteps[str(layer)] = nn.Parameter(0.1 + 0.001 * torch.randn(nets, b))
+    return weights, biases, timesteps
 
 
 class CGDeepPotential(nn.Module):
@@ -235,21 +266,46 @@ class CGDeepPotential(nn.Module):
     Parameters
     ----------
     config : DeepPotentialConfig
+    backend : str
+        One of `DP_BACKENDS`; a run-time switch, also settable later as
+        ``network.backend``, read at every forward. ``"deepmd"`` needs deepmd-kit and
+        ``config.sel`` (`workbench.model.deepmd_interop.DeepmdBackend`).
     """
 
-    def __init__(self, config: DeepPotentialConfig | None = None):
+    def __init__(self, config: DeepPotentialConfig | None = None, backend: str = "engine"):
         super().__init__()
+        self.backend = backend
+        self._deepmd = None
         self.config = config = config or DeepPotentialConfig()
         types = config.embedding_size
         self.pair_nets = types if config.type_one_side else types * types
-        self.embedding_weights, self.embedding_biases = _init_stack(
-            self.pair_nets, [1, *config.embedding_widths])
+        (self.embedding_weights, self.embedding_biases,
+         self.embedding_timesteps) = _init_stack(self.pair_nets, [1, *config.embedding_widths],
+                                                 config.embedding_resnet_dt)
         m1 = config.embedding_widths[-1]
         fitting = [m1 * config.axis_neurons, *config.fitting_widths]
-        self.fitting_weights, self.fitting_biases = _init_stack(types, fitting)
+        (self.fitting_weights, self.fitting_biases,
+         self.fitting_timesteps) = _init_stack(types, fitting, config.fitting_resnet_dt)
         self.fitting_out = nn.Parameter(torch.randn(types, fitting[-1]) / math.sqrt(fitting[-1]))
         self.energy_bias = nn.Parameter(torch.zeros(types))
         self.activation = ACTIVATIONS[config.activation]()
+        if config.sel is not None:
+            self.register_buffer("env_mean", torch.zeros(types, 4))
+            self.register_buffer("env_std", torch.ones(types, 4))
+            self.register_buffer("sel", torch.tensor(config.sel, dtype=torch.float32),
+                                 persistent=False)
+
+    @property
+    def backend(self) -> str:
+        """Who evaluates the network (`DP_BACKENDS`)."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, name: str) -> None:
+        if name not in DP_BACKENDS:
+            raise ValueError(f"unknown Deep Potential backend {name!r}; choose from "
+                             f"{', '.join(DP_BACKENDS)}")
+        self._backend = name
 
     @property
     def output_parameters(self) -> tuple[nn.Parameter, nn.Parameter]:
@@ -308,7 +364,7 @@ class CGDeepPotential(nn.Module):
         torch.Tensor, shape (E, M1)
         """
         return _batched_mlp(s[:, None], net, self.pair_nets, self.embedding_weights,
-                            self.embedding_biases, self.activation, _embedding_skip)
+                            self.embedding_biases, self.activation, self.embedding_timesteps)
 
     def fitting(self, d: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
         """Atomic energies: each bead's descriptor through its type's fitting network.
@@ -323,7 +379,7 @@ class CGDeepPotential(nn.Module):
         torch.Tensor, shape (N,)
         """
         h = _batched_mlp(d, types, self.config.embedding_size, self.fitting_weights,
-                         self.fitting_biases, self.activation, _fitting_skip)
+                         self.fitting_biases, self.activation, self.fitting_timesteps)
         return (h * self.fitting_out.index_select(0, types)).sum(-1) + self.energy_bias[types]
 
     def descriptor(
@@ -342,15 +398,43 @@ class CGDeepPotential(nn.Module):
         torch.Tensor, shape (N, M1·M2)
         """
         s, env, src, dst = self.environment(pos, graph)
-        t_src = types.index_select(0, src)
-        net = t_src if self.config.type_one_side else (
-            types.index_select(0, dst) * self.config.embedding_size + t_src)
-        g = self.embedding(s, net)
-        m1 = g.shape[-1]
-        a = pos.new_zeros(pos.shape[0], m1, 4).index_add_(0, dst, g[:, :, None] * env[:, None])
+        t_src, t_dst = types.index_select(0, src), types.index_select(0, dst)
+        size = self.config.embedding_size
+        net = t_src if self.config.type_one_side else t_dst * size + t_src
+        if self.config.sel is None:
+            g = self.embedding(s, net)
+            a = pos.new_zeros(pos.shape[0], g.shape[-1], 4).index_add_(
+                0, dst, g[:, :, None] * env[:, None])
+        else:
+            env = (env - self.env_mean.index_select(0, t_dst)) / self.env_std.index_select(0, t_dst)
+            g = self.embedding(env[:, 0], net)
+            empty = self.empty_slots()
+            rows = torch.where((s > 0)[:, None, None], g[:, :, None] * env[:, None]
+                               - empty.index_select(0, t_dst * size + t_src), 0.0)
+            lists = (empty.view(size, size, *empty.shape[1:])
+                     * self.sel.to(empty.dtype)[None, :, None, None]).sum(1)
+            a = lists.index_select(0, types).index_add_(0, dst, rows)
         a = a / self.config.num_neighbors
         d = a @ a[:, : self.config.axis_neurons].transpose(1, 2)
-        return d.reshape(pos.shape[0], m1 * self.config.axis_neurons)
+        return d.reshape(pos.shape[0], a.shape[1] * self.config.axis_neurons)
+
+    def empty_slots(self) -> torch.Tensor:
+        """What an empty slot of DeePMD's neighbour lists adds to ``A_i`` (times ``N_c``):
+        ``G(ŝ₀) ⊗ R̂₀`` with ``R̂₀ = −env_mean / env_std`` of the centre type (the
+        normalised environment-matrix row of a zero row), ``ŝ₀`` its first entry, ``G`` the
+        embedding network of the pair. Zero with the identity statistics. Only with ``sel``.
+
+        Returns
+        -------
+        torch.Tensor, shape (T², M1, 4)
+            Row ``t_i·T + t_j`` for a centre of type ``t_i`` and a slot for type ``t_j``.
+        """
+        size = self.config.embedding_size
+        centre = torch.arange(size, device=self.env_mean.device).repeat_interleave(size)
+        slot = torch.arange(size, device=self.env_mean.device).repeat(size)
+        row = (-self.env_mean / self.env_std).index_select(0, centre)
+        net = slot if self.config.type_one_side else centre * size + slot
+        return self.embedding(row[:, 0], net)[:, :, None] * row[:, None]
 
     def forward(
         self,
@@ -377,6 +461,7 @@ class CGDeepPotential(nn.Module):
         Returns
         -------
         torch.Tensor, shape (N,)
+            Of ``self.backend``: the engine's path, or deepmd-kit's model.
         """
         if options is not None:
             missing = [name for name in options.enabled() if name not in STEP_TECHNIQUES]
@@ -385,4 +470,10 @@ class CGDeepPotential(nn.Module):
 
                 warn_fallback_once(f"CGDeepPotential has no fused kernels for "
                                    f"{', '.join(missing)}")
+        if self.backend == "deepmd":
+            if self._deepmd is None:
+                from workbench.model.deepmd_interop import DeepmdBackend
+
+                self._deepmd = DeepmdBackend()
+            return self._deepmd.node_energies(self, pos, types, graph)
         return self.fitting(self.descriptor(pos, types, graph), types)
