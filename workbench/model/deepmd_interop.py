@@ -41,7 +41,9 @@ import torch
 
 from workbench.model.deep_potential import CGDeepPotential, DeepPotentialConfig
 from workbench.model.io import ModelFormatError
+from workbench.model.potential import Potential
 from workbench.neighbors import Graph
+from workbench.system.cg_system import CGSystem
 from workbench.system.mapping import BACKBONE_TYPES, GLYCINE_CA_TYPE
 from workbench.system.residues import ONE_LETTER, cb_type
 
@@ -143,6 +145,22 @@ def read_deepmd(path: str | os.PathLike) -> DeepmdModel:
                                 if k.startswith(_CHECKPOINT_PREFIX)})
 
 
+def is_deepmd_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a deepmd-kit PyTorch model: a frozen ``.pth``, or a ``.pt``
+    checkpoint with the model's parameters (read with ``weights_only``)."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    if path.suffix == ".pth":
+        return True
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - not a plain-tensor archive: not deepmd-kit's
+        return False
+    state = payload.get("model", payload) if isinstance(payload, dict) else None
+    return isinstance(state, dict) and "model_params" in (state.get("_extra_state") or {})
+
+
 # -- reading the parameters -------------------------------------------------------------------
 def _refuse_set(section: str, params: dict, key: str, default) -> None:
     """Refuse ``params[key]`` unless absent, None or ``default``."""
@@ -155,6 +173,9 @@ def _refuse_set(section: str, params: dict, key: str, default) -> None:
 
 def _check_params(params: dict) -> tuple[dict, dict, str]:
     """The descriptor and fitting sections and the activation; refusals name the option."""
+    if params.get("bridging_method", "None") not in ("None", None):
+        raise DeepmdFormatError(f"deepmd-kit option model.bridging_method = "
+                                f"{params['bridging_method']!r} is not supported")
     if params.get("type", "standard") != "standard":
         raise DeepmdFormatError(f"deepmd-kit model type {params['type']!r} is not supported "
                                 "(only the standard model: se_e2_a + ener)")
@@ -244,8 +265,8 @@ def network_from_deepmd(
     type_names : mapping of str to int, optional
         Bead type of each deepmd-kit type name, beyond (or instead of) `bead_type_names`.
     embedding_size : int, optional
-        Bead types of the network (default: 1 + the largest mapped one). Types that are
-        not in ``type_map`` get zero networks and no neighbour slots.
+        Least number of bead types of the network (it has at least 1 + the largest mapped
+        one). Types that are not in ``type_map`` get zero networks and no neighbour slots.
 
     Returns
     -------
@@ -262,9 +283,7 @@ def network_from_deepmd(
     """
     descriptor, fitting, activation = _check_params(model.params)
     types = _bead_types(model.params["type_map"], type_names)
-    size = embedding_size or max(types) + 1
-    if max(types) >= size:
-        raise DeepmdFormatError(f"bead type {max(types)} is outside embedding_size {size}")
+    size = max(embedding_size or 0, max(types) + 1)
     state = model.state
     embedding = _networks(state, _DESCRIPTOR + "filter_layers.")
     fitting_nets = _networks(state, _FITTING + "filter_layers.")
@@ -501,6 +520,59 @@ def save_deepmd(network: CGDeepPotential, path: str | os.PathLike, **kwargs) -> 
     state = wrapper(deepmd_module(model), model_params=model.params).state_dict()
     torch.save({"model": state}, path)
     return path
+
+
+def deepmd_potential(path: str | os.PathLike, system: CGSystem,
+                     type_names: Mapping[str, int] | None = None) -> Potential:
+    """A deepmd-kit model's Deep Potential (float32) with the native priors of ``system``
+    (`workbench.model.native_priors.native_priors`).
+
+    Parameters
+    ----------
+    path : path-like
+        A deepmd-kit checkpoint ``.pt`` or frozen ``.pth`` (`read_deepmd`).
+    system : CGSystem
+    type_names : mapping of str to int, optional
+        As in `network_from_deepmd`.
+
+    Returns
+    -------
+    Potential
+        ``metadata``: ``source`` ``"deepmd-kit"``, ``file``, ``type_map`` (deepmd-kit's
+        names) and ``trained`` True.
+
+    Raises
+    ------
+    DeepmdFormatError
+        As `read_deepmd` and `network_from_deepmd`, or a bead type of ``system`` that the
+        model's ``type_map`` does not name.
+    """
+    from workbench.model.native_priors import native_priors
+
+    model = read_deepmd(path)
+    network, types = network_from_deepmd(model, type_names,
+                                         embedding_size=int(system.bead_types.max()) + 1)
+    missing = sorted(set(system.bead_types.tolist()) - set(types))
+    if missing:
+        raise DeepmdFormatError(
+            f"the deepmd-kit model's type_map {model.params['type_map']} has no type for the "
+            f"bead types {[bead_type_name(t) for t in missing]} of {system.name}")
+    potential = Potential(system.bead_types, network.float(), native_priors(system))
+    potential.metadata = {"source": "deepmd-kit", "file": str(path), "trained": True,
+                          "type_map": list(model.params["type_map"])}
+    return potential
+
+
+def deepmd_backend_problem(network: CGDeepPotential) -> str | None:
+    """Why deepmd-kit cannot evaluate ``network`` here (`DeepmdBackend`), or None."""
+    if network.config.sel is None:
+        return ("the network has no deepmd-kit neighbour lists (sel): only a converted "
+                "deepmd-kit model runs through deepmd-kit")
+    try:
+        _deepmd_pt()
+    except ImportError as exc:
+        return str(exc)
+    return None
 
 
 # -- deepmd-kit as a backend ------------------------------------------------------------------
