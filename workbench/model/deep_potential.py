@@ -16,17 +16,31 @@ For a centre bead ``i`` (an edge's ``dst``) and a neighbour ``j`` (its ``src``),
 
 ``r_s`` is ``cutoff_smooth`` (DeePMD's ``rcut_smth``), ``r_c`` the ``cutoff`` (``rcut``);
 ``sw`` and its first and second derivatives are continuous at ``r_s`` and vanish at ``r_c``.
-``N_c`` is a fixed normalisation (``num_neighbors``): DeePMD divides by its ``sel``, the
-fixed neighbour count of its padded neighbour lists; the engine's graphs are dynamic and
-have none. ``M1`` is the last embedding width, ``M2`` is ``axis_neurons``.
+``N_c`` is a fixed normalisation (``num_neighbors``, DeePMD's ``Σ sel``). ``M1`` is the last
+embedding width, ``M2`` is ``axis_neurons``.
 
-Embedding networks (DeePMD's ``embedding_net``), widths ``[1, w1, ..., wk]``, activation
-``act``: a layer from width ``a`` to ``b`` computes ``y = act(x W + c)``, plus ``x`` where
-``b = a`` or ``[x, x]`` where ``b = 2a``. Fitting networks (``fitting_net``): the same
-layers, with the identity skip only where a hidden layer keeps the width (never from the
-descriptor), then a linear map to one value. One embedding network per ordered type pair
-``(t_i, t_j)``, or per neighbour type ``t_j`` with ``type_one_side``; one fitting network
-per centre type.
+With ``sel`` (DeePMD's padded neighbour lists: ``sel[t]`` slots per neighbour type) the
+rows are normalised by per-centre-type statistics, ``R̂_ij = (R̃_ij − μ_{t_i}) / σ_{t_i}``
+(buffers ``env_mean``, ``env_std``, shape (T, 4); identity until set), the embedding reads
+``ŝ = R̂_ij[0]``, and every slot of a list counts, the empty ones with the normalised zero
+row ``R̂⁰ = −μ/σ``::
+
+    c_{t_i t_j} = G_{t_i t_j}(R̂⁰[0]) ⊗ R̂⁰                 an empty slot (`empty_slots`)
+    A_i = (1/N_c) [Σ_t sel_t c_{t_i t} + Σ_j (G_ij ⊗ R̂_ij − c_{t_i t_j})]
+
+so an edge at or beyond ``r_c`` (``R̃ = 0``) still adds exactly nothing, and deepmd-kit's
+energies are reproduced while no bead has more than ``sel_t`` neighbours of type ``t`` (which
+deepmd-kit would drop). Without ``sel``: ``R̂ = R̃``, no empty slots.
+
+Networks follow deepmd-kit's PyTorch backend. A layer from width ``a`` to ``b`` computes
+``y = act(x W + c)``, times a trainable timestep ``idt`` with ``resnet_dt``, plus ``x``
+where ``b = a`` or ``[x, x]`` where ``b = 2a`` (`shortcut`): every layer of an embedding
+network (widths ``[1, w1, ..., wk]``) and of a fitting network (widths
+``[M1·M2, v1, ..., vm]``), whose last linear map to one value has no shortcut. One embedding
+network per ordered type pair ``(t_i, t_j)``, or per neighbour type ``t_j`` with
+``type_one_side``; one fitting network per centre type. deepmd-kit's models convert to and
+from this one exactly, and deepmd-kit can evaluate it (``backend``;
+`workbench.model.deepmd_interop`).
 
 Module tree (parameters stacked over networks; ``P`` = T² pairs, or T with
 ``type_one_side``; ``T`` = ``embedding_size``)::
@@ -37,6 +51,9 @@ Module tree (parameters stacked over networks; ``P`` = T² pairs, or T with
     fitting_biases.{l}       (T, v_{l+1})
     fitting_out              (T, v_last)           last linear map, no bias
     energy_bias              (T,)                  per-type atomic energy, zero at start
+    embedding_timesteps.{l}  (P, w_{l+1})          with resnet_dt, layers with a shortcut
+    fitting_timesteps.{l}    (T, v_{l+1})          likewise
+    env_mean, env_std        (T, 4)                with sel: statistics per centre type
 
 * **Invariance**: ``D_i`` reads distances through ``s`` and ``G``, and directions through
   ``A_i A_i^<T``, a product of two ``M1×4``/``M2×4`` matrices whose 4-dim index contracts;
@@ -53,10 +70,8 @@ group sizes) into blocks of equal length, one network per block, and each layer 
 batched matrix product over the blocks with their networks' weights gathered
 (`_batched_mlp`); beads likewise by fitting network. No dense neighbour matrices:
 ``A_i`` is an ``index_add_`` of per-edge outer products onto ``dst``. No Triton kernels
-(``Architecture.fused`` is empty); DeePMD's compressed (tabulated) embedding, fused
-descriptor kernels and deepmd-kit interoperability are planned (``docs/deep-potential.md``).
-DeePMD's data statistics of the environment matrix (``davg``/``dstd``) are not applied:
-``s`` enters unnormalised.
+(``Architecture.fused`` is empty); DeePMD's compressed (tabulated) embedding and fused
+descriptor kernels are planned (``docs/deep-potential.md``).
 """
 
 from __future__ import annotations
