@@ -30,7 +30,8 @@ from workbench.model.deepmd_interop import (
     save_deepmd,
     to_deepmd,
 )
-from workbench.runner import RunSettings, choose_dp_backend, choose_potential
+from workbench.runner import RunSettings, choose_dp_backend, choose_potential, prepare_run
+from workbench.settings_error import SettingsError
 
 
 def _deepmd_problem() -> str | None:
@@ -41,10 +42,11 @@ def _deepmd_problem() -> str | None:
     return None
 
 
+DEEPMD_PROBLEM = _deepmd_problem()
 needs_deepmd = pytest.mark.skipif(
-    _deepmd_problem() is not None,
+    DEEPMD_PROBLEM is not None,
     reason=f"needs deepmd-kit's PyTorch backend (pip install 'cg-workbench[deepmd]'; see "
-           f"docs/deep-potential.md): {_deepmd_problem()}")
+           f"docs/deep-potential.md): {DEEPMD_PROBLEM}")
 
 #: CLN025's bead types, and deepmd-kit's slots per type within 8 Å (side-chain beads have at
 #: most 3 neighbours of one such type, backbone beads at most 10 of one backbone type).
@@ -256,14 +258,16 @@ def test_the_deepmd_backend_needs_lists_and_says_so():
     assert "no deepmd-kit neighbour lists" in notice and potential.network.backend == "engine"
     with pytest.raises(ValueError, match="unknown Deep Potential backend 'tf'"):
         potential.network.backend = "tf"
-    with pytest.raises(Exception, match="dp_backend"):
-        RunSettings(dp_backend="tf").validate()
+    with pytest.raises(SettingsError, match="dp_backend must be one of engine, deepmd"):
+        RunSettings(dp_backend="tf")
 
 
 # -- against deepmd-kit ------------------------------------------------------------------------
 @needs_deepmd
 @pytest.mark.parametrize(("one_side", "activation"), [(False, "tanh"), (True, "silu")])
 def test_converted_models_give_deepmd_kits_energies_and_forces(one_side, activation):
+    from deepmd.pt.model.model import get_model
+
     reference_model = perturbed_deepmd(deepmd_params(one_side, activation))
     model = DeepmdModel(deepmd_params(one_side, activation), reference_model.state_dict())
     network, types = network_from_deepmd(model)
@@ -272,9 +276,14 @@ def test_converted_models_give_deepmd_kits_energies_and_forces(one_side, activat
     e_ref, f_ref = deepmd_reference(reference_model, pos)
     e64, f64 = engine(network, pos)
     assert relative_error(e64, e_ref) < 1e-13 and relative_error(f64, f_ref) < 1e-13
-    e32, f32 = engine(network_from_deepmd(model)[0].float(), pos.float())
-    assert relative_error(e32.double(), e_ref) < 1e-5
-    assert relative_error(f32.double(), f_ref) < 1e-5
+    params32 = deepmd_params(one_side, activation, precision="float32")
+    model32 = get_model(json.loads(json.dumps(params32)))  # the same weights, rounded
+    dtypes = {k: v.dtype for k, v in model32.state_dict().items()}
+    model32.load_state_dict({k: v.to(dtypes[k]) for k, v in model.state.items()})
+    e32_ref, f32_ref = deepmd_reference(model32.eval(), pos.float())
+    e32, f32 = engine(network_from_deepmd(DeepmdModel(params32, model32.state_dict()))[0],
+                      pos.float())
+    assert relative_error(e32, e32_ref) < 1e-5 and relative_error(f32, f32_ref) < 1e-5
     network.backend = "deepmd"  # deepmd-kit's own model of the same weights
     e_dp, f_dp = engine(network, pos)
     assert relative_error(e_dp, e_ref) < 1e-13 and relative_error(f_dp, f_ref) < 1e-13
@@ -348,3 +357,9 @@ def test_a_model_trained_and_frozen_by_deepmd_kit_runs_in_the_engine(tmp_path, m
         assert relative_error(f32.double(), forces) < 1e-5
     chosen, notice = choose_potential(tiny_system(), str(tmp_path / "model.ckpt.pt"), "dp")
     assert chosen.architecture == "dp" and "deepmd-kit model" in notice
+    prepared = prepare_run(RunSettings(protein="cln025", replicas=2, steps=2, device="cpu",
+                                       model=str(tmp_path / "model.ckpt.pt"),
+                                       dp_backend="deepmd"))
+    assert prepared.simulation.potential.network.backend == "deepmd"
+    assert prepared.settings.dp_backend == "deepmd"
+    prepared.advance(2)
