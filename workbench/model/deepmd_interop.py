@@ -128,16 +128,8 @@ def read_deepmd(path: str | os.PathLike) -> DeepmdModel:
             raise DeepmdFormatError(f"{path} is not a frozen deepmd-kit PyTorch model "
                                     f"(dp --pt freeze): {exc}") from exc
         return DeepmdModel(params, {k: v.detach() for k, v in module.state_dict().items()})
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a format error
-        raise DeepmdFormatError(f"{path} is not a readable deepmd-kit checkpoint: {exc}") from exc
-    state = payload.get("model", payload) if isinstance(payload, dict) else None
-    params = (state.get("_extra_state") or {}).get("model_params") if isinstance(
-        state, dict) else None
-    if not isinstance(params, dict):
-        raise DeepmdFormatError(f"{path} is not a deepmd-kit PyTorch checkpoint (dp --pt train): "
-                                "it has no model._extra_state.model_params")
+    state = _checkpoint_state(path)
+    params = state["_extra_state"]["model_params"]
     if "model_dict" in params:
         raise DeepmdFormatError(f"{path} is a multi-task deepmd-kit model; convert one head "
                                 "first (dp --pt change-bias / freeze --head)")
@@ -145,20 +137,34 @@ def read_deepmd(path: str | os.PathLike) -> DeepmdModel:
                                 if k.startswith(_CHECKPOINT_PREFIX)})
 
 
+def _checkpoint_state(path: Path) -> dict:
+    """The model state of a training checkpoint (``torch.load`` with ``weights_only``),
+    which holds the model's parameters as ``_extra_state.model_params``."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a format error
+        raise DeepmdFormatError(f"{path} is not a readable deepmd-kit checkpoint: {exc}") from exc
+    state = payload.get("model", payload) if isinstance(payload, dict) else None
+    extra = state.get("_extra_state") if isinstance(state, dict) else None
+    if not isinstance(extra, dict) or not isinstance(extra.get("model_params"), dict):
+        raise DeepmdFormatError(f"{path} is not a deepmd-kit PyTorch checkpoint (dp --pt train): "
+                                "it has no model._extra_state.model_params")
+    return state
+
+
 def is_deepmd_file(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a deepmd-kit PyTorch model: a frozen ``.pth``, or a ``.pt``
-    checkpoint with the model's parameters (read with ``weights_only``)."""
+    checkpoint with the model's parameters."""
     path = Path(path)
     if not path.is_file():
         return False
     if path.suffix == ".pth":
         return True
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # noqa: BLE001 - not a plain-tensor archive: not deepmd-kit's
+        _checkpoint_state(path)
+    except DeepmdFormatError:
         return False
-    state = payload.get("model", payload) if isinstance(payload, dict) else None
-    return isinstance(state, dict) and "model_params" in (state.get("_extra_state") or {})
+    return True
 
 
 # -- reading the parameters -------------------------------------------------------------------
@@ -221,6 +227,7 @@ def _layers(state: dict, prefix: str) -> list[dict[str, torch.Tensor]]:
 
 
 def _networks(state: dict, prefix: str) -> list[list[dict[str, torch.Tensor]]]:
+    """The layers (`_layers`) of each network ``prefix networks.{k}``."""
     nets = []
     while f"{prefix}networks.{len(nets)}.layers.0.matrix" in state:
         nets.append(_layers(state, f"{prefix}networks.{len(nets)}.layers."))
@@ -238,6 +245,7 @@ def _per_centre_type(stat: torch.Tensor, name: str) -> torch.Tensor:
 
 
 def _bead_types(type_map: Sequence[str], type_names: Mapping[str, int] | None) -> list[int]:
+    """The bead type of each ``type_map`` name (`bead_type_names`, then ``type_names``)."""
     names = {**bead_type_names(), **(type_names or {})}
     unknown = [n for n in type_map if n not in names and not n.isdigit()]
     if unknown:
@@ -294,13 +302,19 @@ def network_from_deepmd(
         raise DeepmdFormatError(f"axis_neuron {descriptor['axis_neuron']} does not match the "
                                 f"fitting network's input width {axis * widths[-1]}")
     kinds = len(types)
-    one_side = len(embedding) == kinds  # deepmd-kit's classes and its input defaults differ
-    if len(embedding) != (kinds if one_side else kinds * kinds) or descriptor.get(
-            "type_one_side", one_side) != one_side and kinds > 1:
+    # from the networks: deepmd-kit's classes and its input file differ in the default
+    one_side = len(embedding) == kinds
+    if (not one_side and len(embedding) != kinds * kinds) or (
+            kinds > 1 and descriptor.get("type_one_side", one_side) != one_side):
         raise DeepmdFormatError(f"{len(embedding)} embedding networks for {kinds} types and "
                                 f"type_one_side {descriptor.get('type_one_side')}")
+    counts = descriptor.get("sel")
+    if not isinstance(counts, list) or len(counts) != kinds or "rcut" not in descriptor or (
+            "rcut_smth" not in descriptor):
+        raise DeepmdFormatError(f"the descriptor needs rcut, rcut_smth and sel, a count for "
+                                f"each of the {kinds} types; got {descriptor}")
     sel = [0] * size
-    for kind, count in zip(types, descriptor["sel"], strict=True):
+    for kind, count in zip(types, counts, strict=True):
         sel[kind] = int(count)
     config = DeepPotentialConfig(
         embedding_size=size, cutoff=float(descriptor["rcut"]),
@@ -315,9 +329,8 @@ def network_from_deepmd(
     with torch.no_grad():
         for tensor in network.parameters():
             tensor.zero_()
-        for k, kind in enumerate(types):
-            network.env_mean[kind] = _per_centre_type(state[_DESCRIPTOR + "mean"], "mean")[k]
-            network.env_std[kind] = _per_centre_type(state[_DESCRIPTOR + "stddev"], "stddev")[k]
+        network.env_mean[types] = _per_centre_type(state[_DESCRIPTOR + "mean"], "mean")
+        network.env_std[types] = _per_centre_type(state[_DESCRIPTOR + "stddev"], "stddev")
         for index, layers in enumerate(embedding):
             # deepmd-kit's network index is neighbour-type major: (neighbour, centre)
             neighbour, centre = divmod(index, 1 if one_side else kinds)
@@ -338,6 +351,7 @@ def network_from_deepmd(
 
 
 def _set_layers(layers, net, weights, biases, timesteps) -> None:
+    """deepmd-kit's layers (`_layers`) into network ``net`` of the engine's stacks."""
     if len(layers) != len(weights):
         raise DeepmdFormatError(f"a network has {len(layers)} layers, the first one "
                                 f"{len(weights)}")
@@ -365,7 +379,8 @@ def to_deepmd(
     sel : sequence of int, optional
         deepmd-kit's neighbour slots per exported type. Default and required value where
         the network has ``sel``: its own. Without, the slots are free (deepmd-kit drops
-        neighbours beyond them): ``N_c / Σ sel`` is folded into the first fitting layer.
+        neighbours beyond them), and ``(Σ sel / N_c)²`` is folded into the first fitting
+        layer (the output layer where there is no hidden one).
 
     Returns
     -------
@@ -452,6 +467,7 @@ def to_deepmd(
 
 
 def _get_layers(state, prefix, net, weights, biases, timesteps) -> None:
+    """Network ``net`` of the engine's stacks into deepmd-kit's keys ``prefix{l}.…``."""
     for index, (weight, bias) in enumerate(zip(weights, biases, strict=True)):
         state[f"{prefix}{index}.matrix"] = weight[net].detach().clone()
         state[f"{prefix}{index}.bias"] = bias[net].detach().clone()
