@@ -14,6 +14,7 @@ from helpers import (
     exact_graph,
     finite_difference_forces,
     perturbed_positions,
+    random_rotation,
     relative_error,
     tiny_system,
 )
@@ -127,7 +128,8 @@ def _stats_network(**overrides) -> CGDeepPotential:
     network = CGDeepPotential(config).double()
     with torch.no_grad():
         network.env_mean[:, 0] = 0.05 + 0.02 * torch.rand(25, dtype=torch.float64)
-        network.env_std.copy_(0.07 + 0.05 * torch.rand(25, 4, dtype=torch.float64))
+        network.env_std.copy_(0.07 + 0.05 * torch.rand(25, 2, dtype=torch.float64)[
+            :, [0, 1, 1, 1]])  # one deviation of the directions: rotation invariant
         network.fitting_out.mul_(0.1)
     return network
 
@@ -151,7 +153,7 @@ def test_identity_statistics_reduce_to_the_plain_model():
     assert relative_error(engine(lists, pos)[1], f_plain) > 1e-2
 
 
-def test_statistics_model_forces_match_finite_differences_and_padding_adds_nothing():
+def test_statistics_model_is_smooth_invariant_and_padding_adds_nothing():
     network = stats_network()
     pos = perturbed_positions(replicas=1, sigma=0.3, seed=2)
     energy_fn = lambda p: engine_energy(network, p)  # noqa: E731
@@ -167,6 +169,11 @@ def test_statistics_model_forces_match_finite_differences_and_padding_adds_nothi
         return e.detach(), -g
 
     assert_padding_and_far_edges_add_nothing(energy_and_forces, pos, network.cutoff)
+    rotation = random_rotation(seed=1)
+    energy, forces = energy_and_forces(pos)
+    e_rot, f_rot = energy_and_forces(pos @ rotation.T + 3.0)
+    torch.testing.assert_close(e_rot, energy, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(f_rot, forces @ rotation.T, rtol=1e-10, atol=1e-11)
 
 
 def engine_energy(network: CGDeepPotential, pos: torch.Tensor) -> torch.Tensor:
@@ -246,6 +253,9 @@ def test_files_that_are_not_deepmd_models_are_refused(tmp_path):
         deepmd_potential(partial, tiny_system())
     with pytest.raises(DeepmdFormatError, match=r"no type for the bead types \['N'\]"):
         deepmd_potential(partial, tiny_system(), type_names={"NX": 0})
+    model.state["atomic_model.descriptor.sea.mean"][0, :, 1] = 0.01
+    with pytest.raises(DeepmdFormatError, match="would not be rotation invariant"):
+        network_from_deepmd(model, type_names={"NX": 21})
     frozen = tmp_path / "broken.pth"
     frozen.write_bytes(b"not a TorchScript archive")
     with pytest.raises(DeepmdFormatError, match="not a frozen deepmd-kit PyTorch model"):

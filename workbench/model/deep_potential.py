@@ -128,8 +128,10 @@ class DeepPotentialConfig(NetworkConfig):
         (length ``embedding_size``; ``num_neighbors`` must be their sum). With it the
         environment matrix is normalised by the per-centre-type statistics ``env_mean``
         and ``env_std`` (buffers, identity until set, e.g. by a converted deepmd-kit
-        model) and every empty slot of a list contributes as in DeePMD. None: no lists,
-        no statistics (``s`` and ``R̃`` enter as they are).
+        model; as DeePMD's, zero means and one deviation for the three direction columns,
+        which keeps the model rotation invariant) and every empty slot of a list
+        contributes as in DeePMD. None: no lists, no statistics (``s`` and ``R̃`` enter as
+        they are).
     """
 
     label: ClassVar[str] = "Deep Potential"

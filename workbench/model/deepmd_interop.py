@@ -236,12 +236,21 @@ def _networks(state: dict, prefix: str) -> list[list[dict[str, torch.Tensor]]]:
     return nets
 
 
-def _per_centre_type(stat: torch.Tensor, name: str) -> torch.Tensor:
-    """``(K, nnei, 4)`` statistics, the same for every slot, as ``(K, 4)``."""
-    if not torch.equal(stat, stat[:, :1].expand_as(stat)):
-        raise DeepmdFormatError(f"the descriptor's {name} differs between neighbour slots; "
-                                "covered: deepmd-kit's statistics per centre type")
-    return stat[:, 0]
+def _statistics(state: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The descriptor's ``(K, nnei, 4)`` mean and deviation as ``(K, 4)`` per centre type;
+    they must be the same for every slot and leave directions alone (zero mean and one
+    deviation of the three direction columns), as deepmd-kit's statistics do."""
+    mean, std = state[_DESCRIPTOR + "mean"], state[_DESCRIPTOR + "stddev"]
+    for stat, name in ((mean, "mean"), (std, "stddev")):
+        if not torch.equal(stat, stat[:, :1].expand_as(stat)):
+            raise DeepmdFormatError(f"the descriptor's {name} differs between neighbour "
+                                    "slots; covered: deepmd-kit's statistics per centre type")
+    mean, std = mean[:, 0], std[:, 0]
+    if mean[:, 1:].any() or not torch.equal(std[:, 1:], std[:, 1:2].expand(-1, 3)):
+        raise DeepmdFormatError("the descriptor's statistics of the direction columns are "
+                                "not zero means and one deviation per type: the model would "
+                                "not be rotation invariant")
+    return mean, std
 
 
 def _bead_types(type_map: Sequence[str], type_names: Mapping[str, int] | None) -> list[int]:
@@ -329,8 +338,7 @@ def network_from_deepmd(
     with torch.no_grad():
         for tensor in network.parameters():
             tensor.zero_()
-        network.env_mean[types] = _per_centre_type(state[_DESCRIPTOR + "mean"], "mean")
-        network.env_std[types] = _per_centre_type(state[_DESCRIPTOR + "stddev"], "stddev")
+        network.env_mean[types], network.env_std[types] = _statistics(state)
         for index, layers in enumerate(embedding):
             # deepmd-kit's network index is neighbour-type major: (neighbour, centre)
             neighbour, centre = divmod(index, 1 if one_side else kinds)
