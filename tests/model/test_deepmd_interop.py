@@ -373,3 +373,17 @@ def test_a_model_trained_and_frozen_by_deepmd_kit_runs_in_the_engine(tmp_path, m
     assert prepared.simulation.potential.network.backend == "deepmd"
     assert prepared.settings.dp_backend == "deepmd"
     prepared.advance(2)
+
+
+@needs_deepmd
+def test_the_backend_keeps_deepmd_kits_nearest_neighbours_where_sel_is_short():
+    params = deepmd_params(one_side=True)
+    params["descriptor"]["sel"] = [1] * len(KINDS)  # fewer slots than neighbours
+    reference_model = perturbed_deepmd(params)
+    network, _ = network_from_deepmd(DeepmdModel(params, reference_model.state_dict()))
+    pos = perturbed_positions(replicas=2, sigma=0.3, seed=6)
+    e_ref, f_ref = deepmd_reference(reference_model, pos)
+    assert relative_error(engine(network, pos)[1], f_ref) > 1e-3  # the engine keeps them all
+    network.backend = "deepmd"
+    e_dp, f_dp = engine(network, pos)
+    assert relative_error(e_dp, e_ref) < 1e-13 and relative_error(f_dp, f_ref) < 1e-13

@@ -29,8 +29,8 @@ row ``R̂⁰ = −μ/σ``::
     A_i = (1/N_c) [Σ_t sel_t c_{t_i t} + Σ_j (G_ij ⊗ R̂_ij − c_{t_i t_j})]
 
 so an edge at or beyond ``r_c`` (``R̃ = 0``) still adds exactly nothing, and deepmd-kit's
-energies are reproduced while no bead has more than ``sel_t`` neighbours of type ``t`` (which
-deepmd-kit would drop). Without ``sel``: ``R̂ = R̃``, no empty slots.
+energies are reproduced while no bead has more than ``sel_t`` neighbours of type ``t`` (the
+farther of which deepmd-kit drops). Without ``sel``: ``R̂ = R̃``, no empty slots.
 
 Networks follow deepmd-kit's PyTorch backend. A layer from width ``a`` to ``b`` computes
 ``y = act(x W + c)``, times a trainable timestep ``idt`` with ``resnet_dt``, plus ``x``

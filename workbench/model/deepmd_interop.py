@@ -24,9 +24,10 @@ with :class:`DeepmdFormatError` naming the option.
 * **deepmd-kit as a backend** (`DeepmdBackend`): deepmd-kit's own PyTorch model, built
   from the network's weights, evaluates the energies (``network.backend = "deepmd"``).
 
-deepmd-kit keeps at most ``sel[t]`` neighbours of type ``t`` within ``rcut`` (the nearest);
-the engine's path keeps all of them, so the two agree while no bead has more neighbours
-of a type than that (deepmd-kit's own requirement on ``sel``).
+deepmd-kit keeps a bead's ``Σ sel`` nearest neighbours within ``rcut`` and of those the
+``sel[t]`` nearest of type ``t``; the engine's path keeps all of them, so the two agree
+while no bead has more neighbours of a type than that (deepmd-kit's own requirement on
+``sel``). deepmd-kit as a backend keeps what deepmd-kit keeps.
 """
 
 from __future__ import annotations
@@ -602,9 +603,9 @@ def deepmd_backend_problem(network: CGDeepPotential) -> str | None:
 # -- deepmd-kit as a backend ------------------------------------------------------------------
 def typed_neighbor_list(pos: torch.Tensor, kinds: torch.Tensor, graph: Graph, cutoff: float,
                         sel: Sequence[int]) -> torch.Tensor:
-    """deepmd-kit's neighbour list of the engine's graph: per centre, the neighbours of
-    deepmd-kit type ``k`` within ``cutoff`` in the ``sel[k]`` slots of block ``k``, nearest
-    first, the rest ``-1``.
+    """deepmd-kit's neighbour list of the engine's graph, as its own builder makes it: of
+    each centre's ``Σ sel`` nearest neighbours within ``cutoff``, those of deepmd-kit type
+    ``k`` in the ``sel[k]`` slots of block ``k``, nearest first; the rest ``-1``.
 
     Parameters
     ----------
@@ -627,20 +628,29 @@ def typed_neighbor_list(pos: torch.Tensor, kinds: torch.Tensor, graph: Graph, cu
         r = torch.linalg.vector_norm(pos.index_select(0, src) - pos.index_select(0, dst), dim=-1)
         keep &= r < cutoff
         src, dst, r = src[keep], dst[keep], r[keep]
+    order = torch.argsort(r, stable=True)  # by centre, nearest first
+    order = order.index_select(0, torch.argsort(dst.index_select(0, order), stable=True))
+    src, dst = src.index_select(0, order), dst.index_select(0, order)
+    nearest = _rank(dst, pos.shape[0]) < sum(sel)
+    src, dst = src[nearest], dst[nearest]
     kind = kinds.index_select(0, src)
     group = dst * len(sel) + kind
-    order = torch.argsort(r, stable=True)  # nearest first within each (centre, type)
-    order = order[torch.argsort(group.index_select(0, order), stable=True)]
+    order = torch.argsort(group, stable=True)  # by centre and type, still nearest first
     src, dst, kind, group = (x.index_select(0, order) for x in (src, dst, kind, group))
-    counts = torch.bincount(group, minlength=pos.shape[0] * len(sel))
-    rank = torch.arange(group.numel(), device=group.device) - (
-        torch.cumsum(counts, 0) - counts).index_select(0, group)
+    rank = _rank(group, pos.shape[0] * len(sel))
     slots = torch.as_tensor(list(sel), device=group.device)
     fits = rank < slots.index_select(0, kind)
     slot = (torch.cumsum(slots, 0) - slots).index_select(0, kind) + rank
     nlist = torch.full((pos.shape[0], int(sum(sel))), -1, dtype=torch.long, device=pos.device)
     nlist[dst[fits], slot[fits]] = src[fits]
     return nlist
+
+
+def _rank(keys: torch.Tensor, count: int) -> torch.Tensor:
+    """Each row's place within its run of equal ``keys`` (sorted, in ``[0, count)``)."""
+    sizes = torch.bincount(keys, minlength=count)
+    return torch.arange(keys.numel(), device=keys.device) - (
+        torch.cumsum(sizes, 0) - sizes).index_select(0, keys)
 
 
 class DeepmdBackend:
