@@ -19,7 +19,7 @@ from helpers import (
     tiny_system,
 )
 
-from workbench.model import Potential, save_potential
+from workbench.model import Potential, load_potential, save_potential
 from workbench.model.deep_potential import CGDeepPotential, DeepPotentialConfig
 from workbench.model.deepmd_interop import (
     DeepmdFormatError,
@@ -182,13 +182,18 @@ def engine_energy(network: CGDeepPotential, pos: torch.Tensor) -> torch.Tensor:
     return network(pos.reshape(-1, 3), types, graph).reshape(pos.shape[0], -1).sum(-1)
 
 
-def test_export_and_import_round_trip_without_deepmd_kit():
+def test_export_import_and_saved_files_round_trip_without_deepmd_kit(tmp_path):
     network = stats_network()
     back, types = network_from_deepmd(to_deepmd(network), embedding_size=25)
     assert types == KINDS and back.config == network.config
     pos = perturbed_positions(replicas=2, sigma=0.3)
     for got, want in zip(engine(back, pos), engine(network, pos), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-13)
+    path = save_potential(Potential(tiny_system().bead_types, back.float()), tmp_path / "dp.pt")
+    loaded = load_potential(path).network  # float32, as potentials are
+    assert loaded.config.sel == network.config.sel
+    for got, want in zip(engine(loaded, pos.float()), engine(back, pos.float()), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def test_export_without_lists_folds_the_normalisation_into_the_fitting_network():

@@ -309,7 +309,7 @@ class CGDeepPotential(nn.Module):
         if config.sel is not None:
             self.register_buffer("env_mean", torch.zeros(types, 4))
             self.register_buffer("env_std", torch.ones(types, 4))
-            self.register_buffer("sel", torch.tensor(config.sel, dtype=torch.float32),
+            self.register_buffer("slot_counts", torch.tensor(config.sel, dtype=torch.float32),
                                  persistent=False)
 
     @property
@@ -429,7 +429,7 @@ class CGDeepPotential(nn.Module):
             rows = torch.where((s > 0)[:, None, None], g[:, :, None] * env[:, None]
                                - empty.index_select(0, t_dst * size + t_src), 0.0)
             lists = (empty.view(size, size, *empty.shape[1:])
-                     * self.sel.to(empty.dtype)[None, :, None, None]).sum(1)
+                     * self.slot_counts.to(empty.dtype)[None, :, None, None]).sum(1)
             a = lists.index_select(0, types).index_add_(0, dst, rows)
         a = a / self.config.num_neighbors
         d = a @ a[:, : self.config.axis_neurons].transpose(1, 2)
