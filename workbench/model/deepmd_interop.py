@@ -339,7 +339,8 @@ def network_from_deepmd(
     with torch.no_grad():
         for tensor in network.parameters():
             tensor.zero_()
-        network.env_mean[types], network.env_std[types] = _statistics(state)
+        mean, std = _statistics(state)
+        network.env_mean[types], network.env_std[types] = mean.to(dtype), std.to(dtype)
         for index, layers in enumerate(embedding):
             # deepmd-kit's network index is neighbour-type major: (neighbour, centre)
             neighbour, centre = divmod(index, 1 if one_side else kinds)
@@ -350,12 +351,14 @@ def network_from_deepmd(
         out_bias = state.get("atomic_model.out_bias")
         if out_bias is not None:
             bias = bias + out_bias.reshape(-1, kinds)[0]
-        for k, kind in enumerate(types):
-            layers = fitting_nets[k if len(fitting_nets) > 1 else 0]
+        if len(fitting_nets) != kinds:
+            raise DeepmdFormatError(f"{len(fitting_nets)} fitting networks for {kinds} types")
+        for kind, layers in zip(types, fitting_nets, strict=True):
             _set_layers(layers[:-1], kind, network.fitting_weights, network.fitting_biases,
                         network.fitting_timesteps)
             network.fitting_out[kind] = layers[-1]["matrix"][:, 0]
-            network.energy_bias[kind] = bias[k] + layers[-1]["bias"][0]
+        network.energy_bias[types] = (bias + torch.stack([n[-1]["bias"][0] for n in fitting_nets])
+                                      ).to(dtype)
     return network, types
 
 
