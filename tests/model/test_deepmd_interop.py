@@ -5,6 +5,7 @@ deepmd-kit as a backend; exports load in deepmd-kit with the same forces; refusa
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -112,23 +113,25 @@ def engine(network: CGDeepPotential, pos: torch.Tensor) -> tuple[torch.Tensor, t
     return energy.detach(), -grad
 
 
-def stats_network(**overrides) -> CGDeepPotential:
-    """A float64 network with sel, non-trivial statistics and timesteps."""
+def seeded(seed: int, build):
+    """``build()`` under a fixed seed, the global RNG left as it was."""
     with torch.random.fork_rng():
-        torch.manual_seed(3)
-        return _stats_network(**overrides)
+        torch.manual_seed(seed)
+        return build()
 
 
-def _stats_network(**overrides) -> CGDeepPotential:
+def stats_network() -> CGDeepPotential:
+    """A float64 network with sel (CLN025's types), non-trivial statistics and timesteps."""
     sel = [4 if t in KINDS and t <= 20 else 14 if t in KINDS else 0 for t in range(25)]
-    config = DeepPotentialConfig(**{
-        "cutoff": 8.0, "cutoff_smooth": 5.0, "embedding_widths": [4, 8, 16], "axis_neurons": 4,
-        "fitting_widths": [16, 16], "num_neighbors": float(sum(sel)), "sel": sel,
-        "embedding_resnet_dt": True, "fitting_resnet_dt": True, **overrides})
-    network = CGDeepPotential(config).double()
+    config = DeepPotentialConfig(
+        cutoff=8.0, cutoff_smooth=5.0, embedding_widths=[4, 8, 16], axis_neurons=4,
+        fitting_widths=[16, 16], num_neighbors=float(sum(sel)), sel=sel,
+        embedding_resnet_dt=True, fitting_resnet_dt=True)
+    network = seeded(3, lambda: CGDeepPotential(config).double())
+    gen = torch.Generator().manual_seed(3)
     with torch.no_grad():
-        network.env_mean[:, 0] = 0.05 + 0.02 * torch.rand(25, dtype=torch.float64)
-        network.env_std.copy_(0.07 + 0.05 * torch.rand(25, 2, dtype=torch.float64)[
+        network.env_mean[:, 0] = 0.05 + 0.02 * torch.rand(25, generator=gen, dtype=torch.float64)
+        network.env_std.copy_(0.07 + 0.05 * torch.rand(25, 2, generator=gen, dtype=torch.float64)[
             :, [0, 1, 1, 1]])  # one deviation of the directions: rotation invariant
         network.fitting_out.mul_(0.1)
     return network
@@ -136,9 +139,9 @@ def _stats_network(**overrides) -> CGDeepPotential:
 
 # -- deepmd-kit's formulas in the engine (no deepmd-kit needed) ------------------------------
 def test_identity_statistics_reduce_to_the_plain_model():
-    plain = CGDeepPotential(DeepPotentialConfig(cutoff=8.0, cutoff_smooth=5.0,
-                                                embedding_widths=[4, 8], axis_neurons=2,
-                                                fitting_widths=[8], num_neighbors=50.0)).double()
+    plain = seeded(0, lambda: CGDeepPotential(DeepPotentialConfig(
+        cutoff=8.0, cutoff_smooth=5.0, embedding_widths=[4, 8], axis_neurons=2,
+        fitting_widths=[8], num_neighbors=50.0)).double())
     lists = CGDeepPotential(DeepPotentialConfig(**{**plain.config.to_dict(),
                                                    "sel": [2] * 25})).double()
     missing, unexpected = lists.load_state_dict(plain.state_dict(), strict=False)
@@ -156,8 +159,7 @@ def test_identity_statistics_reduce_to_the_plain_model():
 def test_statistics_model_is_smooth_invariant_and_padding_adds_nothing():
     network = stats_network()
     pos = perturbed_positions(replicas=1, sigma=0.3, seed=2)
-    energy_fn = lambda p: engine_energy(network, p)  # noqa: E731
-    numeric = finite_difference_forces(energy_fn, pos[0])
+    numeric = finite_difference_forces(functools.partial(engine_energy, network), pos[0])
     torch.testing.assert_close(engine(network, pos)[1][0], numeric, rtol=1e-6, atol=1e-7)
 
     def energy_and_forces(p, graph=None):
@@ -197,11 +199,9 @@ def test_export_import_and_saved_files_round_trip_without_deepmd_kit(tmp_path):
 
 
 def test_export_without_lists_folds_the_normalisation_into_the_fitting_network():
-    with torch.random.fork_rng():
-        torch.manual_seed(4)
-        network = CGDeepPotential(DeepPotentialConfig(
-            cutoff=8.0, cutoff_smooth=5.0, embedding_widths=[4, 8], axis_neurons=2,
-            fitting_widths=[8, 16], num_neighbors=20.0, type_one_side=True)).double()
+    network = seeded(4, lambda: CGDeepPotential(DeepPotentialConfig(
+        cutoff=8.0, cutoff_smooth=5.0, embedding_widths=[4, 8], axis_neurons=2,
+        fitting_widths=[8, 16], num_neighbors=20.0, type_one_side=True)).double())
     back, _ = network_from_deepmd(to_deepmd(network, KINDS, SEL), embedding_size=25)
     assert back.config.num_neighbors == sum(SEL) != 20.0
     pos = perturbed_positions(replicas=2, sigma=0.3)
@@ -268,7 +268,7 @@ def test_files_that_are_not_deepmd_models_are_refused(tmp_path):
 
 
 def test_the_deepmd_backend_needs_lists_and_says_so():
-    potential = Potential(tiny_system().bead_types, CGDeepPotential())
+    potential = Potential(tiny_system().bead_types, seeded(0, CGDeepPotential))
     notice = choose_dp_backend(potential, "deepmd")
     assert "no deepmd-kit neighbour lists" in notice and potential.network.backend == "engine"
     with pytest.raises(ValueError, match="unknown Deep Potential backend 'tf'"):
@@ -308,11 +308,9 @@ def test_converted_models_give_deepmd_kits_energies_and_forces(one_side, activat
 def test_exported_model_loads_in_deepmd_kit_with_the_same_forces(tmp_path):
     from deepmd.infer import DeepPot
 
-    with torch.random.fork_rng():
-        torch.manual_seed(5)
-        network = CGDeepPotential(DeepPotentialConfig(
-            cutoff=8.0, cutoff_smooth=5.0, embedding_widths=[4, 8], axis_neurons=2,
-            fitting_widths=[8, 8], num_neighbors=30.0, fitting_resnet_dt=True)).double()
+    network = seeded(5, lambda: CGDeepPotential(DeepPotentialConfig(
+        cutoff=8.0, cutoff_smooth=5.0, embedding_widths=[4, 8], axis_neurons=2,
+        fitting_widths=[8, 8], num_neighbors=30.0, fitting_resnet_dt=True)).double())
     path = save_deepmd(network, tmp_path / "exported.pt", bead_types=KINDS, sel=SEL)
     evaluator = DeepPot(str(path), no_jit=True)  # scripting it would take seconds
     assert evaluator.get_type_map() == [bead_type_name(t) for t in KINDS]

@@ -299,7 +299,7 @@ def network_from_deepmd(
         An option that is not covered, a type name that is no bead type, or a state dict
         that does not match the parameters.
     """
-    descriptor, fitting, activation = _check_params(model.params)
+    descriptor, _, activation = _check_params(model.params)
     types = _bead_types(model.params["type_map"], type_names)
     size = max(embedding_size or 0, max(types) + 1)
     state = model.state
