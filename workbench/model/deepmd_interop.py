@@ -493,7 +493,6 @@ def _deepmd_pt():
     try:
         from deepmd.pt.model.model import get_model
         from deepmd.pt.train.wrapper import ModelWrapper
-        from deepmd.pt.utils.nlist import nlist_distinguish_types  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - a missing package or a broken binary op
         raise ImportError(
             f"deepmd-kit's PyTorch backend does not import ({exc}); install deepmd-kit "
@@ -504,7 +503,8 @@ def _deepmd_pt():
 
 
 def deepmd_module(model: DeepmdModel) -> torch.nn.Module:
-    """deepmd-kit's own energy model (eager, on the CPU) with ``model``'s weights.
+    """deepmd-kit's own energy model (eager, in evaluation mode, on deepmd-kit's default
+    device) with ``model``'s weights, the rest of its state as deepmd-kit initialises it.
 
     Raises
     ------
@@ -673,7 +673,24 @@ class DeepmdBackend:
 
     def node_energies(self, network: CGDeepPotential, pos: torch.Tensor, types: torch.Tensor,
                       graph: Graph) -> torch.Tensor:
-        """Per-node energies, shape (N,), dtype of ``pos``."""
+        """Per-node energies of deepmd-kit's model of ``network``.
+
+        Parameters
+        ----------
+        network : CGDeepPotential
+            With ``config.sel``.
+        pos : torch.Tensor, shape (N, 3)
+            All replicas' beads; cast to the network's precision for deepmd-kit.
+        types : torch.Tensor, shape (N,), int64
+            Bead types.
+        graph : Graph
+            The engine's graph (`typed_neighbor_list`).
+
+        Returns
+        -------
+        torch.Tensor, shape (N,), dtype of ``pos``
+            Differentiable with respect to ``pos``.
+        """
         sel = network.config.sel
         if sel is None:
             raise ValueError("the deepmd backend runs networks with deepmd-kit's neighbour "
