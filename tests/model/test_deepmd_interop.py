@@ -20,6 +20,7 @@ from helpers import (
     tiny_system,
 )
 
+from workbench.cli import main
 from workbench.model import Potential, load_potential, save_potential
 from workbench.model.deep_potential import CGDeepPotential, DeepPotentialConfig
 from workbench.model.deepmd_interop import (
@@ -32,7 +33,7 @@ from workbench.model.deepmd_interop import (
     save_deepmd,
     to_deepmd,
 )
-from workbench.runner import RunSettings, choose_dp_backend, choose_potential, prepare_run
+from workbench.runner import RunSettings, choose_dp_backend, choose_potential
 from workbench.settings_error import SettingsError
 
 
@@ -370,12 +371,12 @@ def test_a_model_trained_and_frozen_by_deepmd_kit_runs_in_the_engine(tmp_path, m
         assert relative_error(f32.double(), forces) < 1e-5
     chosen, notice = choose_potential(tiny_system(), str(tmp_path / "model.ckpt.pt"), "dp")
     assert chosen.architecture == "dp" and "deepmd-kit model" in notice
-    prepared = prepare_run(RunSettings(protein="cln025", replicas=2, steps=2, device="cpu",
-                                       model=str(tmp_path / "model.ckpt.pt"),
-                                       dp_backend="deepmd"))
-    assert prepared.simulation.potential.network.backend == "deepmd"
-    assert prepared.settings.dp_backend == "deepmd"
-    prepared.advance(2)
+    code = main(["run", "--protein", "cln025", "--replicas", "2", "--steps", "2",
+                 "--save-interval", "2", "--device", "cpu", "--quiet", "--no-trajectory",
+                 "--model", "model.ckpt.pt", "--dp-backend", "deepmd", "--out", "run"])
+    assert code == 0
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["settings"][
+        "dp_backend"] == "deepmd"  # what ran
 
 
 @needs_deepmd
