@@ -45,7 +45,7 @@ from workbench.model.io import ModelFormatError
 from workbench.model.potential import Potential
 from workbench.neighbors import Graph
 from workbench.system.cg_system import CGSystem
-from workbench.system.mapping import BACKBONE_TYPES, GLYCINE_CA_TYPE
+from workbench.system.mapping import BACKBONE_TYPES
 from workbench.system.residues import ONE_LETTER, cb_type
 
 #: deepmd-kit versions whose models are covered (the ``deepmd`` extra pins the same range).
@@ -67,19 +67,18 @@ class DeepmdFormatError(ModelFormatError):
 
 
 def bead_type_names() -> dict[str, int]:
-    """Names of bead types that a deepmd-kit ``type_map`` may use.
+    """Symbolic names of bead types that a deepmd-kit ``type_map`` may use.
 
-    The five-bead mapping's backbone beads ``N``, ``CA``, ``C``, ``O`` (21-24), a
+    The five-bead mapping's backbone beads ``N``, ``CA``, ``C``, ``O`` (21-24) and a
     residue's side-chain bead by the residue's three-letter name (``ALA`` 1 ... ``TYR``
-    20; ``GLY`` 6, the type of glycine's CA), and every type by its number (``"0"`` ...).
+    20; ``GLY`` 6, the type of glycine's CA). Besides these, a number (``"0"``, ...) names
+    any type.
 
     Returns
     -------
     dict of str to int
     """
-    names = {**BACKBONE_TYPES, **{name: cb_type(name) for name in ONE_LETTER}}
-    names["GLY"] = GLYCINE_CA_TYPE
-    return names
+    return {**BACKBONE_TYPES, **{name: cb_type(name) for name in ONE_LETTER}}
 
 
 def bead_type_name(bead_type: int) -> str:
