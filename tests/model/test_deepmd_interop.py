@@ -187,8 +187,13 @@ def engine_energy(network: CGDeepPotential, pos: torch.Tensor) -> torch.Tensor:
 
 def test_export_import_and_saved_files_round_trip_without_deepmd_kit(tmp_path):
     network = stats_network()
-    back, types = network_from_deepmd(to_deepmd(network), embedding_size=25)
+    exported = to_deepmd(network)
+    assert exported.params["type_map"][:3] == ["ASP", "GLU", "GLY"]
+    assert exported.params["type_map"][-4:] == ["N", "CA", "C", "O"]
+    back, types = network_from_deepmd(exported, embedding_size=25)
     assert types == KINDS and back.config == network.config
+    exported.params["type_map"] = [str(t) for t in KINDS]  # numbers name types as well
+    assert network_from_deepmd(exported)[1] == KINDS
     pos = perturbed_positions(replicas=2, sigma=0.3)
     for got, want in zip(engine(back, pos), engine(network, pos), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-13, atol=1e-13)
