@@ -245,3 +245,17 @@ def test_static_graph_reports_what_it_needed_when_too_small():
     graph, needed = nl.static_graph(pos, 10, margin=0.0)
     assert graph.num_edges == 20  # never grows on its own: the caller redoes the step
     assert int(needed) == -(-sum(per_replica) // 2) > 10
+
+
+def test_without_empty_slots_keeps_the_edges_in_order():
+    from workbench.neighbors import without_empty_slots
+
+    pos = random_cloud(replicas=3, n=30, box=12.0, seed=5)
+    nl = NeighborList(30, CUTOFF, skin=1.0)
+    graph, _ = nl.static_graph(pos, nl.slots_needed(pos) + 5, margin=0.0)
+    compact = without_empty_slots(graph)
+    assert compact.valid is None and compact.csr is None and compact.version == -1
+    assert torch.equal(compact.src, graph.src[graph.valid])
+    assert torch.equal(compact.dst, graph.dst[graph.valid])
+    assert compact.num_edges < graph.num_edges and compact.sorted_pairs == graph.sorted_pairs
+    assert without_empty_slots(compact) is compact

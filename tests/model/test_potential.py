@@ -137,3 +137,29 @@ def test_prior_only_potential():
     energy, forces = pot.energy_and_forces(perturbed_positions(replicas=2, dtype=torch.float32),
                                            None)
     assert energy.dtype == torch.float32 and bool(torch.isfinite(forces).all())
+
+
+def test_reference_networks_see_only_the_slots_that_hold_edges(monkeypatch):
+    from workbench.model.options import KernelOptions
+    from workbench.neighbors import NeighborList
+
+    pot = schnet_potential(priors=False).double()
+    pos = perturbed_positions(replicas=2, sigma=0.2, seed=3).double()
+    padded = NeighborList(pos.shape[1], pot.cutoff, skin=1.0, capacity=6000).update(pos)
+    assert padded.valid is not None and not bool(padded.valid.all())
+    seen = []
+    forward = pot.network.forward
+    monkeypatch.setattr(pot.network, "forward",
+                        lambda *a, **kw: seen.append(a[2]) or forward(*a, **kw))
+    energy, forces = pot.energy_and_forces(pos, padded, KernelOptions())
+    assert seen[-1].valid is None and seen[-1].num_edges == int(padded.valid.sum())
+    exact = NeighborList(pos.shape[1], pot.cutoff, skin=0.0).update(pos, exact=True)
+    energy_exact, forces_exact = pot.energy_and_forces(pos, exact, KernelOptions())
+    torch.testing.assert_close(energy, energy_exact, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(forces, forces_exact, rtol=1e-12, atol=1e-12)
+    # a fused path reads the slots and their layouts: the graph is passed as it is
+    monkeypatch.setattr("workbench.model.force_paths.force_path", lambda *a: "triton")
+    monkeypatch.setattr(pot.network, "forward",
+                        lambda p, *a, **kw: seen.append(a[1]) or p[:, 0] * 0.0)
+    pot.energy(pos, padded, KernelOptions(fused_update=True))
+    assert seen[-1] is padded

@@ -11,7 +11,7 @@ from workbench.model.geometry import segment_gathers
 from workbench.model.options import KernelOptions
 from workbench.model.priors import PriorTerm
 from workbench.model.schnet import CGSchNet
-from workbench.neighbors import Graph
+from workbench.neighbors import Graph, without_empty_slots
 
 
 def prior_segment_sums(pos: torch.Tensor, options: KernelOptions | None) -> bool:
@@ -129,8 +129,21 @@ class Potential(nn.Module):
                              "neighbour graph")
         r_count, n, _ = pos.shape
         types = self.bead_types.repeat(r_count)
+        if graph.valid is not None and self._reads_edges_only(pos, options):
+            graph = without_empty_slots(graph)
         node_energy = self.network(pos.reshape(-1, 3), types, graph, options)
         return node_energy.reshape(r_count, n).sum(-1)
+
+    def _reads_edges_only(self, pos: torch.Tensor, options: KernelOptions | None) -> bool:
+        """Whether this evaluation runs the network's reference path (every slot of the
+        graph, no CSR layouts) in an eager step, where `without_empty_slots` pays."""
+        from workbench.model.force_paths import force_path
+
+        if pos.is_cuda and torch.cuda.is_current_stream_capturing():
+            return False
+        if getattr(self.network, "backend", None) not in (None, "e3nn", "engine"):
+            return False  # a backend of its own (OpenEquivariance, deepmd-kit) takes the slots
+        return force_path(self.network, pos.device, options or KernelOptions()) == "reference"
 
     def energy(
         self, pos: torch.Tensor, graph: Graph | None, options: KernelOptions | None = None
