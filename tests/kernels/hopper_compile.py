@@ -170,8 +170,9 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
          "out_ptr": "*fp32",
          **dict.fromkeys(("stride_am", "stride_bk", "stride_bn", "stride_gm", "stride_rm",
                           "stride_om", "M", "SIZE_CLASS", "N", "KD"), "i32")},
-        [dict(TANH_A=t, KSCALE=t, ROW_NORM=False, NSCALE=not t, BIAS=True, GATE=t, RES=not t,
-              DT=tl.float32, PREC="tf32x3", SPLIT=True, BLOCK_M=64, BLOCK_N=128, BLOCK_K=32)
+        [dict(ACT_A=t, ACT="tanh", KSCALE=t, ROW_NORM=False, NSCALE=not t, BIAS=True, GATE=t,
+              RES=not t, DT=tl.float32, PREC="tf32x3", SPLIT=True, BLOCK_M=64, BLOCK_N=128,
+              BLOCK_K=32)
          for t in (False, True)]),
 }
 

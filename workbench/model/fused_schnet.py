@@ -286,7 +286,7 @@ def real_edge_graph(schnet, pos: torch.Tensor, graph: Graph):
 def _mlp_linear(x, packed, tanh_input: bool):
     from kernels import linear
 
-    return linear(x, packed, tanh_input=tanh_input)
+    return linear(x, packed, "tanh" if tanh_input else None)
 
 
 def _output_energies(schnet, h, packed: PackedWeights | None):
