@@ -192,11 +192,18 @@ def test_caller_never_sees_buffers_that_a_later_chunk_overwrites(potential):
 
 
 def network_potential(architecture: str) -> Potential:
-    """A small CGEGNN, CGPaiNN or CGDeepPotential (fused kernels need power-of-two widths)
-    with the priors."""
+    """A small CGEGNN, CGPaiNN, CGDeepPotential or CGTensorProduct (fused kernels need
+    power-of-two widths) with the priors."""
     sys = tiny_system()
     torch.manual_seed(5)
-    if architecture == "egnn":
+    if architecture == "nequip":
+        pytest.importorskip("e3nn")
+        from workbench.model.tensor_product import CGTensorProduct, TensorProductConfig
+
+        network = CGTensorProduct(TensorProductConfig(
+            irreps="8x0e + 4x1o", blocks=1, num_rbf=6, radial_width=16, cutoff=4.0,
+            output_widths=[8]))
+    elif architecture == "egnn":
         network = CGEGNN(EGNNConfig(hidden=16, edge_width=16, layers=1, num_rbf=8, cutoff=6.0))
     elif architecture == "dp":
         network = CGDeepPotential(DeepPotentialConfig(
@@ -251,6 +258,40 @@ def test_egnn_and_painn_steps_are_captured_only_on_their_fused_path(architecture
     sim.options.fused_message_passing = True
     problem = captured_steps_problem(sim)
     assert problem is None or "need its kernels" not in problem  # the kernels' own reason
+
+
+def test_static_steps_of_nequip_reproduce_the_eager_trajectory():
+    """What a CUDA graph replays for a tensor-product network: its e3nn path over the static
+    graph (padding slots add exact zeros); a changed convolution backend is captured
+    again."""
+    pot = network_potential("nequip")
+    eager, captured = make_sim(pot, replicas=1), make_sim(pot, replicas=1)
+    eager_steps(eager, 2)
+    steps = CapturedSteps(captured)
+    steps.advance(2)
+    assert_same_state(eager, captured)
+    assert steps.captures == 1
+    pot.network.backend = "openequivariance"  # runs e3nn on a CPU, with a warning
+    with pytest.warns(RuntimeWarning, match="openequivariance' unavailable"):
+        steps.advance(1)
+    assert steps.captures == 2
+
+
+def test_nequip_steps_are_captured_on_the_e3nn_and_openequivariance_paths(monkeypatch):
+    sim = make_sim(network_potential("nequip"), KernelOptions(cuda_graph=True))
+    monkeypatch.setattr(sim, "device", torch.device("cuda"))  # past the device and
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "register_generator_state",  # PyTorch checks
+                        lambda *_: None, raising=False)
+    network = sim.potential.network
+    for backend in ("e3nn", "openequivariance"):
+        network.backend = backend
+        assert captured_steps_problem(sim) is None  # no kernels needed
+    sim.options.fused_update = True
+    network.backend = "cuequivariance"
+    assert "not cuequivariance" in captured_steps_problem(sim)
+    network.backend = "e3nn"
+    problem = captured_steps_problem(sim)
+    assert problem is None or "Triton" in problem  # the kernel's own reason
 
 
 def test_cpu_simulation_says_why_it_steps_eagerly(potential, monkeypatch):
