@@ -306,9 +306,10 @@ class TensorProductBlock(nn.Module):
         sh : torch.Tensor, shape (E, irreps_sh.dim)
         rbf : torch.Tensor, shape (E, K)
         envelope : torch.Tensor, shape (E,)
-            Zero on padding slots and at or beyond the cutoff.
+            Zero on padding slots and at or beyond the cutoff. With a ``layout``, ``sh``,
+            ``rbf`` and ``envelope`` are in its order (``layout.perm``).
         src, dst : torch.Tensor, shape (E,), int64
-            Edge endpoints, safe to gather with.
+            Edge endpoints, safe to gather with (unused with a ``layout``).
         backend : str
             A backend of `TP_BACKENDS` that `backend_problem` found runnable.
         layout : ConvLayout, optional
@@ -471,7 +472,12 @@ class CGTensorProduct(nn.Module):
             radial = self._packed_layers(pos, options) or radial
         backend = self.backend_for(pos.device)
         sh, rbf, envelope, src, dst = self.edge_terms(pos, graph)
-        layout = conv_layout(self, pos, graph) if backend == "openequivariance" else None
+        layout = None
+        if backend == "openequivariance":
+            layout = conv_layout(self, pos, graph)
+            # the edge terms in the layout's order once for all blocks: K basis columns
+            # gathered instead of every block's P weight columns
+            sh, rbf, envelope = (t.index_select(0, layout.perm) for t in (sh, rbf, envelope))
         h = self.embedding_layer(types).to(pos.dtype)
         for block, packed in zip(self.blocks, radial, strict=True):
             h = block(h, sh, rbf, envelope, src, dst, backend, layout, packed)
@@ -604,12 +610,12 @@ def conv_layout(model: CGTensorProduct, pos: torch.Tensor, graph: Graph) -> Conv
 
 def oeq_convolution(block: TensorProductBlock, x, sh, weights, layout: ConvLayout):
     """``block``'s convolution by OpenEquivariance's fused, deterministic
-    ``TensorProductConv`` over ``layout``; the same weights as e3nn's (a "uvu" problem whose
-    second input has multiplicity one keeps e3nn's weight order)."""
+    ``TensorProductConv`` over ``layout``, ``sh`` (E, irreps_sh.dim) and ``weights`` (E, P)
+    already in its order; the same weights as e3nn's (a "uvu" problem whose second input
+    has multiplicity one keeps e3nn's weight order)."""
     conv = _accelerated(block, "openequivariance", x)
     padded = torch.cat([x, x.new_zeros(1, x.shape[1])])
-    out = conv.forward(padded, sh[layout.perm].contiguous(), weights[layout.perm].contiguous(),
-                       layout.rows, layout.cols, layout.sender_perm)
+    out = conv.forward(padded, sh, weights, layout.rows, layout.cols, layout.sender_perm)
     return out[: layout.num_nodes]
 
 
