@@ -326,7 +326,7 @@ def test_fused_radial_mlp_gives_the_reference_and_its_forces_are_the_gradient():
 def test_16bit_radial_mlp_force_error_against_float64_is_bounded(precision, bound):
     """16-bit operands of the radial MLPs (channel-wise scaled weights, FP32 accumulation),
     FP32 energies and forces, against the float64 reference path (measured on this case:
-    fp16 3e-5, bf16 4e-4 of the force RMS)."""
+    fp16 1.2e-4, bf16 1.7e-3 of the force RMS)."""
     model, pos, graph = fused_case(seed=14)
     _, f64 = energy_and_forces(small_nequip(seed=14, cutoff=4.0), pos, graph)
     options = KernelOptions(fused_update=True, mlp_precision=precision)
