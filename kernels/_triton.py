@@ -53,7 +53,8 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 __all__ = ["HAS_TRITON", "INTERPRET", "triton", "tl", "triton_available", "pick_configs",
            "autotune",
-           "torch_to_tl_dtype", "check_no_grad", "next_pow2", "sqrt_rounded", "tanh_f32", "cos_sin",
+           "torch_to_tl_dtype", "check_no_grad", "next_pow2", "sqrt_rounded", "tanh_f32",
+           "activation_f32", "cos_sin",
            "tf32_round", "mma"]
 
 
@@ -173,6 +174,19 @@ def cos_sin(x):
 def tanh_f32(x):
     """tanh through exp, exact to ~1e-7 absolute and safe at +-inf (no libdevice needed)."""
     return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+
+
+@triton.jit
+def activation_f32(z, ACT: tl.constexpr):
+    """``act(z)`` and ``act'(z)`` in FP32 for ``ACT`` ``"silu"`` or ``"tanh"``."""
+    if ACT == "silu":
+        sig = 1.0 / (1.0 + tl.exp(-z))
+        y = z * sig
+        dy = sig * (1.0 + z * (1.0 - sig))
+    else:
+        y = tanh_f32(z)
+        dy = 1.0 - y * y
+    return y, dy
 
 
 @triton.jit

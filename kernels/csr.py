@@ -103,16 +103,16 @@ def _edge_validity(src, dst, num_nodes, num_edges):
 
 
 def build_csr_reference(src, dst, num_nodes: int, num_edges=None) -> GraphCSR:
-    """PyTorch reference of `build_csr` (stable ``torch.sort`` + ``bincount``); same outputs."""
+    """PyTorch reference of `build_csr` (a stable ``torch.sort``, segment bounds by
+    ``searchsorted``: no data-dependent shapes, no host reads); same outputs."""
     ok = _edge_validity(src, dst, num_nodes, num_edges)
+    nodes = torch.arange(num_nodes + 1, device=src.device)
     out = []
     for key in (dst, src):
         bucket = torch.where(ok, key, torch.full_like(key, num_nodes))
-        perm = torch.sort(bucket, stable=True).indices.to(torch.int32)
-        counts = torch.bincount(bucket, minlength=num_nodes + 1)[:num_nodes]
-        ptr = torch.zeros(num_nodes + 1, dtype=torch.int32, device=src.device)
-        ptr[1:] = torch.cumsum(counts, 0).to(torch.int32)
-        out += [ptr, perm]
+        sorted_bucket, perm = torch.sort(bucket, stable=True)
+        ptr = torch.searchsorted(sorted_bucket, nodes.to(bucket.dtype))
+        out += [ptr.to(torch.int32), perm.to(torch.int32)]
     return GraphCSR(*out)
 
 

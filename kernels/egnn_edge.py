@@ -47,12 +47,12 @@ from dataclasses import dataclass
 import torch
 
 from kernels._triton import (
+    activation_f32,
     autotune,
     check_no_grad,
     mma,
     next_pow2,
     pick_configs,
-    tanh_f32,
     tl,
     torch_to_tl_dtype,
     triton,
@@ -155,19 +155,6 @@ def pack_edge_mlp(Wr, wd, W2, b2, dtype=torch.float32) -> EdgeMLPParams:
 
 
 @triton.jit
-def _activation(z, ACT: tl.constexpr):
-    """``act(z)`` and ``act'(z)`` (SiLU or tanh), FP32."""
-    if ACT == "silu":
-        sig = 1.0 / (1.0 + tl.exp(-z))
-        y = z * sig
-        dy = sig * (1.0 + z * (1.0 - sig))
-    else:
-        y = tanh_f32(z)
-        dy = 1.0 - y * y
-    return y, dy
-
-
-@triton.jit
 def _edge_tile(pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
                alpha, basis_lower, env_a, env_b, env_upper, env_lower,
                EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr, ENV_IN_BASIS: tl.constexpr,
@@ -181,8 +168,8 @@ def _edge_tile(pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, g
     basis, dbasis = radial_features(d, c, dc, mu_ptr, gamma_ptr, K, alpha, basis_lower, KP,
                                     EXP_NORMAL, ENV_IN_BASIS)
     z1 = xa + xb + (d * d * inv_rc2)[:, None] * wd[None, :] + mma(basis, wr, DT, PREC)
-    t1, dact1 = _activation(z1, ACT)
-    t2, dact2 = _activation(mma(t1, w2t, DT, PREC) + b2[None, :], ACT)
+    t1, dact1 = activation_f32(z1, ACT)
+    t2, dact2 = activation_f32(mma(t1, w2t, DT, PREC) + b2[None, :], ACT)
     return d, c, dc, dbasis, t2, dact1, dact2
 
 

@@ -1,14 +1,16 @@
-"""Fused ``tanh`` + linear (the interaction-block update) and plain packed linear layers.
+"""Fused activation + linear (the interaction-block update) and plain packed linear layers.
 
 ``tanh_linear(v, layer) = tanh(v) @ W^T + b`` in one kernel: the activation is applied to
-the operand tile as it is loaded, so ``tanh(v)`` never reaches HBM. The same kernel with the
-activation off is a plain linear layer, so the update network (``lin``) and every layer of
-the output MLP (``Linear, tanh, Linear, tanh, ..., Linear``) run through it, in FP32 or as
+the operand tile as it is loaded, so ``tanh(v)`` never reaches HBM. The same kernel with
+SiLU on load (``linear(v, layer, "silu")``) runs the layers of a SiLU MLP, and with the
+activation off it is a plain linear layer, so the update network (``lin``), every layer of
+the output MLP (``Linear, tanh, Linear, tanh, ..., Linear``) and the tensor-product network's
+radial MLP (``Linear, SiLU, Linear, SiLU, Linear``) run through it, in FP32 or as
 channel-wise W16A16 (`kernels.quantize`).
 
-Backward (features only, never weights): ``grad_v = (grad_y @ W) * (1 - tanh(v)^2)``, by the
-same kernel with the weight read transposed, ``grad_y`` scaled by the channel scales on
-load, and the ``tanh'`` gate applied in the epilogue (``tanh`` recomputed from ``v``). In the
+Backward (features only, never weights): ``grad_v = (grad_y @ W) * act'(v)``, by the same
+kernel with the weight read transposed, ``grad_y`` scaled by the channel scales on load,
+and the ``act'`` gate applied in the epilogue (recomputed from ``v``). In the
 16-bit modes each ``grad_y`` row is normalised by its max-abs before rounding (restored in
 the FP32 epilogue), so gradients of any magnitude keep full 16-bit resolution.
 """
@@ -18,19 +20,24 @@ from __future__ import annotations
 import torch
 
 from kernels._triton import (
+    activation_f32,
     autotune,
     check_no_grad,
     mma,
     next_pow2,
     pick_configs,
-    tanh_f32,
     tl,
     torch_to_tl_dtype,
     triton,
 )
 from kernels.quantize import PackedLinear
 
-__all__ = ["linear", "linear_reference", "tanh_linear", "tanh_linear_reference"]
+__all__ = ["ACTIVATIONS", "linear", "linear_reference", "tanh_linear",
+           "tanh_linear_reference"]
+
+#: Activations the kernel applies to its input on load (and whose derivative it applies in
+#: the backward pass's epilogue).
+ACTIVATIONS = ("tanh", "silu")
 
 _CONFIGS = pick_configs(
     [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s)
@@ -48,17 +55,18 @@ _CONFIGS = pick_configs(
 def _linear_kernel(a_ptr, stride_am, b_ptr, b_lo_ptr, stride_bk, stride_bn, kscale_ptr,
                    nscale_ptr, bias_ptr, gate_ptr, stride_gm, res_ptr, stride_rm, out_ptr,
                    stride_om, M, SIZE_CLASS, N, KD,
-                   TANH_A: tl.constexpr, KSCALE: tl.constexpr, ROW_NORM: tl.constexpr,
-                   NSCALE: tl.constexpr, BIAS: tl.constexpr, GATE: tl.constexpr,
-                   RES: tl.constexpr,
+                   ACT_A: tl.constexpr, ACT: tl.constexpr, KSCALE: tl.constexpr,
+                   ROW_NORM: tl.constexpr, NSCALE: tl.constexpr, BIAS: tl.constexpr,
+                   GATE: tl.constexpr, RES: tl.constexpr,
                    DT: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """``out = epilogue(prologue(a) @ b)`` for one [BLOCK_M, BLOCK_N] tile.
 
     a [M, KD] (unit column stride), b [KD, N] (given strides, so a transposed view works),
-    out [M, N]. prologue: tanh (TANH_A), times ``kscale[k]`` (KSCALE), divided by the row's
-    max-abs (ROW_NORM). epilogue: times the row max-abs, ``* nscale[n]`` (NSCALE),
-    ``+ bias[n]`` (BIAS), ``* (1 - tanh(gate[m, n])^2)`` (GATE), ``+ res[m, n]`` (RES, a
+    out [M, N]. prologue: the activation ``ACT`` (``"tanh"`` or ``"silu"``; ACT_A), times
+    ``kscale[k]`` (KSCALE), divided by the row's max-abs (ROW_NORM). epilogue: times the row
+    max-abs, ``* nscale[n]`` (NSCALE), ``+ bias[n]`` (BIAS), ``* ACT'(gate[m, n])`` (GATE),
+    ``+ res[m, n]`` (RES, a
     residual connection). FP32 accumulation in registers; only ``a``, ``b`` tiles and the
     output tile touch HBM.
 
@@ -92,8 +100,8 @@ def _linear_kernel(a_ptr, stride_am, b_ptr, b_lo_ptr, stride_bk, stride_bn, ksca
         k = k0 + tl.arange(0, BLOCK_K)
         kmask = k < KD
         a = tl.load(a_rows + k[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0)
-        if TANH_A:
-            a = tanh_f32(a)
+        if ACT_A:
+            a, _ = activation_f32(a, ACT)
         if KSCALE:
             a = a * tl.load(kscale_ptr + k, mask=kmask, other=0.0)[None, :]
         if ROW_NORM:
@@ -117,19 +125,21 @@ def _linear_kernel(a_ptr, stride_am, b_ptr, b_lo_ptr, stride_bk, stride_bn, ksca
         acc += tl.load(bias_ptr + cols, mask=cmask, other=0.0)[None, :]
     omask = rmask[:, None] & cmask[None, :]
     if GATE:
-        t = tanh_f32(tl.load(gate_ptr + rows.to(tl.int64)[:, None] * stride_gm + cols[None, :],
-                             mask=omask, other=0.0))
-        acc = acc * (1.0 - t * t)
+        _, slope = activation_f32(
+            tl.load(gate_ptr + rows.to(tl.int64)[:, None] * stride_gm + cols[None, :],
+                    mask=omask, other=0.0), ACT)
+        acc = acc * slope
     if RES:
         acc += tl.load(res_ptr + rows.to(tl.int64)[:, None] * stride_rm + cols[None, :],
                        mask=omask, other=0.0)
     tl.store(out_ptr + rows.to(tl.int64)[:, None] * stride_om + cols[None, :], acc, mask=omask)
 
 
-def _launch(a, layer: PackedLinear, transposed, out, *, precision, tanh_a=False, kscale=None,
-            nscale=None, bias=None, gate=None, residual=None):
+def _launch(a, layer: PackedLinear, transposed, out, *, precision, activation=None,
+            act_a=False, kscale=None, nscale=None, bias=None, gate=None, residual=None):
     """``out = epilogue(prologue(a) @ B)`` with ``B = weight_t`` ([in, out]) or, if
-    ``transposed``, its transpose (read through swapped strides)."""
+    ``transposed``, its transpose (read through swapped strides); ``activation`` is applied
+    to ``a`` on load (``act_a``) or its derivative at ``gate`` in the epilogue."""
     M = a.shape[0]
     if M == 0:
         return out
@@ -149,7 +159,8 @@ def _launch(a, layer: PackedLinear, transposed, out, *, precision, tanh_a=False,
         gate, gate.stride(0) if gate is not None else 0, residual,
         residual.stride(0) if residual is not None else 0, out, out.stride(0), M,
         next_pow2(M), n_out, kd,
-        TANH_A=tanh_a, KSCALE=kscale is not None, ROW_NORM=sixteen and kscale is not None,
+        ACT_A=act_a, ACT=activation or "", KSCALE=kscale is not None,
+        ROW_NORM=sixteen and kscale is not None,
         NSCALE=nscale is not None, BIAS=bias is not None, GATE=gate is not None,
         RES=residual is not None,
         DT=torch_to_tl_dtype(layer.dtype), PREC=precision, SPLIT=split)
@@ -158,16 +169,17 @@ def _launch(a, layer: PackedLinear, transposed, out, *, precision, tanh_a=False,
 
 class _Linear(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, layer, tanh_input, precision, residual):
+    def forward(ctx, x, layer, activation, precision, residual):
         x2 = x.reshape(-1, x.shape[-1]).contiguous().float()
         out = torch.empty(x2.shape[0], layer.out_features, dtype=torch.float32, device=x.device)
         if residual is not None:
             residual = residual.reshape(out.shape).contiguous().float()
-        _launch(x2, layer, False, out, precision=precision, tanh_a=tanh_input,
-                nscale=_scale(layer), bias=layer.bias, residual=residual)
+        _launch(x2, layer, False, out, precision=precision, activation=activation,
+                act_a=activation is not None, nscale=_scale(layer), bias=layer.bias,
+                residual=residual)
         ctx.save_for_backward(x2)
         ctx.residual_shape = None if residual is None else residual.shape
-        ctx.layer, ctx.tanh_input, ctx.precision = layer, tanh_input, precision
+        ctx.layer, ctx.activation, ctx.precision = layer, activation, precision
         ctx.in_shape = x.shape
         return out.reshape(*x.shape[:-1], layer.out_features)
 
@@ -178,8 +190,8 @@ class _Linear(torch.autograd.Function):
         g = grad_y.reshape(-1, layer.out_features).contiguous().float()
         grad_x = torch.empty_like(x2)
         # b[k = out channel, n = in feature] = weight_t[n, k]: a transposed view by strides
-        _launch(g, layer, True, grad_x, precision=ctx.precision, kscale=_scale(layer),
-                gate=x2 if ctx.tanh_input else None)
+        _launch(g, layer, True, grad_x, precision=ctx.precision, activation=ctx.activation,
+                kscale=_scale(layer), gate=x2 if ctx.activation is not None else None)
         grad_res = None if ctx.residual_shape is None else grad_y
         return grad_x.reshape(ctx.in_shape), None, None, None, grad_res
 
@@ -189,7 +201,7 @@ def _scale(layer: PackedLinear):
     return None if layer.dtype == torch.float32 else layer.scale
 
 
-def linear(x, layer: PackedLinear, tanh_input: bool = False, precision: str = "tf32x3",
+def linear(x, layer: PackedLinear, activation: str | None = None, precision: str = "tf32x3",
            residual=None):
     """``y = act(x) @ W^T + b (+ residual)`` with a packed layer (Triton; FP32 or W16A16).
 
@@ -199,8 +211,8 @@ def linear(x, layer: PackedLinear, tanh_input: bool = False, precision: str = "t
         Input; may require grad.
     layer : PackedLinear
         From `kernels.quantize.pack_linear`; its dtype selects FP32 or 16-bit operands.
-    tanh_input : bool
-        Apply ``tanh`` to ``x`` first (fused on load).
+    activation : {None, "tanh", "silu"}
+        Apply this activation (`ACTIVATIONS`) to ``x`` first, fused on load; None for none.
     precision : str
         FP32 tensor-core mode, ``"tf32x3"`` (default, ~FP32 accuracy; three TF32 products
         with the layer's split weights) or ``"ieee"``; ignored for 16-bit layers.
@@ -214,24 +226,27 @@ def linear(x, layer: PackedLinear, tanh_input: bool = False, precision: str = "t
         Differentiable w.r.t. ``x`` and ``residual`` only; the weights get no gradient (MD
         needs none).
     """
+    if activation is not None and activation not in ACTIVATIONS:
+        raise ValueError(f"linear applies {ACTIVATIONS} on load, not {activation!r}")
     check_no_grad("linear", weight=layer.weight_t, scale=layer.scale, bias=layer.bias)
-    return _Linear.apply(x, layer, tanh_input, precision, residual)
+    return _Linear.apply(x, layer, activation, precision, residual)
 
 
 def tanh_linear(v, layer: PackedLinear, precision: str = "tf32x3", residual=None):
     """The update ``tanh(v) @ W^T + b (+ residual)`` fused in one kernel; see `linear`."""
-    return linear(v, layer, True, precision, residual)
+    return linear(v, layer, "tanh", precision, residual)
 
 
-def linear_reference(x, layer: PackedLinear, tanh_input: bool = False, precision: str = "ieee",
-                     residual=None):
+def linear_reference(x, layer: PackedLinear, activation: str | None = None,
+                     precision: str = "ieee", residual=None):
     """PyTorch reference of `linear` with the layer's dequantized weights (``diag(s) Q``)."""
     w, b = layer.dequantized()
-    a = torch.tanh(x) if tanh_input else x
+    act = {None: lambda v: v, "tanh": torch.tanh, "silu": torch.nn.functional.silu}
+    a = act[activation](x)
     y = a @ w.to(x.dtype).t() + b.to(x.dtype)
     return y if residual is None else y + residual
 
 
 def tanh_linear_reference(v, layer: PackedLinear, precision: str = "ieee", residual=None):
     """PyTorch reference of `tanh_linear`."""
-    return linear_reference(v, layer, True, precision, residual)
+    return linear_reference(v, layer, "tanh", precision, residual)

@@ -2,7 +2,8 @@
 
 Each network architecture implements its own techniques
 (`workbench.model.force_paths.implemented_techniques`: CGSchNet all, CGEGNN and CGPaiNN
-their fused message kernel and the step's techniques); the others are switched off
+their fused message kernel, CGTensorProduct its radial MLPs' kernel (``fused_update``), with
+captured steps, and the step's techniques); the others are switched off
 with a message. The fused kernels need a CUDA GPU. When a requested set of switches cannot
 run, the run keeps the PyTorch reference path (a CGSchNet's tabulated filters, which also
 run in PyTorch, stay on) and the user gets one clear message, whether the reason is known

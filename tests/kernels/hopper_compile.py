@@ -174,9 +174,16 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
          "out_ptr": "*fp32",
          **dict.fromkeys(("stride_am", "stride_bk", "stride_bn", "stride_gm", "stride_rm",
                           "stride_om", "M", "SIZE_CLASS", "N", "KD"), "i32")},
-        [dict(TANH_A=t, KSCALE=t, ROW_NORM=False, NSCALE=not t, BIAS=True, GATE=t, RES=not t,
-              DT=tl.float32, PREC="tf32x3", SPLIT=True, BLOCK_M=64, BLOCK_N=128, BLOCK_K=32)
-         for t in (False, True)]),
+        [*(dict(ACT_A=t, ACT="tanh", KSCALE=t, ROW_NORM=False, NSCALE=not t, BIAS=True,
+                GATE=t, RES=not t, DT=tl.float32, PREC="tf32x3", SPLIT=True, BLOCK_M=64,
+                BLOCK_N=128, BLOCK_K=32)
+           for t in (False, True)),
+         # the tensor-product network's radial MLP in FP32: SiLU on load (forward), SiLU'
+         # in the backward epilogue
+         *(dict(ACT_A=not g, ACT="silu", KSCALE=False, ROW_NORM=False, NSCALE=False,
+                BIAS=not g, GATE=g, RES=False, DT=tl.float32, PREC="tf32x3", SPLIT=True,
+                BLOCK_M=64, BLOCK_N=128, BLOCK_K=32)
+           for g in (False, True))]),
 }
 
 

@@ -1,4 +1,5 @@
-"""Fused tanh + linear and packed linear layers (FP32 and W16A16), and the 16-bit packing."""
+"""Fused activation (tanh, SiLU) + linear and packed linear layers (FP32 and W16A16), and
+the 16-bit packing."""
 
 import pytest
 import torch
@@ -7,17 +8,22 @@ from kernels_testlib import rel_err
 from kernels import channel_scales, linear, pack_linear, tanh_linear
 from kernels.quantize import tf32_split
 
+ACTS = {None: lambda v: v, "tanh": torch.tanh, "silu": torch.nn.functional.silu}
 
-@pytest.mark.parametrize("out_features,tanh_input", [(24, True), (24, False), (1, False)])
-def test_linear_fp32(device, out_features, tanh_input):
+
+@pytest.mark.parametrize("out_features,activation",
+                         [(24, "tanh"), (24, "silu"), (24, None), (1, None)])
+def test_linear_fp32(device, out_features, activation):
+    """``linear(act(x))`` and its input gradient (``act'`` in the backward epilogue) against
+    float64 torch, for each activation applied on load."""
     gen = torch.Generator().manual_seed(0)
     W = (torch.randn(out_features, 40, generator=gen) / 6).to(device)
     b = torch.randn(out_features, generator=gen).to(device)
     x = (torch.randn(37, 40, generator=gen) * 2).to(device).requires_grad_()
     layer = pack_linear(W, b if out_features > 1 else None)
-    y = tanh_linear(x, layer) if tanh_input else linear(x, layer)
+    y = tanh_linear(x, layer) if activation == "tanh" else linear(x, layer, activation)
     x64 = x.detach().double().requires_grad_()
-    a = torch.tanh(x64) if tanh_input else x64
+    a = ACTS[activation](x64)
     ref = a @ W.double().t() + (b.double() if out_features > 1 else 0)
     assert rel_err(y, ref) < 1e-5
     gy = torch.randn_like(ref)
@@ -26,15 +32,17 @@ def test_linear_fp32(device, out_features, tanh_input):
     assert rel_err(gk, gr) < 1e-5
 
 
+@pytest.mark.parametrize("activation", ["tanh", "silu"])
 @pytest.mark.parametrize("dtype,tol", [("fp16", 2e-3), ("bf16", 1.5e-2)])
-def test_tanh_linear_w16a16(device, dtype, tol):
+def test_activation_linear_w16a16(device, dtype, tol, activation):
     gen = torch.Generator().manual_seed(1)
     W = (torch.randn(32, 32, generator=gen) / 6).to(device)
     b = torch.randn(32, generator=gen).to(device)
     v = (torch.randn(50, 32, generator=gen) * 2).to(device).requires_grad_()
-    layer = pack_linear(W, b, dtype, calib=torch.tanh(v.detach()))
-    y = tanh_linear(v, layer)
-    ref = torch.tanh(v) @ W.t() + b
+    act = ACTS[activation]
+    layer = pack_linear(W, b, dtype, calib=act(v.detach()))
+    y = linear(v, layer, activation)
+    ref = act(v) @ W.t() + b
     assert rel_err(y, ref) < tol
     gy = torch.randn_like(ref)
     (gk,) = torch.autograd.grad((y * gy).sum(), v)

@@ -192,11 +192,18 @@ def test_caller_never_sees_buffers_that_a_later_chunk_overwrites(potential):
 
 
 def network_potential(architecture: str) -> Potential:
-    """A small CGEGNN, CGPaiNN or CGDeepPotential (fused kernels need power-of-two widths)
-    with the priors."""
+    """A small CGEGNN, CGPaiNN, CGDeepPotential or CGTensorProduct (fused kernels need
+    power-of-two widths) with the priors."""
     sys = tiny_system()
     torch.manual_seed(5)
-    if architecture == "egnn":
+    if architecture == "nequip":
+        pytest.importorskip("e3nn")
+        from workbench.model.tensor_product import CGTensorProduct, TensorProductConfig
+
+        network = CGTensorProduct(TensorProductConfig(
+            irreps="8x0e + 4x1o", blocks=1, num_rbf=6, radial_width=16, cutoff=4.0,
+            output_widths=[8]))
+    elif architecture == "egnn":
         network = CGEGNN(EGNNConfig(hidden=16, edge_width=16, layers=1, num_rbf=8, cutoff=6.0))
     elif architecture == "dp":
         network = CGDeepPotential(DeepPotentialConfig(
@@ -253,6 +260,40 @@ def test_egnn_and_painn_steps_are_captured_only_on_their_fused_path(architecture
     assert problem is None or "need its kernels" not in problem  # the kernels' own reason
 
 
+def test_static_steps_of_nequip_reproduce_the_eager_trajectory():
+    """What a CUDA graph replays for a tensor-product network: its e3nn path over the static
+    graph (padding slots add exact zeros); a changed convolution backend is captured
+    again."""
+    pot = network_potential("nequip")
+    eager, captured = make_sim(pot, replicas=1), make_sim(pot, replicas=1)
+    eager_steps(eager, 2)
+    steps = CapturedSteps(captured)
+    steps.advance(2)
+    assert_same_state(eager, captured)
+    assert steps.captures == 1
+    pot.network.backend = "openequivariance"  # runs e3nn on a CPU, with a warning
+    with pytest.warns(RuntimeWarning, match="openequivariance' unavailable"):
+        steps.advance(1)
+    assert steps.captures == 2
+
+
+def test_nequip_steps_are_captured_on_the_e3nn_and_openequivariance_paths(monkeypatch):
+    sim = make_sim(network_potential("nequip"), KernelOptions(cuda_graph=True))
+    monkeypatch.setattr(sim, "device", torch.device("cuda"))  # past the device and
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "register_generator_state",  # PyTorch checks
+                        lambda *_: None, raising=False)
+    network = sim.potential.network
+    for backend in ("e3nn", "openequivariance"):
+        network.backend = backend
+        assert captured_steps_problem(sim) is None  # no kernels needed
+    sim.options.fused_update = True
+    network.backend = "cuequivariance"
+    assert "not cuequivariance" in captured_steps_problem(sim)
+    network.backend = "e3nn"
+    problem = captured_steps_problem(sim)
+    assert problem is None or "Triton" in problem  # the kernel's own reason
+
+
 def test_cpu_simulation_says_why_it_steps_eagerly(potential, monkeypatch):
     monkeypatch.setattr(fused_schnet, "_WARNED", set())  # earlier tests used up the notice
     sim = make_sim(potential)
@@ -264,9 +305,9 @@ def test_cpu_simulation_says_why_it_steps_eagerly(potential, monkeypatch):
 
 # whole-step CUDA graphs on a GPU
 def gpu_run(options: KernelOptions, replicas: int = 16, protein: str = "1enh",
-            architecture: str | None = None):
+            architecture: str | None = None, tp_backend: str = "e3nn"):
     settings = RunSettings(protein=protein, replicas=replicas, device="cuda", seed=3,
-                           options=options, architecture=architecture)
+                           options=options, architecture=architecture, tp_backend=tp_backend)
     return prepare_run(settings).simulation
 
 
@@ -305,6 +346,28 @@ def test_deep_potential_graph_replays_follow_eager_steps(fused):
                    fused_integrator=True)
     eager = gpu_run(KernelOptions(**options), architecture="dp")
     graphed = gpu_run(KernelOptions(cuda_graph=True, **options), architecture="dp")
+    eager.step(20)
+    graphed.step(20)
+    assert graphed._captured is not None and graphed._captured.cuda_graph is not None
+    for name, a, b in zip(eager.state._fields, eager.state, graphed.state, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4, msg=name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fused", [False, True], ids=["reference", "fused_update"])
+@pytest.mark.parametrize("backend", ["e3nn", "openequivariance"])
+def test_nequip_graph_replays_follow_eager_steps(backend, fused):
+    """Captured tensor-product steps (e3nn or OpenEquivariance, radial MLPs in PyTorch or in
+    the packed linear kernel): the eager steps run over the Verlet list, the replays over
+    the static graph, and the scatter sums in another order, so the trajectories agree to
+    rounding, not bit for bit."""
+    if backend == "openequivariance":
+        pytest.importorskip("openequivariance")
+    options = dict(fused_update=fused, fused_pair_search=True, fused_integrator=True)
+    eager = gpu_run(KernelOptions(**options), architecture="nequip", tp_backend=backend)
+    graphed = gpu_run(KernelOptions(cuda_graph=True, **options), architecture="nequip",
+                      tp_backend=backend)
+    assert graphed.potential.network.backend == backend
     eager.step(20)
     graphed.step(20)
     assert graphed._captured is not None and graphed._captured.cuda_graph is not None

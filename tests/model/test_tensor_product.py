@@ -190,7 +190,7 @@ def nequip_potential(seed: int = 11) -> Potential:
 
 
 def test_registry_and_potential():
-    assert "nequip" in ARCHITECTURES and ARCHITECTURES["nequip"].fused == ()
+    assert ARCHITECTURES["nequip"].fused == ("fused_update", "cuda_graph")
     assert architecture_of(small_nequip()) == "nequip"
     built = build_network("nequip", TensorProductConfig(**SMALL).to_dict())
     assert isinstance(built, CGTensorProduct) and built.config == TensorProductConfig(**SMALL)
@@ -261,13 +261,114 @@ def test_engine_kernel_options_are_ignored_with_a_notice(monkeypatch):
     from workbench.model import fused_schnet
 
     monkeypatch.setattr(fused_schnet, "_WARNED", set())
-    model = small_nequip(seed=9)
+    model = small_nequip(seed=9)  # float64: the packed linear kernel takes float32 weights
     pos = perturbed_positions(replicas=1, sigma=0.3, seed=7)
     e_ref, _ = energy_and_forces(model, pos)
-    with pytest.warns(RuntimeWarning, match="CGTensorProduct has no fused kernels for "
-                      ".*fused_message_passing"):
-        e, _ = energy_and_forces(model, pos, options=KernelOptions.all_on())
+    with pytest.warns(RuntimeWarning) as caught:
+        e, _ = energy_and_forces(model, pos, options=KernelOptions.all_on(cuda_graph=True))
+    assert [str(w.message) for w in caught] == [
+        "fused kernels unavailable (CGTensorProduct has no fused kernels for "
+        "fused_radial_basis, fused_message_passing, csr_aggregation, pair_filter); using "
+        "the PyTorch reference path",
+        "fused kernels unavailable (the packed linear kernel takes float32 weights); using "
+        "the PyTorch reference path"]
     assert torch.equal(e, e_ref)
+    with pytest.warns(RuntimeWarning, match="no fused kernels for bf16 without fused_update"):
+        e, _ = energy_and_forces(model, pos, options=KernelOptions(mlp_precision="bf16"))
+    assert torch.equal(e, e_ref)
+    gelu = small_nequip(seed=9, dtype=torch.float32, activation="gelu")
+    assert "applies tanh, silu, not gelu" in tp.fused_radial_problem(
+        gelu, pos.device, KernelOptions(fused_update=True))
+
+
+# -- the radial MLPs in the packed linear kernel (fused_update, mlp_precision) ---------------
+def fused_case(seed: int = 13):
+    """A float32 model (cutoff 4 Å: few edges for the interpreter), positions (1, n, 3)
+    float64 and a fixed-capacity graph of the float32 positions with padding slots and
+    candidate edges beyond the cutoff."""
+    model = small_nequip(seed=seed, dtype=torch.float32, cutoff=4.0)
+    pos = perturbed_positions(replicas=1, sigma=0.3, seed=seed)
+    graph = NeighborList(pos.shape[1], model.cutoff, skin=1.0, capacity=1000,
+                         exact=False).update(pos.float())
+    assert not bool(graph.valid.all()), "needs padding slots"
+    return model, pos, graph
+
+
+@interpreter_only
+def test_fused_radial_mlp_gives_the_reference_and_its_forces_are_the_gradient():
+    """FP32 (three TF32 products): energies and forces of the reference path to 1e-5, with
+    padding slots; forces against central differences of the same path's energy along
+    random directions (FP32 energies, h = 0.01 Å); the packing is kept until a weight
+    changes."""
+    model, pos, graph = fused_case()
+    fused = KernelOptions(fused_update=True)
+    e_ref, f_ref = energy_and_forces(model, pos.float(), graph)
+    e, f = energy_and_forces(model, pos.float(), graph, fused)
+    assert relative_error(e, e_ref) < 1e-5 and relative_error(f, f_ref) < 1e-5
+    directions = torch.randn(2, *pos.shape[1:], generator=torch.Generator().manual_seed(0),
+                             dtype=torch.float64)
+    h = 0.01
+    displaced = torch.cat([pos + h * directions, pos - h * directions]).float()
+    with torch.no_grad():
+        energies = node_energies(model, displaced, options=fused).double().sum(-1)
+    slopes = -(energies[:2] - energies[2:]) / (2 * h)
+    exact = (f.double() * directions).sum((-1, -2))
+    assert float((slopes - exact).abs().max()) < 2e-3 * float(exact.abs().max())
+    packed = tp.packed_radial(model, "fp32")
+    assert tp.packed_radial(model, "fp32") is packed
+    with torch.no_grad():
+        model.blocks[0].radial[0].weight.mul_(1.5)
+    assert tp.packed_radial(model, "fp32") is not packed
+
+
+@interpreter_only
+@pytest.mark.parametrize("precision,bound", [("fp16", 1e-3), ("bf16", 1e-2)])
+def test_16bit_radial_mlp_force_error_against_float64_is_bounded(precision, bound):
+    """16-bit operands of the radial MLPs (channel-wise scaled weights, FP32 accumulation),
+    FP32 energies and forces, against the float64 reference path (measured on this case:
+    fp16 1.2e-4, bf16 1.7e-3 of the force RMS)."""
+    model, pos, graph = fused_case(seed=14)
+    _, f64 = energy_and_forces(small_nequip(seed=14, cutoff=4.0), pos, graph)
+    options = KernelOptions(fused_update=True, mlp_precision=precision)
+    e, f = energy_and_forces(model, pos.float(), graph, options)
+    assert e.dtype == f.dtype == torch.float32
+    assert 1e-6 < relative_error(f.double(), f64) < bound  # 16-bit did run
+
+
+def test_the_captured_paths_read_nothing_on_the_host(monkeypatch):
+    """What ``cuda_graph`` captures: the e3nn path and the OpenEquivariance path's layout
+    (with a stand-in for its convolution) run forward and backward on fake tensors, which
+    refuse any data-dependent host read, over a neighbour list's fixed-shape graph. The
+    CSR builders are the engine's Triton kernels (no host reads); here their PyTorch
+    reference, which fake tensors can run."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import kernels
+
+    for builder in ("build_csr", "build_csr_sorted_pairs"):
+        monkeypatch.setattr(kernels, builder, kernels.build_csr_reference)
+    monkeypatch.setattr(tp, "backend_problem", lambda name, device: None)
+    monkeypatch.setattr(tp, "_accelerated", lambda block, name, x: OEQPlain(block))
+    model = small_nequip(seed=15, dtype=torch.float32)
+    pos = perturbed_positions(replicas=2, sigma=0.3, seed=15, dtype=torch.float32)
+    graph, needed = NeighborList(pos.shape[1], model.cutoff).static_graph(pos, 1600)
+    assert int(needed) < 1600  # every edge has a slot, some slots are padding
+
+    def energy_and_grad():
+        p = pos.reshape(-1, 3).clone().requires_grad_()
+        energy = model(p, tiny_system().bead_types.repeat(2), graph).sum()
+        return energy, torch.autograd.grad(energy, p)[0]
+
+    for backend in ("e3nn", "openequivariance"):
+        model.backend = backend
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            energy_and_grad()
+    with pytest.raises(Exception, match="local_scalar_dense"), \
+            FakeTensorMode(allow_non_fake_inputs=True):
+        int(pos.sum())  # a host read is caught
+    assert tp.capture_problem(model) is None
+    model.backend = "cuequivariance"
+    assert "not cuequivariance" in tp.capture_problem(model)
 
 
 def test_cuequivariance_convolution_matches_e3nn_on_the_cpu():
@@ -288,13 +389,25 @@ def test_cuequivariance_convolution_matches_e3nn_on_the_cpu():
         assert relative_error(out, ref) < 1e-6
 
 
-class OEQStandIn:
+class OEQPlain:
+    """``oeq.TensorProductConv(...).forward`` in e3nn, without checks: the deterministic
+    convolution's result over the destination-sorted layout."""
+
+    def __init__(self, block):
+        self.block = block
+
+    def forward(self, X, Y, W, rows, cols, sender_perm):
+        messages = self.block.tp(X[cols], Y, W)
+        return X.new_zeros(X.shape[0], messages.shape[1]).index_add_(0, rows, messages)
+
+
+class OEQStandIn(OEQPlain):
     """``oeq.TensorProductConv(problem, deterministic=True)`` in e3nn, checking what the
     deterministic algorithm asks of its inputs: rows sorted, ``sender_perm`` a permutation
     that puts the columns in order, every index inside the padded node range."""
 
     def __init__(self, block):
-        self.block = block
+        super().__init__(block)
         self.calls = 0
 
     def forward(self, X, Y, W, rows, cols, sender_perm):
@@ -305,8 +418,7 @@ class OEQStandIn:
         assert bool((cols[sender_perm][1:] >= cols[sender_perm][:-1]).all())
         assert int(rows.max()) < X.shape[0] and int(cols.max()) < X.shape[0]
         self.calls += 1
-        messages = self.block.tp(X[cols], Y, W)
-        return X.new_zeros(X.shape[0], messages.shape[1]).index_add_(0, rows, messages)
+        return super().forward(X, Y, W, rows, cols, sender_perm)
 
 
 @interpreter_only

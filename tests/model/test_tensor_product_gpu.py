@@ -4,7 +4,9 @@ engine's destination-sorted CSR layout, and cuEquivariance's channel-wise tensor
 with gather and scatter indices. Energies and forces of CLN025 replicas (native plus 0.3 Å
 of noise) agree to 1e-5 relative, on an exact graph and on a fixed-capacity graph with
 padding slots and candidate edges beyond the cutoff, and the accelerated paths give the
-weights' gradients that training needs.
+weights' gradients that training needs. The radial MLPs on tensor cores (``fused_update``,
+FP32 and 16-bit) against the reference, and the paths that ``cuda_graph`` captures (e3nn and
+OpenEquivariance, with and without ``fused_update``) under CUDA's synchronisation check.
 
 The OpenEquivariance tests pass on an H200 (openequivariance 0.7.0, torch 2.11); the
 cuEquivariance ones have not run on a GPU. On the CPU, cuEquivariance's PyTorch method
@@ -23,6 +25,7 @@ pytest.importorskip("e3nn")
 
 from helpers import perturbed_positions, relative_error, system  # noqa: E402
 
+from workbench.model.options import KernelOptions  # noqa: E402
 from workbench.model.tensor_product import (  # noqa: E402
     CGTensorProduct,
     TensorProductConfig,
@@ -42,9 +45,9 @@ def cln025_batch(replicas: int = 4):
     return pos.cuda(), sys.bead_types.repeat(replicas).cuda()
 
 
-def energy_and_forces(model, pos, types, graph):
+def energy_and_forces(model, pos, types, graph, options=None):
     pos = pos.detach().clone().requires_grad_()
-    energy = model(pos.reshape(-1, 3), types, graph).sum()
+    energy = model(pos.reshape(-1, 3), types, graph, options).sum()
     (grad,) = torch.autograd.grad(energy, pos)
     return energy.detach(), -grad
 
@@ -94,3 +97,48 @@ def test_backend_weight_gradients_match_e3nn(backend):
     reference = loss_gradients()
     model.backend = backend
     assert relative_error(loss_gradients(), reference) < 1e-4
+
+
+@pytest.mark.parametrize("precision,bound", [("fp32", 1e-5), ("fp16", 1e-3), ("bf16", 1e-2)])
+def test_radial_mlps_on_tensor_cores(precision, bound):
+    """``fused_update``: the radial MLPs in the packed linear kernel. FP32 (three TF32
+    products) gives the reference path's energies and forces to 1e-5; 16-bit operands keep
+    the forces within ``bound`` of the float64 reference (relative RMS)."""
+    torch.manual_seed(2)
+    model = CGTensorProduct(TensorProductConfig(cutoff=8.0)).cuda()
+    pos, types = cln025_batch()
+    graph = NeighborList(pos.shape[1], model.cutoff, skin=0.0).update(pos)
+    options = KernelOptions(fused_update=True, mlp_precision=precision)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no fallback to the reference
+        e, f = energy_and_forces(model, pos, types, graph, options)
+    if precision == "fp32":
+        e_ref, f_ref = energy_and_forces(model, pos, types, graph)
+    else:
+        e_ref, f_ref = energy_and_forces(model.double(), pos.double(), types, graph)
+    assert e.dtype == f.dtype == torch.float32
+    assert relative_error(f.double(), f_ref.double()) < bound
+    assert relative_error(e.double(), e_ref.double()) < 10 * bound
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["reference", "fused_update"])
+@pytest.mark.parametrize("backend", ["e3nn", "openequivariance"])
+def test_captured_paths_never_synchronise_with_the_host(backend, fused):
+    """What ``cuda_graph`` captures: forward and backward over a fixed-shape graph with
+    CUDA's synchronisation check set to raise (after a first evaluation that builds the
+    backend, packs the weights and tunes the kernels)."""
+    if backend != "e3nn":
+        pytest.importorskip(PACKAGES[backend])
+    torch.manual_seed(3)
+    model = CGTensorProduct(TensorProductConfig(cutoff=8.0), backend=backend).cuda()
+    pos, types = cln025_batch()
+    graph, _ = NeighborList(pos.shape[1], model.cutoff).static_graph(pos, 2 * pos.shape[1]**2)
+    options = KernelOptions(fused_update=fused, cuda_graph=True)
+    e_ref, f_ref = energy_and_forces(model, pos, types, graph, options)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        e, f = energy_and_forces(model, pos, types, graph, options)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert relative_error(e, e_ref) < 1e-6 and relative_error(f, f_ref) < 1e-6

@@ -15,6 +15,8 @@ What makes the step capturable:
   on the host and no skin;
 * the network's path has no host synchronisation: CGSchNet's on any path; CGEGNN's and
   CGPaiNN's with ``fused_message_passing`` (the only path of theirs captured);
+  CGTensorProduct's on the e3nn and OpenEquivariance backends, with or without
+  ``fused_update`` (`workbench.model.force_paths.CAPTURED_REFERENCE`);
   CGDeepPotential's with ``tabulated_filter`` or ``fused_message_passing`` (per-edge table
   rows gathered by network, or its descriptor kernel; its fitting networks grouped with
   fixed shapes under ``cuda_graph``);
@@ -27,11 +29,13 @@ Overflow never truncates silently: every step records how many slots per replica
 it needed. After a chunk of replays (one host synchronisation per chunk) a count
 above the capacity rolls the chunk back (state and generator), grows the
 capacity and captures again. The graph is captured again, too, whenever the
-kernel options, the weights or the integrator settings change.
+kernel options, the weights, the network's convolution backend or the integrator settings
+change.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import NamedTuple
 
@@ -71,7 +75,7 @@ class DynamicState(NamedTuple):
 def captured_steps_problem(sim) -> str | None:
     """Why ``sim`` cannot run captured steps, or None if it can."""
     from workbench.model.architectures import fused_techniques, network_kernels
-    from workbench.model.force_paths import fused_problem
+    from workbench.model.force_paths import CAPTURED_REFERENCE, fused_problem
     from workbench.model.fused_schnet import fused_path_problem
 
     if sim.device.type != "cuda":
@@ -86,7 +90,13 @@ def captured_steps_problem(sim) -> str | None:
     if "cuda_graph" not in fused_techniques(architecture):
         return f"no captured steps for {architecture} networks"
     kernels = network_kernels(architecture)
-    if not any(getattr(sim.options, name) for name in kernels):
+    own = any(getattr(sim.options, name) for name in kernels)
+    if architecture in CAPTURED_REFERENCE:
+        module, function = CAPTURED_REFERENCE[architecture]
+        problem = getattr(importlib.import_module(module), function)(network)
+        if problem is not None or not own:
+            return problem
+    elif not own:
         # only the fused path is checked free of host synchronisation
         return f"captured {architecture} steps need its kernels ({', '.join(kernels)})"
     return fused_problem(network, sim.device, sim.options)
@@ -151,7 +161,9 @@ class CapturedSteps:
         sim = self.sim
         integrator = {k: v for k, v in sim.integrator.config().items() if k != "temperature"}
         weights = weights_key(sim.potential)
-        return (tuple(sorted(sim.options.to_dict().items())), self.slots, weights,
+        # a tensor-product network's convolution backend, switched live
+        backend = getattr(sim.potential.network, "backend", None)
+        return (tuple(sorted(sim.options.to_dict().items())), self.slots, weights, backend,
                 tuple(sorted(integrator.items())))
 
     def _capture(self) -> None:

@@ -63,9 +63,10 @@ ARCHITECTURES: dict[str, Architecture] = {
                           ("fused_message_passing", "cuda_graph")),
     "egnn": Architecture("workbench.model.egnn", "EGNNConfig", "CGEGNN",
                          ("fused_message_passing", "cuda_graph")),
-    # its convolution backends are a switch of the network (`CGTensorProduct.backend`)
+    # its convolution backends are a switch of the network (`CGTensorProduct.backend`);
+    # fused_update runs its radial MLPs in the packed linear kernel
     "nequip": Architecture("workbench.model.tensor_product", "TensorProductConfig",
-                           "CGTensorProduct"),
+                           "CGTensorProduct", ("fused_update", "cuda_graph")),
     # its tables run in PyTorch on any device (`workbench.model.dp_tables`); its fused
     # descriptor kernel reads them
     "dp": Architecture("workbench.model.deep_potential", "DeepPotentialConfig",

@@ -2,7 +2,8 @@
 
 Each architecture implements its own techniques (`workbench.model.architectures`,
 `Architecture.fused`: CGSchNet all of them, CGEGNN and CGPaiNN ``fused_message_passing``,
-CGTensorProduct none: its convolution backends are a switch of its own; CGDeepPotential
+CGTensorProduct ``fused_update`` (its radial MLPs; its convolution backends are a switch
+of its own); CGDeepPotential
 ``fused_message_passing``, its descriptor kernel, and its tables, which run in PyTorch);
 the MD step's own techniques (`STEP_TECHNIQUES`: the Triton pair search and the fused
 Langevin steps) run whatever the network. `settle_options` switches the others off in the
@@ -58,7 +59,14 @@ FUSED_PROBLEMS = {
     "egnn": ("workbench.model.egnn", "fused_edge_problem"),
     "painn": ("workbench.model.painn", "fused_message_problem"),
     "dp": ("workbench.model.deep_potential", "fused_descriptor_problem"),
+    "nequip": ("workbench.model.tensor_product", "fused_radial_problem"),
 }
+
+#: Architectures whose reference path reads nothing on the host, so that their steps are
+#: captured (``cuda_graph``) with or without their own kernels, and where each says why a
+#: network of it cannot be (``module``, ``function(network) -> str | None``); the others'
+#: steps are captured on their kernels only.
+CAPTURED_REFERENCE = {"nequip": ("workbench.model.tensor_product", "capture_problem")}
 
 NO_TRITON = "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
 
@@ -187,8 +195,8 @@ def force_path(network: nn.Module | None, device: torch.device, options: KernelO
 
     A network other than CGSchNet is on the Triton path only with one of its own Triton
     kernels on (CGEGNN's and CGPaiNN's ``fused_message_passing``, CGDeepPotential's fused
-    descriptor); otherwise its PyTorch tables, if on, or its reference path compute the
-    forces whatever the step's techniques.
+    descriptor, CGTensorProduct's ``fused_update``); otherwise its PyTorch tables, if on, or
+    its reference path compute the forces whatever the step's techniques.
     """
     if options.is_baseline:
         return "reference"

@@ -149,18 +149,20 @@ def kernel_device_problem(network, device: torch.device, options: KernelOptions,
 
 @dataclass
 class PackedLayers:
-    """A fused kernel's description of one CGEGNN or CGPaiNN at one precision.
+    """A fused kernel's description of one CGEGNN, CGPaiNN or CGTensorProduct at one
+    precision.
 
     Attributes
     ----------
     key : tuple
         Precision and `weights_key` of the network when packed (`cached_packing`'s
         validity).
-    spec : kernels.RadialSpec
-        Basis and envelopes.
+    spec : kernels.RadialSpec or None
+        Basis and envelopes (None where the kernels compute no basis: CGTensorProduct's).
     layers : list
         Each layer's packed weights (`kernels.EdgeMLPParams` of a CGEGNN layer's edge MLP,
-        `kernels.PaiNNFilterParams` of a CGPaiNN block's filter network).
+        `kernels.PaiNNFilterParams` of a CGPaiNN block's filter network, the three
+        `kernels.PackedLinear` of a CGTensorProduct block's radial MLP).
     """
 
     key: tuple
@@ -286,7 +288,7 @@ def real_edge_graph(schnet, pos: torch.Tensor, graph: Graph):
 def _mlp_linear(x, packed, tanh_input: bool):
     from kernels import linear
 
-    return linear(x, packed, tanh_input=tanh_input)
+    return linear(x, packed, "tanh" if tanh_input else None)
 
 
 def _output_energies(schnet, h, packed: PackedWeights | None):

@@ -55,11 +55,13 @@ class KernelOptions:
     fused_update : bool
         Node-level linear layers in Triton kernels: the interaction update's activation
         and linear layer in one, and the convolution's input and output layers and the
-        output MLP. In FP32 each product is three TF32 tensor-core products with the
+        output MLP; for a CGTensorProduct, its radial MLPs (one row per edge, activation
+        fused on load). In FP32 each product is three TF32 tensor-core products with the
         weights split once when packed (relative error ~1e-6, like FP32's).
     mlp_precision : str
         ``"fp32"``, ``"fp16"`` or ``"bf16"`` for the filter, update and output
-        MLPs (channel-wise scaled weights, FP32 accumulation).
+        MLPs (a CGTensorProduct's radial MLPs with ``fused_update``; channel-wise scaled
+        weights, FP32 accumulation).
     tabulated_filter : bool
         Read each block's filter ``W(d) = MLP(basis(d))·C(d)`` from a cubic Hermite
         table built from the loaded weights, instead of evaluating the MLP per edge

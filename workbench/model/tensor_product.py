@@ -49,10 +49,20 @@ deterministic, over the engine's destination-sorted CSR layout); ``"cuequivarian
 NVIDIA's ``cuet.ChannelWiseTensorProduct`` with gather and scatter indices. All three read
 the same weights (the state dict has no backend in it). The accelerated backends need
 their package and a CUDA device; where `backend_problem` finds either missing, the e3nn
-path runs with one ``RuntimeWarning`` saying why. The accelerated paths are wired but not
-yet run on a GPU (``tests/model/test_tensor_product_gpu.py``). The engine's Triton
-techniques of `KernelOptions` have no kernels for this network (``Architecture.fused`` is
-empty): force paths switch them off and say so.
+path runs with one ``RuntimeWarning`` saying why (``tests/model/test_tensor_product_gpu.py``
+runs them on a GPU).
+
+**Techniques of `KernelOptions`** (``Architecture.fused``): ``fused_update`` runs each
+block's radial MLP through the engine's packed linear kernel (`kernels.linear`: the
+activation applied to each layer's input on load, FP32 as three TF32 tensor-core products
+with split weights), with ``mlp_precision`` ``"fp16"`` or ``"bf16"`` as channel-wise scaled
+16-bit operands and FP32 accumulation (`kernels.quantize`); the packed weights are cached
+until a parameter or the precision changes (`packed_radial`). The envelope, positions,
+distances, energies and forces stay FP32. ``cuda_graph`` captures whole steps
+(`workbench.md.captured_steps`) on the e3nn and OpenEquivariance backends, with or without
+``fused_update``: their forward and backward passes read nothing on the host
+(`capture_problem` refuses cuEquivariance, which is not checked for it). The other
+techniques have no kernels here: force paths switch them off and say so.
 """
 
 from __future__ import annotations
@@ -66,6 +76,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from workbench.model.architectures import fused_techniques
 from workbench.model.basis import CosineCutoff, ExpNormalBasis, GaussianBasis, make_cutoff
 from workbench.model.force_paths import STEP_TECHNIQUES
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
@@ -244,6 +255,7 @@ class TensorProductBlock(nn.Module):
         self.tp = o3.TensorProduct(irreps_in, irreps_sh, mid, self.instructions,
                                    shared_weights=False, internal_weights=False)
         width = config.radial_width
+        self.radial_activation = config.activation
         self.radial = nn.Sequential(
             nn.Linear(config.num_rbf, width), ACTIVATIONS[config.activation](),
             nn.Linear(width, width), ACTIVATIONS[config.activation](),
@@ -257,16 +269,35 @@ class TensorProductBlock(nn.Module):
         # state dict is the same for every backend
         self._accelerated: dict = {}
 
-    def edge_weights(self, rbf: torch.Tensor, envelope: torch.Tensor) -> torch.Tensor:
-        """Per-edge path weights ``R(e(d)) · C(d)``, shape (E, P); zero where C is."""
-        return self.radial(rbf) * envelope[:, None]
+    def edge_weights(self, rbf: torch.Tensor, envelope: torch.Tensor,
+                     packed: list | None = None) -> torch.Tensor:
+        """Per-edge path weights ``R(e(d)) · C(d)``, shape (E, P); zero where C is.
+
+        Parameters
+        ----------
+        rbf : torch.Tensor, shape (E, K)
+        envelope : torch.Tensor, shape (E,)
+        packed : list of kernels.PackedLinear, optional
+            The radial MLP's three layers packed (`packed_radial`): the MLP runs in the
+            packed linear kernel, each hidden activation applied on the next layer's load;
+            None runs ``self.radial`` in PyTorch.
+        """
+        if packed is None:
+            return self.radial(rbf) * envelope[:, None]
+        from kernels import linear
+
+        activation = self.radial_activation
+        hidden = linear(rbf, packed[0])
+        hidden = linear(hidden, packed[1], activation)
+        return linear(hidden, packed[2], activation) * envelope[:, None]
 
     def convolution(self, x, sh, weights, src, dst) -> torch.Tensor:
         """Reference convolution ``Σ_j TP(x_j, Y_ij; w_ij)`` onto each destination, (N, mid)."""
         messages = self.tp(x.index_select(0, src), sh, weights)
         return messages.new_zeros(x.shape[0], messages.shape[1]).index_add_(0, dst, messages)
 
-    def forward(self, h, sh, rbf, envelope, src, dst, backend="e3nn", layout=None):
+    def forward(self, h, sh, rbf, envelope, src, dst, backend="e3nn", layout=None,
+                radial=None):
         """Updated node features, shape (N, irreps.dim).
 
         Parameters
@@ -275,16 +306,19 @@ class TensorProductBlock(nn.Module):
         sh : torch.Tensor, shape (E, irreps_sh.dim)
         rbf : torch.Tensor, shape (E, K)
         envelope : torch.Tensor, shape (E,)
-            Zero on padding slots and at or beyond the cutoff.
+            Zero on padding slots and at or beyond the cutoff. With a ``layout``, ``sh``,
+            ``rbf`` and ``envelope`` are in its order (``layout.perm``).
         src, dst : torch.Tensor, shape (E,), int64
-            Edge endpoints, safe to gather with.
+            Edge endpoints, safe to gather with (unused with a ``layout``).
         backend : str
             A backend of `TP_BACKENDS` that `backend_problem` found runnable.
         layout : ConvLayout, optional
             The destination-sorted edges (OpenEquivariance).
+        radial : list of kernels.PackedLinear, optional
+            This block's packed radial MLP (`edge_weights`).
         """
         x = self.linear_in(h)
-        weights = self.edge_weights(rbf, envelope)
+        weights = self.edge_weights(rbf, envelope, radial)
         if backend == "openequivariance":
             m = oeq_convolution(self, x, sh, weights, layout)
         elif backend == "cuequivariance":
@@ -422,28 +456,54 @@ class CGTensorProduct(nn.Module):
             Directed edges (``src`` → ``dst``); edges at or beyond the cutoff and padding
             slots contribute nothing.
         options : KernelOptions, optional
-            The engine's Triton techniques have no kernels for this network; those asked
-            for (but the MD step's own) are ignored with a one-time warning. The
-            convolution backend is ``self.backend``.
+            ``fused_update`` runs the radial MLPs in the packed linear kernel (operands in
+            ``mlp_precision``) where `fused_radial_problem` finds nothing; ``cuda_graph``
+            is the simulation's. The other techniques (but the MD step's own) have no
+            kernels here: ignored with a one-time warning, as is a 16-bit precision
+            without ``fused_update`` or where the kernel cannot run. The convolution
+            backend is ``self.backend``.
 
         Returns
         -------
         torch.Tensor, shape (N,)
         """
+        radial = [None] * len(self.blocks)
         if options is not None:
-            missing = [name for name in options.enabled() if name not in STEP_TECHNIQUES]
-            if missing:
-                from workbench.model.fused_schnet import warn_fallback_once
-
-                warn_fallback_once(f"CGTensorProduct has no fused kernels for "
-                                   f"{', '.join(missing)}")
+            radial = self._packed_layers(pos, options) or radial
         backend = self.backend_for(pos.device)
         sh, rbf, envelope, src, dst = self.edge_terms(pos, graph)
-        layout = conv_layout(self, pos, graph) if backend == "openequivariance" else None
+        layout = None
+        if backend == "openequivariance":
+            layout = conv_layout(self, pos, graph)
+            # the edge terms in the layout's order once for all blocks: K basis columns
+            # gathered instead of every block's P weight columns
+            sh, rbf, envelope = (t.index_select(0, layout.perm) for t in (sh, rbf, envelope))
         h = self.embedding_layer(types).to(pos.dtype)
-        for block in self.blocks:
-            h = block(h, sh, rbf, envelope, src, dst, backend, layout)
+        for block, packed in zip(self.blocks, radial, strict=True):
+            h = block(h, sh, rbf, envelope, src, dst, backend, layout, packed)
         return self.output_network(h[:, self._energy_slice]).squeeze(-1)
+
+    def _packed_layers(self, pos: torch.Tensor, options: KernelOptions) -> list | None:
+        """Each block's packed radial MLP when ``options`` ask for it and it runs here,
+        else None; one warning per reason for what ``options`` ask in vain."""
+        from workbench.model.fused_schnet import warn_fallback_once
+
+        own = fused_techniques("nequip")
+        missing = [name for name in KernelOptions.techniques() if getattr(options, name)
+                   and name not in STEP_TECHNIQUES and name not in own]
+        if options.mlp_precision != "fp32" and not options.fused_update:
+            missing.append(f"{options.mlp_precision} without fused_update")
+        if missing:
+            warn_fallback_once(f"CGTensorProduct has no fused kernels for {', '.join(missing)}")
+        if not options.fused_update:
+            return None
+        problem = fused_radial_problem(self, pos.device, options)
+        if problem is None and pos.dtype != torch.float32:
+            problem = f"the packed linear kernel takes float32 positions, not {pos.dtype}"
+        if problem is not None:
+            warn_fallback_once(problem)
+            return None
+        return packed_radial(self, options.mlp_precision).layers
 
 
 def _even_scalar_slice(irreps) -> slice:
@@ -456,7 +516,58 @@ def _even_scalar_slice(irreps) -> slice:
     raise ValueError(f"irreps {irreps} hold no even scalars")
 
 
-# -- accelerated backends (wired, not yet run on a GPU) -------------------------------------
+# -- the engine's techniques -----------------------------------------------------------------
+
+
+def fused_radial_problem(model: CGTensorProduct, device: torch.device,
+                         options: KernelOptions) -> str | None:
+    """Why the radial MLPs cannot run in the packed linear kernel (``fused_update``) on
+    ``device``, or None if they can (`workbench.model.force_paths.FUSED_PROBLEMS`)."""
+    from kernels.fused_update import ACTIVATIONS as FUSED_ACTIVATIONS
+    from workbench.model.fused_schnet import kernel_device_problem
+
+    problem = kernel_device_problem(model, device, options, "the packed linear kernel")
+    if problem is None and model.config.activation not in FUSED_ACTIVATIONS:
+        problem = (f"the packed linear kernel applies {', '.join(FUSED_ACTIVATIONS)}, not "
+                   f"{model.config.activation}")
+    return problem
+
+
+def packed_radial(model: CGTensorProduct, precision: str):
+    """Every block's radial MLP as three `kernels.PackedLinear` (operands in ``precision``:
+    ``"fp32"``, ``"fp16"`` or ``"bf16"``), cached on ``model`` until a parameter or the
+    precision changes (`workbench.model.fused_schnet.cached_packing`).
+
+    Returns
+    -------
+    workbench.model.fused_schnet.PackedLayers
+        ``layers[b]`` the list of block ``b``'s packed layers, input first; no basis spec.
+    """
+    from kernels import pack_linear
+    from workbench.model.fused_schnet import PRECISION_DTYPES, PackedLayers, cached_packing
+
+    def pack(key):
+        dtype = PRECISION_DTYPES[precision]
+        layers = [[pack_linear(layer.weight, layer.bias, dtype)
+                   for layer in block.radial if isinstance(layer, nn.Linear)]
+                  for block in model.blocks]
+        return PackedLayers(key, None, layers)
+
+    return cached_packing(model, "_packed_radial", precision, pack)
+
+
+def capture_problem(model: CGTensorProduct) -> str | None:
+    """Why steps of ``model`` cannot be captured as a CUDA graph, or None: its e3nn and
+    OpenEquivariance paths (with or without ``fused_update``) read nothing on the host;
+    cuEquivariance's is not checked for it
+    (`workbench.model.force_paths.CAPTURED_REFERENCE`)."""
+    if model.backend == "cuequivariance":
+        return ("captured nequip steps run the e3nn and openequivariance backends, not "
+                "cuequivariance")
+    return None
+
+
+# -- accelerated backends ------------------------------------------------------------------
 
 
 @dataclass
@@ -499,12 +610,12 @@ def conv_layout(model: CGTensorProduct, pos: torch.Tensor, graph: Graph) -> Conv
 
 def oeq_convolution(block: TensorProductBlock, x, sh, weights, layout: ConvLayout):
     """``block``'s convolution by OpenEquivariance's fused, deterministic
-    ``TensorProductConv`` over ``layout``; the same weights as e3nn's (a "uvu" problem whose
-    second input has multiplicity one keeps e3nn's weight order)."""
+    ``TensorProductConv`` over ``layout``, ``sh`` (E, irreps_sh.dim) and ``weights`` (E, P)
+    already in its order; the same weights as e3nn's (a "uvu" problem whose second input
+    has multiplicity one keeps e3nn's weight order)."""
     conv = _accelerated(block, "openequivariance", x)
     padded = torch.cat([x, x.new_zeros(1, x.shape[1])])
-    out = conv.forward(padded, sh[layout.perm].contiguous(), weights[layout.perm].contiguous(),
-                       layout.rows, layout.cols, layout.sender_perm)
+    out = conv.forward(padded, sh, weights, layout.rows, layout.cols, layout.sender_perm)
     return out[: layout.num_nodes]
 
 
