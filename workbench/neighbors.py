@@ -2,7 +2,10 @@
 
 Pairs are found by dense distance blocks, chunked over replicas so that at most
 ``max_block`` pair distances are held at once (CG proteins have hundreds of
-beads, where dense blocks beat cell lists on a GPU). A candidate list within
+beads, where dense blocks beat cell lists on a GPU). Above `CELL_LIST_ABOVE` beads per
+replica (a large system: many copies of a protein, `workbench.system.copies`) the
+candidates come from a cell list instead (:func:`cell_list_pairs`), the same pairs in
+the same order with memory linear in the beads. A candidate list within
 ``cutoff + skin`` is rebuilt when any bead has moved more than half the skin
 since the last build. Edges never cross replicas and never join a bead to
 itself; they are sorted by destination.
@@ -22,11 +25,13 @@ within the cutoff afresh at every call into static arrays (a fixed number of slo
 per replica) and returns, as a device tensor, how many slots it needed, so the
 caller can detect an overflow after the fact without a host synchronisation.
 :meth:`NeighborList.searched_graph` does the same with the Triton pair search
-(`kernels.pair_search_csr`), which also builds both CSR layouts.
+(`kernels.pair_search_csr`), which also builds both CSR layouts. Both are dense (an n × n
+mask per replica) and refuse a list that uses the cell list (:meth:`NeighborList.dense_problem`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +39,106 @@ import torch
 #: Å beyond the cutoff searched by :meth:`NeighborList.static_graph` (absorbs rounding
 #: differences between the build's and the force evaluation's distance arithmetic).
 FIXED_MARGIN = 0.05
+
+#: Beads per replica above which the candidates come from the cell list. Dense search
+#: holds an n × n allowed-pair mask (1 byte a pair) and at least one replica's n × n
+#: distance block (about 17 bytes a pair with the differences): at 4,096 beads 16.8 M pairs,
+#: about 0.3 GB, twice the default ``max_block``; at 100,000 beads 10¹⁰ pairs, 170 GB. Every
+#: bundled protein (at most 400 beads) and every mlcg system stays well below and keeps the
+#: dense, capturable search.
+CELL_LIST_ABOVE = 4096
+#: Å added to the search radius for the cell edge, so that float rounding in binning can
+#: never put two beads within the radius two cells apart.
+CELL_MARGIN = 0.01
+#: Largest number of cells per bead: a cell edge is grown beyond the radius (which only
+#: adds candidates) when the bounding box would need more.
+CELLS_PER_BEAD = 8
+#: The 27 cell offsets of a cell's neighbourhood (itself included), shape (27, 3).
+_NEIGHBOUR_CELLS = torch.cartesian_prod(*[torch.tensor([-1, 0, 1])] * 3)
+
+
+def _cell_number(cell3: torch.Tensor, dims: torch.Tensor) -> torch.Tensor:
+    """Row-major number of cells ``(..., 3)`` int64 in a grid of ``dims`` cells."""
+    return (cell3[..., 0] * dims[1] + cell3[..., 1]) * dims[2] + cell3[..., 2]
+
+
+def cell_list_pairs(
+    pos: torch.Tensor, radius: float, excluded: torch.Tensor | None = None,
+    max_block: int = 1 << 23,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """All pairs of one replica within ``radius``, from a cell list.
+
+    Beads are binned into cubic cells of edge at least ``radius`` (plus `CELL_MARGIN`)
+    over their bounding box and sorted by cell; each bead's candidates are the beads of
+    its own and the 26 neighbouring cells, generated for consecutive ranges of beads
+    holding at most ``max_block`` candidates at a time. A pair is kept when
+    ``((pos[i] - pos[j]) ** 2).sum() < radius ** 2`` in float32, the dense search's test,
+    so both give the same pairs.
+
+    Parameters
+    ----------
+    pos : torch.Tensor, shape (n, 3), float32
+        Finite positions, Å.
+    radius : float
+        Å.
+    excluded : torch.Tensor, shape (X,), int64, optional
+        Sorted keys ``i * n + j`` of ordered pairs never returned.
+    max_block : int
+        Largest number of candidate pairs held at once (one bead's candidates are always
+        taken together).
+
+    Returns
+    -------
+    src, dst : torch.Tensor, shape (E,), int64
+        Edges ``src → dst`` with ``src != dst``, sorted by ``(dst, src)``; ``j → i`` is an
+        edge exactly when ``i → j`` is.
+
+    Raises
+    ------
+    ValueError
+        Non-finite positions.
+    """
+    n = pos.shape[0]
+    if not bool(torch.isfinite(pos).all()):
+        raise ValueError("cell-list search: positions contain NaN or infinite coordinates")
+    low = pos.amin(0)
+    span = (pos.amax(0) - low).tolist()
+    edge = radius + CELL_MARGIN
+    while math.prod(int(x / edge) + 1 for x in span) > CELLS_PER_BEAD * n + 27:
+        edge *= 1.25
+    dims = torch.tensor([int(x / edge) + 1 for x in span], device=pos.device)
+    cell3 = torch.minimum(((pos - low) / edge).floor().long(), dims - 1)
+    cell = _cell_number(cell3, dims)
+    counts = torch.bincount(cell, minlength=int(dims.prod()))
+    starts = counts.cumsum(0) - counts
+    order = torch.argsort(cell, stable=True)
+    around = cell3[:, None, :] + _NEIGHBOUR_CELLS.to(pos.device)  # (n, 27, 3)
+    inside = ((around >= 0) & (around < dims)).all(-1)
+    around = _cell_number(torch.where(inside[..., None], around, 0), dims)
+    found = torch.where(inside, counts[around], 0)  # candidates per (bead, cell)
+    per_bead = found.sum(1).cumsum(0).cpu()
+    srcs, dsts = [], []
+    first = 0
+    while first < n:
+        done = int(per_bead[first - 1]) if first else 0
+        last = max(first + 1, int(torch.searchsorted(per_bead, done + max_block, right=True)))
+        runs = found[first:last].reshape(-1)
+        total = int(per_bead[last - 1]) - done
+        run = torch.repeat_interleave(torch.arange(runs.numel(), device=pos.device), runs,
+                                      output_size=total)
+        offset = torch.arange(total, device=pos.device) - (runs.cumsum(0) - runs)[run]
+        src = order[starts[around[first:last].reshape(-1)][run] + offset]
+        dst = first + torch.div(run, 27, rounding_mode="floor")
+        diff = pos[dst] - pos[src]
+        keep = ((diff * diff).sum(-1) < radius * radius) & (src != dst)
+        key = torch.sort(dst[keep] * n + src[keep]).values
+        if excluded is not None and excluded.numel():
+            at = torch.searchsorted(excluded, key).clamp_(max=excluded.numel() - 1)
+            key = key[excluded[at] != key]
+        dsts.append(torch.div(key, n, rounding_mode="floor"))
+        srcs.append(key % n)
+        first = last
+    return torch.cat(srcs), torch.cat(dsts)
 
 
 class NeighborListOverflow(RuntimeError):
@@ -118,6 +223,10 @@ class NeighborList:
         beyond the cutoff then makes the extra edges contribute nothing).
     max_block : int
         Largest number of pair distances held at once during a build.
+    cell_list_above : int
+        Beads per replica above which candidates come from :func:`cell_list_pairs`
+        (`CELL_LIST_ABOVE`); the list is then not ``dense`` and has no captured or
+        Triton-searched graphs.
     """
 
     def __init__(
@@ -129,6 +238,7 @@ class NeighborList:
         capacity: int | None = None,
         exact: bool = True,
         max_block: int = 1 << 23,
+        cell_list_above: int = CELL_LIST_ABOVE,
     ):
         if n_beads < 1:
             raise ValueError(f"n_beads must be positive, got {n_beads}")
@@ -144,21 +254,44 @@ class NeighborList:
         self.capacity = capacity
         self.exact = exact
         self.max_block = max_block
-        allowed = ~torch.eye(n_beads, dtype=torch.bool)
+        self.dense = n_beads <= cell_list_above
         if exclusions is not None and len(exclusions):
             exclusions = torch.as_tensor(exclusions, dtype=torch.long).reshape(-1, 2)
-            allowed[exclusions[:, 0], exclusions[:, 1]] = False
-            allowed[exclusions[:, 1], exclusions[:, 0]] = False
-        self._allowed = allowed
+        else:
+            exclusions = None
+        self._excluded: torch.Tensor | None = None  # sorted keys i * n + j (cell list)
+        self._allowed: torch.Tensor | None = None  # n × n mask (dense search)
+        if not self.dense:
+            if exclusions is not None:
+                both = torch.cat([exclusions, exclusions.flip(1)])
+                self._excluded = torch.sort(both[:, 0] * n_beads + both[:, 1]).values
+        else:
+            self._allowed = ~torch.eye(n_beads, dtype=torch.bool)
+            if exclusions is not None:
+                self._allowed[exclusions[:, 0], exclusions[:, 1]] = False
+                self._allowed[exclusions[:, 1], exclusions[:, 0]] = False
         self._allowed_bytes: torch.Tensor | None = None  # on the device, for the pair search
         self.reference_positions: torch.Tensor | None = None
         self.candidates: Graph | None = None
         self.builds = 0
 
     # -- building -----------------------------------------------------------------
+    def dense_problem(self) -> str | None:
+        """Why this list has no dense graphs (:meth:`static_graph`, :meth:`searched_graph`,
+        :meth:`slots_needed`: what whole-step capture and the Triton pair search need), or
+        None when it has them."""
+        if self.dense:
+            return None
+        return (f"the system has {self.n_beads:,} beads per replica, above the "
+                f"{CELL_LIST_ABOVE:,} up to which the neighbour search uses dense n × n blocks "
+                "(what CUDA-graph capture and the Triton pair search need); its cell-list "
+                "search runs in eager steps (docs/large-systems.md)")
+
     def _blocks(self, pos: torch.Tensor, radius: float):
         """Yield ``(start, within)`` per chunk of replicas: ``within[r, i, j]`` is True when
         bead j lies within ``radius`` of bead i (an allowed pair) in replica ``start + r``."""
+        if not self.dense:
+            raise ValueError(f"no dense neighbour search: {self.dense_problem()}")
         r_count, n, _ = pos.shape
         if self._allowed.device != pos.device:  # moved once (no copy inside a captured step)
             self._allowed = self._allowed.to(pos.device)
@@ -173,6 +306,14 @@ class NeighborList:
         """All pairs within ``cutoff + skin``, as flattened (src, dst) sorted by dst."""
         n = pos.shape[1]
         srcs, dsts = [], []
+        if not self.dense:
+            excluded = None if self._excluded is None else self._excluded.to(pos.device)
+            for replica in range(pos.shape[0]):
+                src, dst = cell_list_pairs(pos[replica], self.cutoff + self.skin, excluded,
+                                           self.max_block)
+                srcs.append(src + replica * n)
+                dsts.append(dst + replica * n)
+            return torch.cat(srcs), torch.cat(dsts)
         for start, within in self._blocks(pos, self.cutoff + self.skin):
             rep, i, j = within.nonzero(as_tuple=True)
             base = (rep + start) * n
@@ -251,6 +392,8 @@ class NeighborList:
         """
         from kernels.pair_search import pair_search_csr
 
+        if not self.dense:
+            raise ValueError(f"no Triton pair search: {self.dense_problem()}")
         r_count, n, _ = pos.shape
         if self._allowed_bytes is None or self._allowed_bytes.device != pos.device:
             self._allowed_bytes = self._allowed.to(device=pos.device, dtype=torch.uint8)

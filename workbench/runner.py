@@ -437,8 +437,9 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
         neighbors=neighbors,
     )
     notices = [
-        n for n in (device_notice, model_notice, *structure_notices(system)) if n
-    ] + path_notices + ([backend_notice] if backend_notice else [])
+        n for n in (device_notice, model_notice, *structure_notices(system),
+                    copies_notice(system, potential, neighbors.skin)) if n
+    ] + path_notices + ([backend_notice] if backend_notice else []) + settle_large_system(sim)
     tempering = None
     if settings.ladder is not None:
         tempering = ReplicaExchange(
@@ -450,6 +451,38 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
             f"walkers, exchanges every {tempering.exchange_every} steps; --temperature is not used."
         )
     return PreparedRun(settings, system, sim, notices, tempering)
+
+
+def copies_notice(system: CGSystem, potential: Potential, skin: float) -> str | None:
+    """What the run's forces and metrics mean for a system of several copies of a protein
+    (`workbench.system.copies`), and whether copies start within the network's reach of
+    each other; None for one protein."""
+    if system.copies == 1:
+        return None
+    across = "nothing acts across copies"
+    if potential.network is not None:
+        across = "the network acts across copies"
+        reach = potential.cutoff + skin
+        if system.metadata.get("copy_gap", 0.0) <= reach:
+            across += (f" and neighbouring copies start within its cutoff plus skin "
+                       f"({reach:g} Å)")
+    return (f"{system.copies} copies of {system.name.rpartition('*')[0]} in one system "
+            f"({system.n_beads:,} beads): priors act within each copy, {across}; RMSD is the "
+            "mean of each copy's own, Q the fraction of all copies' native contacts.")
+
+
+def settle_large_system(sim: Simulation) -> list[str]:
+    """Switch off (in place, in ``sim.options``) ``cuda_graph`` and ``fused_pair_search``
+    where the system is too large for dense neighbour search
+    (`workbench.neighbors.NeighborList.dense_problem`); the notice, else none."""
+    nl = sim.neighbor_list
+    options = sim.options
+    dropped = [name for name in ("cuda_graph", "fused_pair_search") if getattr(options, name)]
+    if nl is None or nl.dense or not dropped:
+        return []
+    for name in dropped:
+        setattr(options, name, False)
+    return [f"{' and '.join(dropped)} off: {nl.dense_problem()}."]
 
 
 def choose_tp_backend(potential: Potential, backend: str, device: torch.device) -> str | None:
