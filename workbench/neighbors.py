@@ -254,6 +254,7 @@ class NeighborList:
         self.capacity = capacity
         self.exact = exact
         self.max_block = max_block
+        self.cell_list_above = cell_list_above
         self.dense = n_beads <= cell_list_above
         if exclusions is not None and len(exclusions):
             exclusions = torch.as_tensor(exclusions, dtype=torch.long).reshape(-1, 2)
@@ -283,7 +284,7 @@ class NeighborList:
         if self.dense:
             return None
         return (f"the system has {self.n_beads:,} beads per replica, above the "
-                f"{CELL_LIST_ABOVE:,} up to which the neighbour search uses dense n × n blocks "
+                f"{self.cell_list_above:,} up to which the neighbour search uses dense n × n blocks "
                 "(what CUDA-graph capture and the Triton pair search need); its cell-list "
                 "search runs in eager steps (docs/large-systems.md)")
 
