@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import brute_force_edges, edge_set, perturbed_positions, random_cloud, tiny_system
 
-from workbench.neighbors import Graph, NeighborList, NeighborListOverflow
+from workbench.neighbors import CELL_MARGIN, Graph, NeighborList, NeighborListOverflow
 from workbench.system.topology import bonded_exclusions
 
 CUTOFF = 5.0
@@ -245,3 +245,53 @@ def test_static_graph_reports_what_it_needed_when_too_small():
     graph, needed = nl.static_graph(pos, 10, margin=0.0)
     assert graph.num_edges == 20  # never grows on its own: the caller redoes the step
     assert int(needed) == -(-sum(per_replica) // 2) > 10
+
+
+# -- cell-list search (large systems) ----------------------------------------------------
+def _dense_and_cells(n, **kwargs):
+    return (NeighborList(n, CUTOFF, **kwargs),
+            NeighborList(n, CUTOFF, cell_list_above=0, **kwargs))
+
+
+@pytest.mark.parametrize("max_block", [1 << 23, 50])  # one range of beads; many
+def test_cell_list_gives_the_dense_candidates(max_block):
+    # a sparse cloud (empty cells) with exclusions, over replicas
+    n = 60
+    pos = random_cloud(replicas=3, n=n, box=30.0, seed=4, dtype=torch.float32)
+    excluded = torch.tensor([[0, 1], [5, 9], [17, 40], [59, 58]])
+    dense, cells = _dense_and_cells(n, skin=1.0, exclusions=excluded, max_block=max_block)
+    assert dense.dense and not cells.dense
+    want, got = dense.update(pos, exact=False), cells.update(pos, exact=False)
+    assert got.num_edges > 0
+    assert torch.equal(want.src, got.src) and torch.equal(want.dst, got.dst)
+    check_layout(got, n)
+
+
+def test_cell_list_on_cell_boundaries():
+    # beads exactly on cell faces (a lattice of the cell edge), and partners across the
+    # faces at exactly the search radius (left out) and just inside it (kept)
+    radius = CUTOFF + 1.0
+    lattice = torch.cartesian_prod(*[torch.arange(3.0)] * 3) * (radius + CELL_MARGIN)
+    pos = torch.cat([lattice, lattice[:4] + torch.tensor([radius, 0.0, 0.0]),
+                     lattice[4:8] - torch.tensor([0.0, 0.0, radius * 0.999])])[None]
+    dense, cells = _dense_and_cells(pos.shape[1], skin=1.0)
+    want, got = dense.update(pos, exact=False), cells.update(pos, exact=False)
+    assert torch.equal(want.src, got.src) and torch.equal(want.dst, got.dst)
+    d2 = ((pos[0, got.dst] - pos[0, got.src]) ** 2).sum(-1)
+    assert got.num_edges > 0 and bool((d2 < radius**2).all())
+
+
+def test_cell_list_in_capacity_mode_and_its_refusals():
+    pos = random_cloud(replicas=2, n=20, box=10.0, seed=2, dtype=torch.float32)
+    dense, cells = _dense_and_cells(20, skin=0.5, capacity=2000)
+    want, got = dense.update(pos), cells.update(pos)
+    assert torch.equal(want.src, got.src) and torch.equal(want.valid, got.valid)
+    problem = cells.dense_problem()
+    assert dense.dense_problem() is None
+    assert "20 beads per replica, above the 0 up to which" in problem
+    for call in (lambda: cells.static_graph(pos, 100), lambda: cells.slots_needed(pos),
+                 lambda: cells.searched_graph(pos, 100)):
+        with pytest.raises(ValueError, match="dense n × n blocks"):
+            call()
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        NeighborList(20, CUTOFF, cell_list_above=0).update(torch.full_like(pos, float("nan")))

@@ -284,9 +284,9 @@ class NeighborList:
         if self.dense:
             return None
         return (f"the system has {self.n_beads:,} beads per replica, above the "
-                f"{self.cell_list_above:,} up to which the neighbour search uses dense n × n blocks "
-                "(what CUDA-graph capture and the Triton pair search need); its cell-list "
-                "search runs in eager steps (docs/large-systems.md)")
+                f"{self.cell_list_above:,} up to which the neighbour search uses dense n × n "
+                "blocks (what CUDA-graph capture and the Triton pair search need); its "
+                "cell-list search runs in eager steps (docs/large-systems.md)")
 
     def _blocks(self, pos: torch.Tensor, radius: float):
         """Yield ``(start, within)`` per chunk of replicas: ``within[r, i, j]`` is True when

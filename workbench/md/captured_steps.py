@@ -74,12 +74,12 @@ def captured_steps_problem(sim) -> str | None:
     from workbench.model.force_paths import fused_problem
     from workbench.model.fused_schnet import fused_path_problem
 
+    if sim.neighbor_list is not None and not sim.neighbor_list.dense:
+        return sim.neighbor_list.dense_problem()
     if sim.device.type != "cuda":
         return "whole-step capture needs a CUDA device"
     if not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
         return "this PyTorch cannot capture a run-owned random generator"
-    if sim.neighbor_list is not None and not sim.neighbor_list.dense:
-        return sim.neighbor_list.dense_problem()
     if sim.potential.schnet is not None:
         return fused_path_problem(sim.potential.schnet, sim.device, sim.options)
     network, architecture = sim.potential.network, sim.potential.architecture
