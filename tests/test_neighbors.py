@@ -286,12 +286,39 @@ def test_cell_list_in_capacity_mode_and_its_refusals():
     dense, cells = _dense_and_cells(20, skin=0.5, capacity=2000)
     want, got = dense.update(pos), cells.update(pos)
     assert torch.equal(want.src, got.src) and torch.equal(want.valid, got.valid)
-    problem = cells.dense_problem()
     assert dense.dense_problem() is None
-    assert "20 beads per replica, above the 0 up to which" in problem
-    for call in (lambda: cells.static_graph(pos, 100), lambda: cells.slots_needed(pos),
-                 lambda: cells.searched_graph(pos, 100)):
-        with pytest.raises(ValueError, match="dense n × n blocks"):
-            call()
+    assert "20 beads per replica, above the 0 up to which" in cells.dense_problem()
+    with pytest.raises(ValueError, match="no Triton pair search: the system has 20 beads"):
+        cells.searched_graph(pos, 100)
     with pytest.raises(ValueError, match="NaN or infinite"):
         NeighborList(20, CUTOFF, cell_list_above=0).update(torch.full_like(pos, float("nan")))
+
+
+def _real_edges(graph):
+    return graph.src[graph.valid], graph.dst[graph.valid]
+
+
+@pytest.mark.parametrize("max_block", [1 << 23, 2000])  # one range of beads; several
+def test_static_cell_graph_gives_the_dense_static_edges(max_block):
+    n = 80
+    pos = random_cloud(replicas=2, n=n, box=20.0, seed=6, dtype=torch.float32)
+    excluded = torch.tensor([[0, 1], [3, 4], [10, 70]])
+    dense, cells = _dense_and_cells(n, exclusions=excluded, max_block=max_block)
+    slots = dense.slots_needed(pos)
+    assert cells.slots_needed(pos) == slots
+    roomy = 2 * slots  # each range of beads owns its share: room for the denser ones
+    want, _ = dense.static_graph(pos, roomy)
+    got, needed = cells.static_graph(pos, roomy)
+    assert got.num_edges == 2 * roomy and int(needed) <= roomy
+    assert all(torch.equal(a, b) for a, b in zip(_real_edges(want), _real_edges(got),
+                                                 strict=True))
+    check_layout(got, n)
+    # too few slots; a cell more crowded than at the set-up (all edges fit): both say
+    # that more slots are needed
+    _, short = cells.static_graph(pos, slots // 2)
+    assert int(short) > slots // 2
+    room = n * n
+    assert int(cells.static_graph(pos, room)[1]) <= room  # sets the grid up
+    crowded = pos.clone()
+    crowded[:, :40] = pos[:, :1] + 0.01 * pos[:, :40]
+    assert int(cells.static_graph(crowded, room)[1]) > room

@@ -145,15 +145,15 @@ def test_the_shipped_schnet_model_gives_way_to_the_demo_model_of_another_archite
 # -- systems of several copies ------------------------------------------------------------
 def test_a_run_of_copies_says_what_its_metrics_mean_and_what_is_off():
     settings = RunSettings(protein="cln025*2", mapping="ca", replicas=1, steps=1, device="cpu",
-                           options=KernelOptions(cuda_graph=True, fused_pair_search=True),
+                           options=KernelOptions(fused_pair_search=True),
                            neighbors=NeighborSettings(cell_list_above=0))
     prepared = prepare_run(settings)
     notices = " ".join(prepared.notices)
     assert ("2 copies of cln025 in one system (20 beads): priors act within each copy, the "
             "network acts across copies; RMSD is the mean of each copy's own") in notices
-    assert ("cuda_graph and fused_pair_search off: the system has 20 beads per replica, above "
-            "the 0 up to which the neighbour search uses dense n × n blocks") in notices
-    assert not (settings.options.cuda_graph or settings.options.fused_pair_search)
+    assert ("fused_pair_search off: the system has 20 beads per replica, above the 0 up to "
+            "which the neighbour search uses dense n × n blocks") in notices
+    assert not settings.options.fused_pair_search
     prepared.advance(1)
     assert not prepared.simulation.frozen.any()
 

@@ -53,6 +53,8 @@ CELL_MARGIN = 0.01
 #: Largest number of cells per bead: a cell edge is grown beyond the radius (which only
 #: adds candidates) when the bounding box would need more.
 CELLS_PER_BEAD = 8
+#: Beads per cell of the static cell-list search over the most found when it was set up.
+CELL_HEADROOM = 1.25
 #: The 27 cell offsets of a cell's neighbourhood (itself included), shape (27, 3).
 _NEIGHBOUR_CELLS = torch.cartesian_prod(*[torch.tensor([-1, 0, 1])] * 3)
 
@@ -60,6 +62,63 @@ _NEIGHBOUR_CELLS = torch.cartesian_prod(*[torch.tensor([-1, 0, 1])] * 3)
 def _cell_number(cell3: torch.Tensor, dims: torch.Tensor) -> torch.Tensor:
     """Row-major number of cells ``(..., 3)`` int64 in a grid of ``dims`` cells."""
     return (cell3[..., 0] * dims[1] + cell3[..., 1]) * dims[2] + cell3[..., 2]
+
+
+@dataclass(frozen=True)
+class CellGrid:
+    """Cubic cells over a box: cell ``(a, b, c)`` covers ``origin + edge·[a, a+1) × …``.
+
+    Beads outside the box are counted in the nearest border cell (binning is monotone,
+    so beads within ``edge`` of each other stay in the same or neighbouring cells).
+
+    Attributes
+    ----------
+    origin : torch.Tensor, shape (3,), float32
+        Å.
+    edge : float
+        Å, at least the search radius.
+    dims : torch.Tensor, shape (3,), int64
+        Cells along x, y, z.
+    offsets : torch.Tensor, shape (27, 3), int64
+        The cell offsets of a neighbourhood, on the grid's device (nothing is copied to
+        the device inside a captured step).
+    """
+
+    origin: torch.Tensor
+    edge: float
+    dims: torch.Tensor
+    offsets: torch.Tensor
+
+    @classmethod
+    def around(cls, pos: torch.Tensor, radius: float, pad: float = 0.0) -> CellGrid:
+        """Cells of edge ``radius + CELL_MARGIN`` (grown while there would be more than
+        `CELLS_PER_BEAD` per bead) over the bounding box of ``pos`` (``(..., 3)``) widened
+        by ``pad`` Å on every side (host synchronisation)."""
+        flat = pos.reshape(-1, 3)
+        low = flat.amin(0) - pad
+        span = (flat.amax(0) + pad - low).tolist()
+        edge = radius + CELL_MARGIN
+        while math.prod(int(x / edge) + 1 for x in span) > CELLS_PER_BEAD * len(flat) + 27:
+            edge *= 1.25
+        dims = torch.tensor([int(x / edge) + 1 for x in span], device=pos.device)
+        return cls(low, edge, dims, _NEIGHBOUR_CELLS.to(pos.device))
+
+    @property
+    def count(self) -> int:
+        """Number of cells."""
+        return int(self.dims.prod())
+
+    def cells(self, pos: torch.Tensor) -> torch.Tensor:
+        """Cell ``(a, b, c)`` of each bead ``(..., 3)``, int64 (no host synchronisation)."""
+        cell3 = ((pos - self.origin) / self.edge).floor().long()
+        return torch.minimum(cell3.clamp(min=0), self.dims - 1)
+
+    def neighbourhood(self, cell3: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Numbers of the 27 cells around each cell ``(m, 3)``, shape (m, 27) int64 (0 where
+        outside the grid), and which are inside, shape (m, 27) bool."""
+        around = cell3[:, None, :] + self.offsets
+        inside = ((around >= 0) & (around < self.dims)).all(-1)
+        return _cell_number(torch.where(inside[..., None], around, 0), self.dims), inside
 
 
 def cell_list_pairs(
@@ -101,20 +160,13 @@ def cell_list_pairs(
     n = pos.shape[0]
     if not bool(torch.isfinite(pos).all()):
         raise ValueError("cell-list search: positions contain NaN or infinite coordinates")
-    low = pos.amin(0)
-    span = (pos.amax(0) - low).tolist()
-    edge = radius + CELL_MARGIN
-    while math.prod(int(x / edge) + 1 for x in span) > CELLS_PER_BEAD * n + 27:
-        edge *= 1.25
-    dims = torch.tensor([int(x / edge) + 1 for x in span], device=pos.device)
-    cell3 = torch.minimum(((pos - low) / edge).floor().long(), dims - 1)
-    cell = _cell_number(cell3, dims)
-    counts = torch.bincount(cell, minlength=int(dims.prod()))
+    grid = CellGrid.around(pos, radius)
+    cell3 = grid.cells(pos)
+    cell = _cell_number(cell3, grid.dims)
+    counts = torch.bincount(cell, minlength=grid.count)
     starts = counts.cumsum(0) - counts
     order = torch.argsort(cell, stable=True)
-    around = cell3[:, None, :] + _NEIGHBOUR_CELLS.to(pos.device)  # (n, 27, 3)
-    inside = ((around >= 0) & (around < dims)).all(-1)
-    around = _cell_number(torch.where(inside[..., None], around, 0), dims)
+    around, inside = grid.neighbourhood(cell3)
     found = torch.where(inside, counts[around], 0)  # candidates per (bead, cell)
     per_bead = found.sum(1).cumsum(0).cpu()
     srcs, dsts = [], []
@@ -261,6 +313,8 @@ class NeighborList:
         else:
             exclusions = None
         self._excluded: torch.Tensor | None = None  # sorted keys i * n + j (cell list)
+        # (slots per replica, grid, beads per cell) of the static cell-list search
+        self._static_cells: tuple[int, CellGrid, int] | None = None
         self._allowed: torch.Tensor | None = None  # n × n mask (dense search)
         if not self.dense:
             if exclusions is not None:
@@ -278,21 +332,18 @@ class NeighborList:
 
     # -- building -----------------------------------------------------------------
     def dense_problem(self) -> str | None:
-        """Why this list has no dense graphs (:meth:`static_graph`, :meth:`searched_graph`,
-        :meth:`slots_needed`: what whole-step capture and the Triton pair search need), or
-        None when it has them."""
+        """Why this list has no Triton pair search (:meth:`searched_graph`, which needs the
+        n × n mask of a dense list), or None when it has one."""
         if self.dense:
             return None
         return (f"the system has {self.n_beads:,} beads per replica, above the "
                 f"{self.cell_list_above:,} up to which the neighbour search uses dense n × n "
-                "blocks (what CUDA-graph capture and the Triton pair search need); its "
-                "cell-list search runs in eager steps (docs/large-systems.md)")
+                "blocks (what the Triton pair search needs); the cell-list search runs "
+                "instead (docs/large-systems.md)")
 
     def _blocks(self, pos: torch.Tensor, radius: float):
         """Yield ``(start, within)`` per chunk of replicas: ``within[r, i, j]`` is True when
         bead j lies within ``radius`` of bead i (an allowed pair) in replica ``start + r``."""
-        if not self.dense:
-            raise ValueError(f"no dense neighbour search: {self.dense_problem()}")
         r_count, n, _ = pos.shape
         if self._allowed.device != pos.device:  # moved once (no copy inside a captured step)
             self._allowed = self._allowed.to(pos.device)
@@ -308,7 +359,7 @@ class NeighborList:
         n = pos.shape[1]
         srcs, dsts = [], []
         if not self.dense:
-            excluded = None if self._excluded is None else self._excluded.to(pos.device)
+            excluded = self._device_exclusions(pos.device)
             for replica in range(pos.shape[0]):
                 src, dst = cell_list_pairs(pos[replica], self.cutoff + self.skin, excluded,
                                            self.max_block)
@@ -349,6 +400,8 @@ class NeighborList:
             Slots per replica this call needed (device tensor); more than
             ``slots_per_replica`` means edges were lost and the step must be redone.
         """
+        if not self.dense:
+            return self._static_cell_graph(pos.detach(), slots_per_replica, margin)
         r_count, n, _ = pos.shape
         num_nodes = r_count * n
         srcs, dsts, needed = [], [], []
@@ -408,8 +461,83 @@ class NeighborList:
 
     def slots_needed(self, pos: torch.Tensor, margin: float = FIXED_MARGIN) -> int:
         """Largest per-replica edge count within ``cutoff + margin`` now (host value)."""
+        if not self.dense:
+            excluded = self._device_exclusions(pos.device)
+            return max(len(cell_list_pairs(p, self.cutoff + margin, excluded, self.max_block)[0])
+                       for p in pos.detach())
         counts = [w.flatten(1).sum(1).amax() for _, w in self._blocks(pos, self.cutoff + margin)]
         return int(torch.stack(counts).amax())
+
+    def _device_exclusions(self, device: torch.device) -> torch.Tensor | None:
+        """The cell list's excluded keys, moved to ``device`` once."""
+        if self._excluded is not None and self._excluded.device != device:
+            self._excluded = self._excluded.to(device)
+        return self._excluded
+
+    def _static_cell_graph(
+        self, pos: torch.Tensor, slots_per_replica: int, margin: float
+    ) -> tuple[Graph, torch.Tensor]:
+        """:meth:`static_graph` of a list above `CELL_LIST_ABOVE` beads: a cell list with a
+        fixed grid and a fixed number of beads per cell, both chosen (host synchronisation)
+        at the first call with a new ``slots_per_replica`` (the eager warm-up before a
+        capture); a crowded cell reports more slots needed, which makes the caller grow the
+        slots and so choose them again. Each range of beads owns its share of the slots."""
+        r_count, n, _ = pos.shape
+        radius = self.cutoff + margin
+        excluded = self._device_exclusions(pos.device)
+        if self._static_cells is None or self._static_cells[0] != slots_per_replica:
+            grid = CellGrid.around(pos, radius, pad=radius)
+            most = max(int(torch.bincount(_cell_number(grid.cells(p), grid.dims)).amax())
+                       for p in pos)
+            self._static_cells = (slots_per_replica, grid, math.ceil(CELL_HEADROOM * most) + 1)
+        _, grid, per_cell = self._static_cells
+        num_nodes, none = r_count * n, torch.iinfo(torch.int64).max
+        beads = max(1, self.max_block // (27 * per_cell))
+        srcs, dsts, needed = [], [], []
+        for replica, p in enumerate(pos):
+            cell3 = grid.cells(p)
+            cell = _cell_number(cell3, grid.dims)
+            order = torch.argsort(cell, stable=True)
+            counts = torch.zeros(grid.count, dtype=torch.long, device=p.device)
+            counts.scatter_add_(0, cell, torch.ones_like(cell))
+            rank = torch.arange(n, device=p.device) - (counts.cumsum(0) - counts)[cell[order]]
+            place = torch.where(rank < per_cell, cell[order] * per_cell + rank,
+                                grid.count * per_cell)
+            table = torch.full((grid.count * per_cell + 1,), -1, dtype=torch.long,
+                               device=p.device).index_put_((place,), order)
+            table = table[:-1].view(grid.count, per_cell)
+            around, inside = grid.neighbourhood(cell3)
+            crowded = counts.amax() > per_cell
+            for first in range(0, n, beads):
+                last = min(n, first + beads)
+                share = (math.ceil(slots_per_replica * last / n)
+                         - math.ceil(slots_per_replica * first / n))
+                src = torch.where(inside[first:last, :, None], table[around[first:last]], -1)
+                src = src.reshape(last - first, -1)
+                dst = torch.arange(first, last, device=p.device)[:, None]
+                real = src >= 0
+                src = src.clamp(min=0)
+                diff = p[first:last, None, :] - p[src]
+                keep = real & ((diff * diff).sum(-1) < radius * radius) & (src != dst)
+                key = dst * n + src
+                if excluded is not None and excluded.numel():
+                    at = torch.searchsorted(excluded, key).clamp_(max=excluded.numel() - 1)
+                    keep &= excluded[at] != key
+                index = torch.nonzero_static(keep.reshape(-1), size=share, fill_value=-1)[:, 0]
+                key = torch.sort(torch.where(index >= 0, key.reshape(-1)[index.clamp(min=0)],
+                                             none)).values
+                real = key != none
+                dsts.append(torch.where(real, key // n + replica * n, num_nodes))
+                srcs.append(torch.where(real, key % n + replica * n, num_nodes))
+                count = keep.sum(dtype=torch.int64)
+                grow = torch.div((count + 1) * n + last - first - 1, last - first,
+                                 rounding_mode="floor")
+                lost = (count > share) | crowded
+                needed.append(torch.where(lost, grow.clamp(min=slots_per_replica + 1),
+                                          min(slots_per_replica, n * n)))
+        src, dst = torch.cat(srcs), torch.cat(dsts)
+        graph = Graph(src, dst, num_nodes, src < num_nodes, -1, sorted_pairs=True)
+        return graph, torch.stack(needed).amax()
 
     def build(self, pos: torch.Tensor) -> None:
         """Rebuild the candidate list from positions ``(R, n, 3)``."""

@@ -472,17 +472,14 @@ def copies_notice(system: CGSystem, potential: Potential, skin: float) -> str | 
 
 
 def settle_large_system(sim: Simulation) -> list[str]:
-    """Switch off (in place, in ``sim.options``) ``cuda_graph`` and ``fused_pair_search``
-    where the system is too large for dense neighbour search
-    (`workbench.neighbors.NeighborList.dense_problem`); the notice, else none."""
+    """Switch off (in place, in ``sim.options``) ``fused_pair_search`` where the system is
+    too large for its dense n × n search (`workbench.neighbors.NeighborList.dense_problem`);
+    the notice, else none."""
     nl = sim.neighbor_list
-    options = sim.options
-    dropped = [name for name in ("cuda_graph", "fused_pair_search") if getattr(options, name)]
-    if nl is None or nl.dense or not dropped:
+    if nl is None or nl.dense or not sim.options.fused_pair_search:
         return []
-    for name in dropped:
-        setattr(options, name, False)
-    return [f"{' and '.join(dropped)} off: {nl.dense_problem()}."]
+    sim.options.fused_pair_search = False
+    return [f"fused_pair_search off: {nl.dense_problem()}."]
 
 
 def choose_tp_backend(potential: Potential, backend: str, device: torch.device) -> str | None:

@@ -17,7 +17,6 @@ from workbench.md import (
     SafetyLimits,
     Simulation,
 )
-from workbench.md.captured_steps import captured_steps_problem
 from workbench.md.simulation import checkpoint_positions, pooled_checkpoint_positions
 from workbench.model import save_potential
 from workbench.model.options import KernelOptions
@@ -391,10 +390,6 @@ def test_copy_metrics_are_per_copy(copies):
     assert torch.allclose(after["rmsd"], before["rmsd"]) and torch.allclose(after["q"], before["q"])
 
 
-def test_large_systems_refuse_capture_and_the_pair_search(copies):
-    sim = copies_sim(copies, options=KernelOptions(cuda_graph=True, fused_pair_search=True))
-    problem = captured_steps_problem(sim)
-    assert problem.startswith("the system has 147 beads per replica, above the 0 up to which "
-                              "the neighbour search uses dense n × n blocks")
-    applied = sim.applied_options()
-    assert not (applied.cuda_graph or applied.fused_pair_search or sim.searches_pairs())
+def test_large_systems_refuse_the_pair_search(copies):
+    sim = copies_sim(copies, options=KernelOptions(fused_pair_search=True))
+    assert not sim.searches_pairs() and not sim.applied_options().fused_pair_search
