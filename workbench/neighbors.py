@@ -25,8 +25,9 @@ within the cutoff afresh at every call into static arrays (a fixed number of slo
 per replica) and returns, as a device tensor, how many slots it needed, so the
 caller can detect an overflow after the fact without a host synchronisation.
 :meth:`NeighborList.searched_graph` does the same with the Triton pair search
-(`kernels.pair_search_csr`), which also builds both CSR layouts. Both are dense (an n × n
-mask per replica) and refuse a list that uses the cell list (:meth:`NeighborList.dense_problem`).
+(`kernels.pair_search_csr`), which also builds both CSR layouts; it needs an n × n mask
+per replica and refuses a list that uses the cell list (:meth:`NeighborList.dense_problem`),
+whose :meth:`NeighborList.static_graph` is a cell list of fixed layout instead.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ FIXED_MARGIN = 0.05
 #: holds an n × n allowed-pair mask (1 byte a pair) and at least one replica's n × n
 #: distance block (about 17 bytes a pair with the differences): at 4,096 beads 16.8 M pairs,
 #: about 0.3 GB, twice the default ``max_block``; at 100,000 beads 10¹⁰ pairs, 170 GB. Every
-#: bundled protein (at most 400 beads) and every mlcg system stays well below and keeps the
-#: dense, capturable search.
+#: bundled protein (at most 360 beads) and every mlcg system stays well below and keeps the
+#: dense search and the Triton pair search.
 CELL_LIST_ABOVE = 4096
 #: Å added to the search radius for the cell edge, so that float rounding in binning can
 #: never put two beads within the radius two cells apart.
@@ -53,7 +54,8 @@ CELL_MARGIN = 0.01
 #: Largest number of cells per bead: a cell edge is grown beyond the radius (which only
 #: adds candidates) when the bounding box would need more.
 CELLS_PER_BEAD = 8
-#: Beads per cell of the static cell-list search over the most found when it was set up.
+#: Beads a cell of the static cell-list search holds, as a multiple of the most found in
+#: one cell when its layout was chosen.
 CELL_HEADROOM = 1.25
 #: The 27 cell offsets of a cell's neighbourhood (itself included), shape (27, 3).
 _NEIGHBOUR_CELLS = torch.cartesian_prod(*[torch.tensor([-1, 0, 1])] * 3)
@@ -379,7 +381,9 @@ class NeighborList:
         """Pairs within ``cutoff + margin`` in arrays of static length, without host sync.
 
         Built from scratch at every call (what a captured CUDA graph replays each step,
-        so no skin bookkeeping is needed). Each chunk of ``c`` replicas owns
+        so no skin bookkeeping is needed). Above ``cell_list_above`` beads a cell list of
+        fixed layout finds the pairs (:meth:`_static_cell_graph`: each range of beads owns
+        its share of a replica's slots). Otherwise each chunk of ``c`` replicas owns
         ``c * slots_per_replica`` consecutive slots, filled in (dst, src) order, the
         rest padding (``src = dst = R·n``). Real edges appear in the same relative order
         as in :meth:`build`, so segment reductions see the same summation order.
