@@ -151,6 +151,7 @@ def test_a_run_of_copies_says_what_its_metrics_mean_and_what_is_off():
     notices = " ".join(prepared.notices)
     assert ("2 copies of cln025 in one system (20 beads): priors act within each copy, the "
             "network acts across copies; RMSD is the mean of each copy's own") in notices
+    assert "Neighbour search: a cell list (20 beads per replica, above 0;" in notices
     assert ("fused_pair_search off: the system has 20 beads per replica, above the 0 up to "
             "which the neighbour search uses dense n × n blocks") in notices
     assert not settings.options.fused_pair_search

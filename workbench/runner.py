@@ -472,14 +472,19 @@ def copies_notice(system: CGSystem, potential: Potential, skin: float) -> str | 
 
 
 def settle_large_system(sim: Simulation) -> list[str]:
-    """Switch off (in place, in ``sim.options``) ``fused_pair_search`` where the system is
-    too large for its dense n × n search (`workbench.neighbors.NeighborList.dense_problem`);
-    the notice, else none."""
+    """The neighbour search of a system above the dense search's size
+    (`workbench.neighbors.NeighborList.dense`): a notice that the cell list runs, and
+    ``fused_pair_search`` switched off (in place, in ``sim.options``) with the reason
+    (`workbench.neighbors.NeighborList.dense_problem`); none for other systems."""
     nl = sim.neighbor_list
-    if nl is None or nl.dense or not sim.options.fused_pair_search:
+    if nl is None or nl.dense:
         return []
-    sim.options.fused_pair_search = False
-    return [f"fused_pair_search off: {nl.dense_problem()}."]
+    notices = [f"Neighbour search: a cell list ({nl.n_beads:,} beads per replica, above "
+               f"{nl.cell_list_above:,}; docs/large-systems.md)."]
+    if sim.options.fused_pair_search:
+        sim.options.fused_pair_search = False
+        notices.append(f"fused_pair_search off: {nl.dense_problem()}.")
+    return notices
 
 
 def choose_tp_backend(potential: Potential, backend: str, device: torch.device) -> str | None:
