@@ -2,7 +2,7 @@
 
 Achieved FLOP/s and bytes/s of each kernel against the GPU's peaks:
 
-    python -m benchmarks.roofline [--protein 1enh] [--replicas 64]
+    python -m benchmarks.roofline [--protein 1enh] [--replicas 64] [--arch schnet]
         [--configs all,all-fp16,baseline,tables+graph] [--out roofline.json]
         [--budget-s 330] [--ncu-timeout 120]
     python -m benchmarks.roofline --render roofline.json [--doc docs/kernels.md]
@@ -385,17 +385,19 @@ def kernel_phases(prof) -> dict[str, str]:
     return {name: "+".join(sorted(phases)) for name, phases in found.items()}
 
 
-def warmed_simulation(protein: str, replicas: int, kernels: str, warmup: int = 30):
-    """The benchmark's simulation of ``protein`` × ``replicas`` (demo model, 300 K, dt 4 fs)
-    with the configuration ``kernels``, after ``warmup`` steps (compilation, autotuning,
-    capture)."""
+def warmed_simulation(protein: str, replicas: int, kernels: str, warmup: int = 30,
+                      architecture: str = "schnet"):
+    """The benchmark's simulation of ``protein`` × ``replicas`` (the demo model of
+    ``architecture``, 300 K, dt 4 fs) with the configuration ``kernels``, after ``warmup``
+    steps (compilation, autotuning, capture)."""
     import torch
 
     from workbench.model.options import KernelOptions
     from workbench.runner import RunSettings, prepare_run
 
     settings = RunSettings(protein=protein, model="demo", replicas=replicas, steps=warmup,
-                           device="cuda", options=KernelOptions.parse(kernels))
+                           device="cuda", options=KernelOptions.parse(kernels),
+                           architecture=architecture)
     sim = prepare_run(settings).simulation
     sim.step(warmup)
     torch.cuda.synchronize()
@@ -415,17 +417,19 @@ def device_rows(prof, steps: int) -> list[tuple[str, float, float]]:
     return rows
 
 
-def kernel_table(protein: str, replicas: int, steps: int, kernels: str) -> dict:
+def kernel_table(protein: str, replicas: int, steps: int, kernels: str,
+                 architecture: str = "schnet") -> dict:
     """``{"total_us_per_step", "kernels_per_step", "rows": [(name, count, us) per step]}``."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    sim = warmed_simulation(protein, replicas, kernels)
+    sim = warmed_simulation(protein, replicas, kernels, architecture=architecture)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         sim.step(steps)
         torch.cuda.synchronize()
     rows = device_rows(prof, steps)
-    return {"protein": protein, "replicas": replicas, "kernels": kernels,
+    return {"protein": protein, "replicas": replicas, "architecture": architecture,
+            "kernels": kernels,
             "total_us_per_step": sum(r[2] for r in rows),
             "kernels_per_step": sum(r[1] for r in rows), "rows": rows}
 
@@ -454,9 +458,10 @@ def profile_only(args) -> None:
     autotuned kernels chose (JSON to ``--out`` when given)."""
     tables = []
     for config in args.configs:
-        table = kernel_table(args.protein, args.replicas, args.steps, config)
-        print(f"{args.protein} x {args.replicas}, {config}: {table['total_us_per_step']:.1f} us "
-              f"and {table['kernels_per_step']:.0f} kernels per step")
+        table = kernel_table(args.protein, args.replicas, args.steps, config, args.arch)
+        print(f"{args.protein} x {args.replicas} {args.arch}, {config}: "
+              f"{table['total_us_per_step']:.1f} us and {table['kernels_per_step']:.0f} "
+              "kernels per step")
         for name, count, time_us in table["rows"][:40]:
             print(f"{time_us:9.1f} us  x{count:5.1f}  {name[:120]}")
         tables.append(table)
@@ -469,12 +474,13 @@ def profile_only(args) -> None:
                                              indent=1))
 
 
-def profile_config(protein: str, replicas: int, config: str, steps: int) -> tuple[list, dict]:
+def profile_config(protein: str, replicas: int, config: str, steps: int,
+                   architecture: str = "schnet") -> tuple[list, dict]:
     """torch.profiler rows ``(name, calls, us)`` per step and phases of one configuration."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    sim = warmed_simulation(protein, replicas, config)
+    sim = warmed_simulation(protein, replicas, config, architecture=architecture)
     with labelled_forces(sim.potential), \
             profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         sim.step(steps)
@@ -503,7 +509,8 @@ def drive(args) -> None:
         torch.mm(a16, a16)
         torch.mm(a32, a32)
     else:
-        sim = warmed_simulation(args.protein, args.replicas, args.driver, args.ncu_warmup)
+        sim = warmed_simulation(args.protein, args.replicas, args.driver, args.ncu_warmup,
+                                args.arch)
         torch.cuda.cudart().cudaProfilerStart()
         sim.step(args.ncu_steps)
     torch.cuda.synchronize()
@@ -512,7 +519,7 @@ def drive(args) -> None:
 
 def _driver_argv(args, target: str) -> list[str]:
     return [sys.executable, "-m", "benchmarks.roofline", "--driver", target,
-            "--protein", args.protein, "--replicas", str(args.replicas),
+            "--protein", args.protein, "--replicas", str(args.replicas), "--arch", args.arch,
             "--ncu-steps", str(args.ncu_steps), "--ncu-warmup", str(args.ncu_warmup)]
 
 
@@ -562,6 +569,7 @@ def measure(args, command: str) -> dict:
             notes.append(f"ncu unusable ({err}): times only, no FLOP or byte counts")
             ncu = None
     result = {"environment": env, "command": command, "protein": args.protein,
+              "architecture": args.arch,
               "replicas": args.replicas, "steps": args.steps, "ncu_steps": args.ncu_steps,
               "ncu": ncu, "metrics": metrics, "tensor_flops_per_op": factors, "notes": notes,
               "peaks": {"measured": measured, "datasheet": datasheet, "used": peaks},
@@ -585,7 +593,7 @@ def measure_config(args, config: str, ncu: str | None, metrics: list[str],
                    factors: dict[str, float], peaks: dict[str, float], notes: list[str]) -> dict:
     """The rows and totals of one configuration (ncu failures noted in ``notes``)."""
     out_dir = Path(args.out).resolve().parent
-    rows, phases = profile_config(args.protein, args.replicas, config, args.steps)
+    rows, phases = profile_config(args.protein, args.replicas, config, args.steps, args.arch)
     counts, source = None, "none (ncu unavailable)"
     if ncu is not None and time.monotonic() - args.started > args.budget_s:
         source = "none (skipped past --budget-s)"
@@ -609,6 +617,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--protein", default="1enh")
     parser.add_argument("--replicas", type=int, default=64)
+    parser.add_argument("--arch", default="schnet",
+                        help="network architecture whose demo model runs (schnet, egnn, ...)")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS,
                         help="comma-separated KernelOptions.parse names")
     parser.add_argument("--steps", type=int, default=10, help="steps under torch.profiler")

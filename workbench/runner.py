@@ -24,7 +24,9 @@ import torch
 
 from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
 from workbench.md.tempering import ReplicaExchange, geometric_ladder
-from workbench.model.architectures import ARCHITECTURES, RESERVED_NAMES
+from workbench.model.architectures import ARCHITECTURES, RESERVED_NAMES, fused_techniques
+from workbench.model.deep_potential import DP_BACKENDS
+from workbench.model.deepmd_interop import deepmd_backend_problem, deepmd_potential, is_deepmd_file
 from workbench.model.force_paths import network_name, settle_options
 from workbench.model.io import ForeignModelError, load_potential
 from workbench.model.native_priors import demo_potential
@@ -72,8 +74,11 @@ class RunSettings:
     device : str
         ``"auto"``, ``"cpu"`` or ``"cuda[:i]"``.
     model : str or None
-        Path of a saved potential or a published CGSchNet (mlcg) checkpoint, ``"demo"``
-        for the untrained demo model; None: the shipped model, else the demo model.
+        Path of a saved potential, a published CGSchNet (mlcg) checkpoint or a deepmd-kit
+        se_e2_a model (``.pt`` checkpoint or frozen ``.pth``; its network with the
+        protein's native priors, `workbench.model.deepmd_interop.deepmd_potential`),
+        ``"demo"`` for the untrained demo model; None: the shipped model, else the demo
+        model.
     architecture : str or None
         The network: a key of `workbench.model.architectures.ARCHITECTURES` (``"schnet"``,
         ``"painn"``, ``"egnn"``, ``"nequip"``, ``"dp"``). The untrained demo model is built with
@@ -85,6 +90,11 @@ class RunSettings:
         ``"openequivariance"``, ``"cuequivariance"``; `workbench.model.tensor_product`);
         where it cannot run, or for another network, a notice says so and the e3nn
         reference path (or the network's own) runs.
+    dp_backend : str
+        Who evaluates a Deep Potential (`workbench.model.deep_potential.DP_BACKENDS`):
+        ``"engine"``, or ``"deepmd"`` (deepmd-kit's own model of the same weights; a
+        converted deepmd-kit model and deepmd-kit installed, else a notice says so and the
+        engine's path runs).
     structures : str or None
         mlcg ``*_configurations.pt`` with starting structures for an mlcg model.
     mapping : str
@@ -118,6 +128,7 @@ class RunSettings:
     model: str | None = None
     architecture: str | None = None
     tp_backend: str = "e3nn"
+    dp_backend: str = "engine"
     structures: str | None = None
     mapping: str = "five-bead"
     options: KernelOptions = field(default_factory=KernelOptions)
@@ -155,6 +166,9 @@ class RunSettings:
         if self.tp_backend not in TP_BACKENDS:
             raise SettingsError("tp_backend", f"must be one of {', '.join(TP_BACKENDS)}, got "
                                 f"{self.tp_backend!r}")
+        if self.dp_backend not in DP_BACKENDS:
+            raise SettingsError("dp_backend", f"must be one of {', '.join(DP_BACKENDS)}, got "
+                                f"{self.dp_backend!r}")
         if self.structures is not None and self.model is None:
             raise SettingsError("structures", "needs {model} (an mlcg checkpoint)")
         if not 0.0 <= self.denatured_fraction <= 1.0:
@@ -288,6 +302,13 @@ def choose_potential(
             f"kcal/mol{_variant_note(teacher)}): the classical reference the trained models "
             "are validated against."
         )
+    if model is not None and model != DEMO_MODEL and is_deepmd_file(model):
+        potential = deepmd_potential(model, system)
+        check_architecture(potential, architecture, model)
+        return potential, (
+            f"deepmd-kit model {model}: its Deep Potential (types "
+            f"{', '.join(potential.metadata['type_map'])}) with the native priors of "
+            f"{system.name}.")
     if model is not None and model != DEMO_MODEL:
         potential = load_potential(model)
         check_architecture(potential, architecture, model)
@@ -354,8 +375,9 @@ def _imported_model(settings: RunSettings):
         try:
             load_potential(settings.model)
             return None
-        except ForeignModelError:  # perhaps an mlcg checkpoint; a damaged model is reported
-            pass
+        except ForeignModelError:  # perhaps mlcg's or deepmd-kit's; a damaged model is reported
+            if is_deepmd_file(settings.model):
+                return None
     from workbench.model.mlcg_import import load_for_run
 
     system, potential, starts = load_for_run(settings.model, settings.structures)
@@ -417,11 +439,14 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
     if device.type == "cpu":  # threads first: the path's notice names them
         tables = settings.options.tabulated_filter and potential.schnet is not None
         configure_cpu_process(beads=settings.replicas * system.n_beads if tables else None)
+    dp_notice = choose_dp_backend(potential, settings.dp_backend, settings.options)
     path_notices = settle_options(settings.options, device, potential.network)
     backend_notice = choose_tp_backend(potential, settings.tp_backend, device)
     # what the run reports is what runs, as for the kernel options
     settings.tp_backend = (potential.network.backend if potential.architecture == "nequip"
                            else "e3nn")
+    settings.dp_backend = (potential.network.backend if potential.architecture == "dp"
+                           else "engine")
     integrator = LangevinIntegrator(
         settings.timestep_fs / FS_PER_PS, settings.friction, settings.temperature
     )
@@ -439,7 +464,7 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
     notices = [
         n for n in (device_notice, model_notice, *structure_notices(system),
                     copies_notice(system, potential, neighbors.skin)) if n
-    ] + path_notices + ([backend_notice] if backend_notice else []) + settle_large_system(sim)
+    ] + path_notices + [n for n in (backend_notice, dp_notice) if n] + settle_large_system(sim)
     tempering = None
     if settings.ladder is not None:
         tempering = ReplicaExchange(
@@ -502,6 +527,37 @@ def choose_tp_backend(potential: Potential, backend: str, device: torch.device) 
         return None
     return (f"Tensor-product backend {backend!r} unavailable ({problem}); the e3nn "
             "reference path runs.")
+
+
+def choose_dp_backend(potential: Potential, backend: str,
+                      options: KernelOptions | None = None) -> str | None:
+    """Set who evaluates a Deep Potential (`DP_BACKENDS`); the notice for the user when
+    deepmd-kit cannot run it (the engine's path runs), when it runs and the engine's own
+    techniques of the network in ``options`` (its tables, descriptor kernel, 16-bit
+    networks, captured steps) are switched off in place, or when the network is of another
+    kind, else None."""
+    if backend == "engine" and potential.architecture != "dp":
+        return None
+    if potential.architecture != "dp":
+        return (f"Deep Potential backend {backend!r} applies to the dp network only; this "
+                f"run's is {potential.architecture or 'none'}, which runs as it is.")
+    problem = deepmd_backend_problem(potential.network) if backend == "deepmd" else None
+    potential.network.backend = backend if problem is None else "engine"
+    if problem is not None:
+        return (f"Deep Potential backend 'deepmd' unavailable ({problem}); the engine's path "
+                "runs.")
+    if backend == "engine" or options is None:
+        return None
+    dropped = [name for name in fused_techniques("dp") if getattr(options, name)]
+    for name in dropped:
+        setattr(options, name, False)
+    if options.mlp_precision != "fp32":
+        dropped.append(f"mlp_precision={options.mlp_precision}")
+        options.mlp_precision = "fp32"
+    if not dropped:
+        return None
+    return (f"Deep Potential backend 'deepmd': deepmd-kit's model runs, so the engine's "
+            f"{', '.join(dropped)} are switched off.")
 
 
 def existing_run_files(folder: Path) -> list[Path]:

@@ -64,6 +64,7 @@ PAINN_VARIANT = dict(EXP_NORMAL=True, ENV_LOWER=False, ENV_IN_BASIS=True, ENV_ON
                      H=128, KP=64, DT=tl.float32, PREC="tf32x3", BLOCK_E=16)
 DP = {"pos_ptr": "*fp32", "types_ptr": "*i64", "src_ptr": "*i64", "ptr_ptr": "*i32",
       "perm_ptr": "*i32", "c01_ptr": "*fp32", "c23_ptr": "*fp16", "scale_ptr": "*fp32",
+      "mean_ptr": "*fp32", "std_ptr": "*fp32", "empty_ptr": "*fp32", "lists_ptr": "*fp32",
       "out_ptr": "*fp32", "ga_ptr": "*fp32", "v_ptr": "*fp32", "num_nodes": "i32",
       "num_types": "i32", "cutoff_smooth": "fp32", "cutoff": "fp32", "lower": "fp32",
       "inv_h": "fp32", "num_intervals": "i32", "inv_nc": "fp32"}
@@ -98,8 +99,11 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "PaiNN message backward, fp16 operands": (
         _message_bwd_kernel, dict(PAINN_BWD, w_ptr="*fp16"),
         [dict(PAINN_VARIANT, DT=tl.float16)]),
-    "DP descriptor forward": (
-        _descriptor_fwd_kernel, DP, [DP_PAIRS, dict(DP_PAIRS, F=25 * 64, ONE_SIDE=True)]),
+    "DP descriptor forward": (  # plain, one-side, deepmd-kit's lists (sel)
+        _descriptor_fwd_kernel, DP,
+        [dict(DP_PAIRS, EMPTY_SLOTS=False), dict(DP_PAIRS, F=25 * 64, ONE_SIDE=True,
+                                                 EMPTY_SLOTS=False),
+         dict(DP_PAIRS, EMPTY_SLOTS=True)]),
     "DP descriptor backward": (_descriptor_bwd_kernel, DP, [DP_PAIRS]),
     "position gradients": (
         _pos_grad_kernel,

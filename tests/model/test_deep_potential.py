@@ -218,8 +218,12 @@ def test_config_round_trip_and_refusals():
     assert model.cutoff == 6.0 and model.config.embedding_size == 25
     default = DeepPotentialConfig()
     assert (default.cutoff, default.cutoff_smooth, default.activation) == (10.0, 8.0, "tanh")
-    with pytest.raises(ValueError, match="unknown Deep Potential config keys.*'sel'"):
-        DeepPotentialConfig.from_dict({**config.to_dict(), "sel": [46]})
+    with pytest.raises(ValueError, match="unknown Deep Potential config keys.*'rcut'"):
+        DeepPotentialConfig.from_dict({**config.to_dict(), "rcut": 6.0})
+    with pytest.raises(ValueError, match="sel must give a count >= 0 for each of the 25"):
+        DeepPotentialConfig(sel=[46])
+    with pytest.raises(ValueError, match=r"num_neighbors must be the sum of sel \(25\)"):
+        DeepPotentialConfig(sel=[1] * 25, num_neighbors=32.0)
     with pytest.raises(ValueError, match="activation"):
         DeepPotentialConfig(activation="relu6")
     with pytest.raises(ValueError, match="cutoff_smooth"):
@@ -272,13 +276,20 @@ def test_fused_descriptor_matches_the_tables_path_and_reads_them(monkeypatch):
                                                                           fused)
 
 
-def test_the_captured_paths_read_nothing_on_the_host():
+@pytest.mark.parametrize("lists", [False, True], ids=["plain", "sel"])
+def test_the_captured_paths_read_nothing_on_the_host(lists):
     """Under ``cuda_graph`` (exact networks or tables) the forward and backward passes run
     on fake tensors, which refuse any data-dependent host read; energies and forces equal
-    those of the eager grouping's."""
+    those of the eager grouping's. With ``sel``, statistics and timesteps, the empty slots
+    are grouped in the same way."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    model = small_dp(seed=9, dtype=torch.float32)
+    deepmd = {"sel": [2] * 4 + [0] * 21, "embedding_resnet_dt": True} if lists else {}
+    model = small_dp(seed=9, dtype=torch.float32, **deepmd)
+    if lists:
+        with torch.no_grad():
+            model.env_mean[:, 0] = 0.05
+            model.env_std.mul_(0.5)
     pos = perturbed_positions(replicas=2, sigma=0.1, seed=9).float()
     graph, needed = NeighborList(pos.shape[1], model.cutoff).static_graph(pos, 1200)
     assert int(needed) < 1200  # every edge has a slot, some slots are padding

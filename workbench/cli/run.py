@@ -36,6 +36,7 @@ from workbench.md import NeighborSettings
 from workbench.md.reporters import MetricsReporter, TrajectoryReporter
 from workbench.md.simulation import CheckpointError
 from workbench.model.architectures import ARCHITECTURES
+from workbench.model.deep_potential import DP_BACKENDS
 from workbench.model.options import PRECISIONS, PRESETS, KernelOptions
 from workbench.model.tensor_product import TP_BACKENDS
 from workbench.model_fit import bundled_match
@@ -122,7 +123,9 @@ def add_parser(subparsers) -> None:
     )
     run.add_argument(
         "--model", default=None,
-        help="saved potential (.pt), an mlcg CGSchNet or PaiNN checkpoint, 'teacher' (the "
+        help="saved potential (.pt), an mlcg CGSchNet or PaiNN checkpoint, a deepmd-kit "
+        "se_e2_a model (checkpoint .pt or frozen .pth; with the protein's native priors), "
+        "'teacher' (the "
         "protein's "
         "structure-based teacher; a variant: 'teacher:eps=0.25,dihedral=0.5,separation=4,"
         "barrier=0.3' sets any of contact depth ε (kcal/mol), dihedral strength (× ε), "
@@ -140,6 +143,12 @@ def add_parser(subparsers) -> None:
         help="convolution backend of a tensor-product network (--arch nequip): e3nn "
         "(reference), openequivariance or cuequivariance (a CUDA GPU and the package; "
         "otherwise e3nn runs, with a notice)",
+    )
+    run.add_argument(
+        "--dp-backend", default="engine", choices=list(DP_BACKENDS),
+        help="who evaluates a Deep Potential (--arch dp): engine (its own path) or deepmd "
+        "(deepmd-kit's model of the same weights: a deepmd-kit --model and deepmd-kit "
+        "installed; otherwise the engine's path runs, with a notice)",
     )
     run.add_argument(
         "--structures", default=None,
@@ -213,6 +222,7 @@ def run_settings(args) -> RunSettings:
         model=args.model,
         architecture=args.arch,
         tp_backend=args.tp_backend,
+        dp_backend=args.dp_backend,
         structures=args.structures,
         mapping=args.mapping,
         options=kernel_options(args.kernels, args.mlp_precision),

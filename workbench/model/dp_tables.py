@@ -8,10 +8,12 @@ is a function of one scalar, the network's input ``x`` per edge
 (`CGDeepPotential.embedding_input`). One `FilterTable` holds all ``P`` networks side by
 side (``F = P · M1`` feature columns, network ``n`` in columns ``n M1 .. (n+1) M1``) on a
 uniform grid over ``u = x − x_lo`` in ``[0, x_hi − x_lo]``, where ``[x_lo, x_hi]`` is the
-range of ``x`` reachable for distances in ``[TABLE_MIN_DISTANCE, r_c]``
-(`CGDeepPotential.embedding_input_range`). Values and slopes come from forward-mode AD of
-the exact networks in float64; the stored cubics are C1 and their derivative is exact for
-the interpolant, so forces stay ``−∂E/∂r`` of the tabulated model.
+range of ``x`` reachable for distances in ``[TABLE_MIN_DISTANCE, r_c]`` around a centre of
+any type (`CGDeepPotential.embedding_input_range`; with ``sel``, ``x`` is normalised by the
+centre type's statistics and the range holds every empty slot's input ``x(r_c)``).
+Values and slopes come from forward-mode AD of the exact networks in float64; the stored
+cubics are C1 and their derivative is exact for the interpolant, so forces stay ``−∂E/∂r``
+of the tabulated model.
 
 Grid choice (`build_embedding_table`): the number of intervals doubles from
 `FIRST_INTERVALS` until the largest error of the stored table against the exact networks,
@@ -21,7 +23,8 @@ reached; the error measured is kept (`EmbeddingTable.error`) and asserted in the
 Inputs beyond the range are clamped to it: a pair closer than `TABLE_MIN_DISTANCE` reads
 ``g(x_hi)`` with zero slope (DeePMD's compressed models also hold the embedding constant
 far beyond their table). Edges at or beyond the cutoff read ``g(x(r_c))``, multiplied by
-``R̃ = 0`` as on the exact path.
+``R̃ = 0`` as on the exact path (with ``sel``, masked; the empty slots' embeddings are read
+from the same table, `CGDeepPotential.empty_slots`).
 
 Per edge (`tabulated_embedding`, PyTorch, no host synchronisation, so capturable): the
 interval ``k`` and ``t`` of ``u``, then one ``embedding_bag`` over the rows of the edge's
@@ -128,8 +131,9 @@ def build_embedding_table(model, device: torch.device) -> tuple[FilterTable, flo
             table = tabulate_filter(networks, intervals + 1, length, device=device)
             mid = (torch.arange(intervals, dtype=torch.float64, device=device) + 0.5)
             mid = mid * table.spacing
-            scale = networks(mid).abs().max().clamp_min(1e-300)
-            error = float((evaluate_table(table, mid) - networks(mid)).abs().max() / scale)
+            values = networks(mid)
+            scale = values.abs().max().clamp_min(1e-300)
+            error = float((evaluate_table(table, mid) - values).abs().max() / scale)
             if error <= TABLE_TOLERANCE or intervals >= MAX_INTERVALS:
                 return table, lower, error
             intervals *= 2
