@@ -24,6 +24,7 @@ def test_copies_repeat_the_protein_with_offset_indices(copies):
     assert copies.name == "cln025*5" and copies.copies == COPIES
     assert copies.n_beads == COPIES * n and copies.n_residues == COPIES * m
     assert torch.equal(copies.bead_types, one.bead_types.repeat(COPIES))
+    assert copies.metadata["chain_ids"] == one.metadata["chain_ids"] * COPIES
     assert torch.equal(copies.masses, one.masses.repeat(COPIES))
     chains = int(one.chain_index.max()) + 1
     for k in range(COPIES):

@@ -104,8 +104,9 @@ def replicate_system(system: CGSystem, copies: int, gap: float = COPY_GAP) -> CG
     Returns
     -------
     CGSystem
-        Named ``"{name}*{copies}"``, ``metadata["copies"] = copies``; chains, bonds,
-        angles, dihedrals and native contacts of copy k are copy 0's shifted by k copies.
+        Named ``"{name}*{copies}"``, ``metadata["copies"] = copies``; chains (and their
+        ``metadata["chain_ids"]``), bonds, angles, dihedrals and native contacts of copy k
+        are copy 0's shifted by k copies.
 
     Raises
     ------
@@ -142,8 +143,15 @@ def replicate_system(system: CGSystem, copies: int, gap: float = COPY_GAP) -> CG
         native_positions=(native[None] + offsets[:, None, :]).reshape(-1, 3),
         native_contacts=replicate_index(system.native_contacts, copies, m),
         native_contact_distances=system.native_contact_distances.repeat(copies),
-        metadata={**system.metadata, "copies": copies, "copy_gap": float(gap)},
+        metadata={**system.metadata, **_chain_ids(system.metadata, lambda ids: ids * copies),
+                  "copies": copies, "copy_gap": float(gap)},
     )
+
+
+def _chain_ids(metadata: dict, change) -> dict:
+    """``{"chain_ids": change(ids)}`` where the metadata names its chains, else ``{}``."""
+    ids = metadata.get("chain_ids")
+    return {} if ids is None else {"chain_ids": change(tuple(ids))}
 
 
 def first_copy(system: CGSystem) -> CGSystem:
@@ -157,6 +165,7 @@ def first_copy(system: CGSystem) -> CGSystem:
         return values[: len(values) // copies]
 
     metadata = {k: v for k, v in system.metadata.items() if k not in ("copies", "copy_gap")}
+    metadata.update(_chain_ids(metadata, head))
     return replace(
         system,
         name=system.name.rpartition("*")[0] or system.name,
