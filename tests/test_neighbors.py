@@ -267,6 +267,16 @@ def test_cell_list_gives_the_dense_candidates(max_block):
     check_layout(got, n)
 
 
+def test_cell_list_of_far_apart_clusters_grows_its_cells():
+    # two clusters 5,000 Å apart: cells of the radius would number 10⁹, so they grow
+    pos = random_cloud(replicas=1, n=40, box=8.0, seed=9, dtype=torch.float32)
+    pos[:, 20:] += 5000.0
+    dense, cells = _dense_and_cells(40, skin=1.0)
+    want, got = dense.update(pos, exact=False), cells.update(pos, exact=False)
+    assert got.num_edges > 0
+    assert torch.equal(want.src, got.src) and torch.equal(want.dst, got.dst)
+
+
 def test_cell_list_on_cell_boundaries():
     # beads exactly on cell faces (a lattice of the cell edge), and partners across the
     # faces at exactly the search radius (left out) and just inside it (kept)
