@@ -57,6 +57,9 @@ TARGETS = [
     Target("1ENH × 16,384 replicas on one GPU", "1enh", 16384, {"H200": 0, "H100": 0},
            check="runs"),
     Target("CLN025 × 8 on two CPU cores", "cln025", 8, {"CPU": 500}),
+    # one system of 100,068 beads (docs/large-systems.md)
+    Target("1ENH × 372 copies in one system on one GPU", "1enh*372", 1, {"H200": 0, "H100": 0},
+           check="runs"),
     # the exact network (no tables) with every fused technique on
     Target("1ENH × 64, all on, FP16, exact network", "1enh", 64,
            {"H200": 20000, "H100": 15000}, "all+graph-fp16"),

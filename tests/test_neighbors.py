@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import brute_force_edges, edge_set, perturbed_positions, random_cloud, tiny_system
 
-from workbench.neighbors import Graph, NeighborList, NeighborListOverflow
+from workbench.neighbors import CELL_MARGIN, Graph, NeighborList, NeighborListOverflow
 from workbench.system.topology import bonded_exclusions
 
 CUTOFF = 5.0
@@ -259,3 +259,88 @@ def test_without_empty_slots_keeps_the_edges_in_order():
     assert torch.equal(compact.dst, graph.dst[graph.valid])
     assert compact.num_edges < graph.num_edges and compact.sorted_pairs == graph.sorted_pairs
     assert without_empty_slots(compact) is compact
+# -- cell-list search (large systems) ----------------------------------------------------
+def _dense_and_cells(n, **kwargs):
+    return (NeighborList(n, CUTOFF, **kwargs),
+            NeighborList(n, CUTOFF, cell_list_above=0, **kwargs))
+
+
+@pytest.mark.parametrize("max_block", [1 << 23, 50])  # one range of beads; many
+def test_cell_list_gives_the_dense_candidates(max_block):
+    # a sparse cloud (empty cells) with exclusions, over replicas
+    n = 60
+    pos = random_cloud(replicas=3, n=n, box=30.0, seed=4, dtype=torch.float32)
+    excluded = torch.tensor([[0, 1], [5, 9], [17, 40], [59, 58]])
+    dense, cells = _dense_and_cells(n, skin=1.0, exclusions=excluded, max_block=max_block)
+    assert dense.dense and not cells.dense
+    want, got = dense.update(pos, exact=False), cells.update(pos, exact=False)
+    assert got.num_edges > 0
+    assert torch.equal(want.src, got.src) and torch.equal(want.dst, got.dst)
+    check_layout(got, n)
+
+
+def test_cell_list_of_far_apart_clusters_grows_its_cells():
+    # two clusters 5,000 Å apart: cells of the radius would number 10⁹, so they grow
+    pos = random_cloud(replicas=1, n=40, box=8.0, seed=9, dtype=torch.float32)
+    pos[:, 20:] += 5000.0
+    dense, cells = _dense_and_cells(40, skin=1.0)
+    want, got = dense.update(pos, exact=False), cells.update(pos, exact=False)
+    assert got.num_edges > 0
+    assert torch.equal(want.src, got.src) and torch.equal(want.dst, got.dst)
+
+
+def test_cell_list_on_cell_boundaries():
+    # beads exactly on cell faces (a lattice of the cell edge), and partners across the
+    # faces at exactly the search radius (left out) and just inside it (kept)
+    radius = CUTOFF + 1.0
+    lattice = torch.cartesian_prod(*[torch.arange(3.0)] * 3) * (radius + CELL_MARGIN)
+    pos = torch.cat([lattice, lattice[:4] + torch.tensor([radius, 0.0, 0.0]),
+                     lattice[4:8] - torch.tensor([0.0, 0.0, radius * 0.999])])[None]
+    dense, cells = _dense_and_cells(pos.shape[1], skin=1.0)
+    want, got = dense.update(pos, exact=False), cells.update(pos, exact=False)
+    assert torch.equal(want.src, got.src) and torch.equal(want.dst, got.dst)
+    d2 = ((pos[0, got.dst] - pos[0, got.src]) ** 2).sum(-1)
+    assert got.num_edges > 0 and bool((d2 < radius**2).all())
+
+
+def test_cell_list_in_capacity_mode_and_its_refusals():
+    pos = random_cloud(replicas=2, n=20, box=10.0, seed=2, dtype=torch.float32)
+    dense, cells = _dense_and_cells(20, skin=0.5, capacity=2000)
+    want, got = dense.update(pos), cells.update(pos)
+    assert torch.equal(want.src, got.src) and torch.equal(want.valid, got.valid)
+    assert dense.dense_problem() is None
+    assert "20 beads per replica, above the 0 up to which" in cells.dense_problem()
+    with pytest.raises(ValueError, match="no Triton pair search: the system has 20 beads"):
+        cells.searched_graph(pos, 100)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        NeighborList(20, CUTOFF, cell_list_above=0).update(torch.full_like(pos, float("nan")))
+
+
+def _real_edges(graph):
+    return graph.src[graph.valid], graph.dst[graph.valid]
+
+
+@pytest.mark.parametrize("max_block", [1 << 23, 2000])  # one range of beads; several
+def test_static_cell_graph_gives_the_dense_static_edges(max_block):
+    n = 80
+    pos = random_cloud(replicas=2, n=n, box=20.0, seed=6, dtype=torch.float32)
+    excluded = torch.tensor([[0, 1], [3, 4], [10, 70]])
+    dense, cells = _dense_and_cells(n, exclusions=excluded, max_block=max_block)
+    slots = dense.slots_needed(pos)
+    assert cells.slots_needed(pos) == slots
+    roomy = 2 * slots  # each range of beads owns its share: room for the denser ones
+    want, _ = dense.static_graph(pos, roomy)
+    got, needed = cells.static_graph(pos, roomy)
+    assert got.num_edges == 2 * roomy and int(needed) <= roomy
+    assert all(torch.equal(a, b) for a, b in zip(_real_edges(want), _real_edges(got),
+                                                 strict=True))
+    check_layout(got, n)
+    # too few slots; a cell more crowded than at the set-up (all edges fit): both say
+    # that more slots are needed
+    _, short = cells.static_graph(pos, slots // 2)
+    assert int(short) > slots // 2
+    room = n * n
+    assert int(cells.static_graph(pos, room)[1]) <= room  # sets the grid up
+    crowded = pos.clone()
+    crowded[:, :40] = pos[:, :1] + 0.01 * pos[:, :40]
+    assert int(cells.static_graph(crowded, room)[1]) > room

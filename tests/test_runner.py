@@ -11,7 +11,9 @@ import torch
 from helpers import needs_e3nn
 
 from workbench.cli.errors import flag
+from workbench.md import NeighborSettings
 from workbench.model.native_priors import demo_potential
+from workbench.model.options import KernelOptions
 from workbench.runner import (
     DEFAULT_THREADS,
     DEMO_MODEL,
@@ -20,12 +22,14 @@ from workbench.runner import (
     ThroughputMeter,
     choose_potential,
     configure_cpu_process,
+    copies_notice,
     cpu_threads,
     keep_freed_memory,
     prepare_run,
 )
 from workbench.settings_error import SettingsError
 from workbench.system import build_system
+from workbench.system.copies import replicate_system
 
 
 def test_meter_reports_the_first_chunk_apart_from_the_steady_rate():
@@ -136,3 +140,28 @@ def test_a_model_file_of_another_architecture_is_refused(tmp_path):
 def test_the_shipped_schnet_model_gives_way_to_the_demo_model_of_another_architecture():
     potential, notice = choose_potential(build_system("cln025"), None, "painn")
     assert potential.architecture == "painn" and "is a 'schnet' network" in notice
+
+
+# -- systems of several copies ------------------------------------------------------------
+def test_a_run_of_copies_says_what_its_metrics_mean_and_what_is_off():
+    settings = RunSettings(protein="cln025*2", mapping="ca", replicas=1, steps=1, device="cpu",
+                           options=KernelOptions(fused_pair_search=True),
+                           neighbors=NeighborSettings(cell_list_above=0))
+    prepared = prepare_run(settings)
+    notices = " ".join(prepared.notices)
+    assert ("2 copies of cln025 in one system (20 beads): priors act within each copy, the "
+            "network acts across copies; RMSD is the mean of each copy's own") in notices
+    assert "Neighbour search: a cell list (20 beads per replica, above 0;" in notices
+    assert ("fused_pair_search off: the system has 20 beads per replica, above the 0 up to "
+            "which the neighbour search uses dense n × n blocks") in notices
+    assert not settings.options.fused_pair_search
+    prepared.advance(1)
+    assert not prepared.simulation.frozen.any()
+
+
+def test_copies_closer_than_the_cutoff_are_named():
+    close = replicate_system(build_system("cln025"), 2, gap=5.0)
+    notice = copies_notice(close, demo_potential(close), skin=2.0)
+    assert "neighbouring copies start within its cutoff plus skin (12 Å)" in notice
+    assert copies_notice(build_system("cln025"), demo_potential(build_system("cln025")),
+                         2.0) is None

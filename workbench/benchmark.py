@@ -3,7 +3,10 @@
 Per configuration: a fresh simulation, warm-up steps (compilation, autotuning,
 allocator growth) excluded, then ``repeats`` timed windows of ``steps`` whole
 MD steps (neighbour list, forces, integrator); the median window gives
-timestep·mol/s. ``architecture`` records the network (``schnet``, ``painn``, ``egnn``,
+timestep·mol/s (a system of several copies of a protein, ``1enh*372``, is one molecule;
+``bead_steps_per_s`` is the rate times the beads of one replica). ``neighbor_search`` says
+how edges were found (``dense``, ``cell-list`` above `workbench.neighbors.CELL_LIST_ABOVE`
+beads, or ``triton``). ``architecture`` records the network (``schnet``, ``painn``, ``egnn``,
 ``nequip``, ``dp``; None for a prior-only model), ``force_path`` what evaluated the forces
 (``reference``, ``triton``, or ``pytorch-tables`` where a CPU asks a CGSchNet for
 ``tabulated_filter``; a network is on ``triton`` only with one of its own kernels on,
@@ -268,6 +271,8 @@ def run_case(
         if dev.type == "cuda"
         else None,
         "peak_memory_setup_gb": setup_peak,
+        "bead_steps_per_s": rate * prepared.system.n_beads,
+        "neighbor_search": neighbor_search(sim),
         "edges_per_replica": _edges_within_cutoff(sim) / case.replicas,
         "frozen_replicas": len(sim.frozen_report()),
         "force_path": force_path(sim.potential.network, dev, sim.options),
@@ -287,6 +292,17 @@ def run_case(
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     return record
+
+
+def neighbor_search(sim) -> str | None:
+    """How the run finds its edges: ``"triton"`` (the Triton pair search), ``"dense"``
+    (dense distance blocks) or ``"cell-list"`` (`workbench.neighbors.cell_list_pairs`);
+    None without a network."""
+    if sim.neighbor_list is None:
+        return None
+    if sim.searches_pairs():
+        return "triton"
+    return "dense" if sim.neighbor_list.dense else "cell-list"
 
 
 def _edges_within_cutoff(sim) -> int:

@@ -2,7 +2,10 @@
 
 Pairs are found by dense distance blocks, chunked over replicas so that at most
 ``max_block`` pair distances are held at once (CG proteins have hundreds of
-beads, where dense blocks beat cell lists on a GPU). A candidate list within
+beads, where dense blocks beat cell lists on a GPU). Above `CELL_LIST_ABOVE` beads per
+replica (a large system: many copies of a protein, `workbench.system.copies`) the
+candidates come from a cell list instead (:func:`cell_list_pairs`), the same pairs in
+the same order with memory linear in the beads. A candidate list within
 ``cutoff + skin`` is rebuilt when any bead has moved more than half the skin
 since the last build. Edges never cross replicas and never join a bead to
 itself; they are sorted by destination.
@@ -22,11 +25,14 @@ within the cutoff afresh at every call into static arrays (a fixed number of slo
 per replica) and returns, as a device tensor, how many slots it needed, so the
 caller can detect an overflow after the fact without a host synchronisation.
 :meth:`NeighborList.searched_graph` does the same with the Triton pair search
-(`kernels.pair_search_csr`), which also builds both CSR layouts.
+(`kernels.pair_search_csr`), which also builds both CSR layouts; it needs an n × n mask
+per replica and refuses a list that uses the cell list (:meth:`NeighborList.dense_problem`),
+whose :meth:`NeighborList.static_graph` is a cell list of fixed layout instead.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +40,159 @@ import torch
 #: Å beyond the cutoff searched by :meth:`NeighborList.static_graph` (absorbs rounding
 #: differences between the build's and the force evaluation's distance arithmetic).
 FIXED_MARGIN = 0.05
+
+#: Beads per replica above which the candidates come from the cell list. Dense search
+#: holds an n × n allowed-pair mask (1 byte a pair) and at least one replica's n × n
+#: distance block (about 17 bytes a pair with the differences): at 4,096 beads 16.8 M pairs,
+#: about 0.3 GB, twice the default ``max_block``; at 100,000 beads 10¹⁰ pairs, 170 GB. Every
+#: bundled protein (at most 360 beads) and every mlcg system stays well below and keeps the
+#: dense search and the Triton pair search.
+CELL_LIST_ABOVE = 4096
+#: Å added to the search radius for the cell edge, so that float rounding in binning can
+#: never put two beads within the radius two cells apart.
+CELL_MARGIN = 0.01
+#: Largest number of cells per bead: a cell edge is grown beyond the radius (which only
+#: adds candidates) when the bounding box would need more.
+CELLS_PER_BEAD = 8
+#: Beads a cell of the static cell-list search holds, as a multiple of the most found in
+#: one cell when its layout was chosen.
+CELL_HEADROOM = 1.25
+#: The 27 cell offsets of a cell's neighbourhood (itself included), shape (27, 3).
+_NEIGHBOUR_CELLS = torch.cartesian_prod(*[torch.tensor([-1, 0, 1])] * 3)
+
+
+def _cell_number(cell3: torch.Tensor, dims: torch.Tensor) -> torch.Tensor:
+    """Row-major number of cells ``(..., 3)`` int64 in a grid of ``dims`` cells."""
+    return (cell3[..., 0] * dims[1] + cell3[..., 1]) * dims[2] + cell3[..., 2]
+
+
+@dataclass(frozen=True)
+class CellGrid:
+    """Cubic cells over a box: cell ``(a, b, c)`` covers ``origin + edge·[a, a+1) × …``.
+
+    Beads outside the box are counted in the nearest border cell (binning is monotone,
+    so beads within ``edge`` of each other stay in the same or neighbouring cells).
+
+    Attributes
+    ----------
+    origin : torch.Tensor, shape (3,), float32
+        Å.
+    edge : float
+        Å, at least the search radius.
+    dims : torch.Tensor, shape (3,), int64
+        Cells along x, y, z.
+    offsets : torch.Tensor, shape (27, 3), int64
+        The cell offsets of a neighbourhood, on the grid's device (nothing is copied to
+        the device inside a captured step).
+    """
+
+    origin: torch.Tensor
+    edge: float
+    dims: torch.Tensor
+    offsets: torch.Tensor
+
+    @classmethod
+    def around(cls, pos: torch.Tensor, radius: float, pad: float = 0.0) -> CellGrid:
+        """Cells of edge ``radius + CELL_MARGIN`` (grown while there would be more than
+        `CELLS_PER_BEAD` per bead) over the bounding box of ``pos`` (``(..., 3)``) widened
+        by ``pad`` Å on every side (host synchronisation)."""
+        flat = pos.reshape(-1, 3)
+        low = flat.amin(0) - pad
+        span = (flat.amax(0) + pad - low).tolist()
+        edge = radius + CELL_MARGIN
+        while math.prod(int(x / edge) + 1 for x in span) > CELLS_PER_BEAD * len(flat) + 27:
+            edge *= 1.25
+        dims = torch.tensor([int(x / edge) + 1 for x in span], device=pos.device)
+        return cls(low, edge, dims, _NEIGHBOUR_CELLS.to(pos.device))
+
+    @property
+    def count(self) -> int:
+        """Number of cells."""
+        return int(self.dims.prod())
+
+    def cells(self, pos: torch.Tensor) -> torch.Tensor:
+        """Cell ``(a, b, c)`` of each bead ``(..., 3)``, int64 (no host synchronisation)."""
+        cell3 = ((pos - self.origin) / self.edge).floor().long()
+        return torch.minimum(cell3.clamp(min=0), self.dims - 1)
+
+    def neighbourhood(self, cell3: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Numbers of the 27 cells around each cell ``(m, 3)``, shape (m, 27) int64 (0 where
+        outside the grid), and which are inside, shape (m, 27) bool."""
+        around = cell3[:, None, :] + self.offsets
+        inside = ((around >= 0) & (around < self.dims)).all(-1)
+        return _cell_number(torch.where(inside[..., None], around, 0), self.dims), inside
+
+
+def cell_list_pairs(
+    pos: torch.Tensor, radius: float, excluded: torch.Tensor | None = None,
+    max_block: int = 1 << 23,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """All pairs of one replica within ``radius``, from a cell list.
+
+    Beads are binned into cubic cells of edge at least ``radius`` (plus `CELL_MARGIN`)
+    over their bounding box and sorted by cell; each bead's candidates are the beads of
+    its own and the 26 neighbouring cells, generated for consecutive ranges of beads
+    holding at most ``max_block`` candidates at a time. A pair is kept when
+    ``((pos[i] - pos[j]) ** 2).sum() < radius ** 2`` in float32, the dense search's test,
+    so both give the same pairs.
+
+    Parameters
+    ----------
+    pos : torch.Tensor, shape (n, 3), float32
+        Finite positions, Å.
+    radius : float
+        Å.
+    excluded : torch.Tensor, shape (X,), int64, optional
+        Sorted keys ``i * n + j`` of ordered pairs never returned.
+    max_block : int
+        Largest number of candidate pairs held at once (one bead's candidates are always
+        taken together).
+
+    Returns
+    -------
+    src, dst : torch.Tensor, shape (E,), int64
+        Edges ``src → dst`` with ``src != dst``, sorted by ``(dst, src)``; ``j → i`` is an
+        edge exactly when ``i → j`` is.
+
+    Raises
+    ------
+    ValueError
+        Non-finite positions.
+    """
+    n = pos.shape[0]
+    if not bool(torch.isfinite(pos).all()):
+        raise ValueError("cell-list search: positions contain NaN or infinite coordinates")
+    grid = CellGrid.around(pos, radius)
+    cell3 = grid.cells(pos)
+    cell = _cell_number(cell3, grid.dims)
+    counts = torch.bincount(cell, minlength=grid.count)
+    starts = counts.cumsum(0) - counts
+    order = torch.argsort(cell, stable=True)
+    around, inside = grid.neighbourhood(cell3)
+    found = torch.where(inside, counts[around], 0)  # candidates per (bead, cell)
+    per_bead = found.sum(1).cumsum(0).cpu()
+    srcs, dsts = [], []
+    first = 0
+    while first < n:
+        done = int(per_bead[first - 1]) if first else 0
+        last = max(first + 1, int(torch.searchsorted(per_bead, done + max_block, right=True)))
+        runs = found[first:last].reshape(-1)
+        total = int(per_bead[last - 1]) - done
+        run = torch.repeat_interleave(torch.arange(runs.numel(), device=pos.device), runs,
+                                      output_size=total)
+        offset = torch.arange(total, device=pos.device) - (runs.cumsum(0) - runs)[run]
+        src = order[starts[around[first:last].reshape(-1)][run] + offset]
+        dst = first + torch.div(run, 27, rounding_mode="floor")
+        diff = pos[dst] - pos[src]
+        keep = ((diff * diff).sum(-1) < radius * radius) & (src != dst)
+        key = torch.sort(dst[keep] * n + src[keep]).values
+        if excluded is not None and excluded.numel():
+            at = torch.searchsorted(excluded, key).clamp_(max=excluded.numel() - 1)
+            key = key[excluded[at] != key]
+        dsts.append(torch.div(key, n, rounding_mode="floor"))
+        srcs.append(key % n)
+        first = last
+    return torch.cat(srcs), torch.cat(dsts)
 
 
 class NeighborListOverflow(RuntimeError):
@@ -145,6 +304,10 @@ class NeighborList:
         beyond the cutoff then makes the extra edges contribute nothing).
     max_block : int
         Largest number of pair distances held at once during a build.
+    cell_list_above : int
+        Beads per replica above which candidates come from :func:`cell_list_pairs`
+        (`CELL_LIST_ABOVE`); the list is then not ``dense`` and has no captured or
+        Triton-searched graphs.
     """
 
     def __init__(
@@ -156,6 +319,7 @@ class NeighborList:
         capacity: int | None = None,
         exact: bool = True,
         max_block: int = 1 << 23,
+        cell_list_above: int = CELL_LIST_ABOVE,
     ):
         if n_beads < 1:
             raise ValueError(f"n_beads must be positive, got {n_beads}")
@@ -171,18 +335,41 @@ class NeighborList:
         self.capacity = capacity
         self.exact = exact
         self.max_block = max_block
-        allowed = ~torch.eye(n_beads, dtype=torch.bool)
+        self.cell_list_above = cell_list_above
+        self.dense = n_beads <= cell_list_above
         if exclusions is not None and len(exclusions):
             exclusions = torch.as_tensor(exclusions, dtype=torch.long).reshape(-1, 2)
-            allowed[exclusions[:, 0], exclusions[:, 1]] = False
-            allowed[exclusions[:, 1], exclusions[:, 0]] = False
-        self._allowed = allowed
+        else:
+            exclusions = None
+        self._excluded: torch.Tensor | None = None  # sorted keys i * n + j (cell list)
+        # (slots per replica, grid, beads per cell) of the static cell-list search
+        self._static_cells: tuple[int, CellGrid, int] | None = None
+        self._allowed: torch.Tensor | None = None  # n × n mask (dense search)
+        if not self.dense:
+            if exclusions is not None:
+                both = torch.cat([exclusions, exclusions.flip(1)])
+                self._excluded = torch.sort(both[:, 0] * n_beads + both[:, 1]).values
+        else:
+            self._allowed = ~torch.eye(n_beads, dtype=torch.bool)
+            if exclusions is not None:
+                self._allowed[exclusions[:, 0], exclusions[:, 1]] = False
+                self._allowed[exclusions[:, 1], exclusions[:, 0]] = False
         self._allowed_bytes: torch.Tensor | None = None  # on the device, for the pair search
         self.reference_positions: torch.Tensor | None = None
         self.candidates: Graph | None = None
         self.builds = 0
 
     # -- building -----------------------------------------------------------------
+    def dense_problem(self) -> str | None:
+        """Why this list has no Triton pair search (:meth:`searched_graph`, which needs the
+        n × n mask of a dense list), or None when it has one."""
+        if self.dense:
+            return None
+        return (f"the system has {self.n_beads:,} beads per replica, above the "
+                f"{self.cell_list_above:,} up to which the neighbour search uses dense n × n "
+                "blocks (what the Triton pair search needs); the cell-list search runs "
+                "instead (docs/large-systems.md)")
+
     def _blocks(self, pos: torch.Tensor, radius: float):
         """Yield ``(start, within)`` per chunk of replicas: ``within[r, i, j]`` is True when
         bead j lies within ``radius`` of bead i (an allowed pair) in replica ``start + r``."""
@@ -200,6 +387,14 @@ class NeighborList:
         """All pairs within ``cutoff + skin``, as flattened (src, dst) sorted by dst."""
         n = pos.shape[1]
         srcs, dsts = [], []
+        if not self.dense:
+            excluded = self._device_exclusions(pos.device)
+            for replica in range(pos.shape[0]):
+                src, dst = cell_list_pairs(pos[replica], self.cutoff + self.skin, excluded,
+                                           self.max_block)
+                srcs.append(src + replica * n)
+                dsts.append(dst + replica * n)
+            return torch.cat(srcs), torch.cat(dsts)
         for start, within in self._blocks(pos, self.cutoff + self.skin):
             rep, i, j = within.nonzero(as_tuple=True)
             base = (rep + start) * n
@@ -213,7 +408,9 @@ class NeighborList:
         """Pairs within ``cutoff + margin`` in arrays of static length, without host sync.
 
         Built from scratch at every call (what a captured CUDA graph replays each step,
-        so no skin bookkeeping is needed). Each chunk of ``c`` replicas owns
+        so no skin bookkeeping is needed). Above ``cell_list_above`` beads a cell list of
+        fixed layout finds the pairs (:meth:`_static_cell_graph`: each range of beads owns
+        its share of a replica's slots). Otherwise each chunk of ``c`` replicas owns
         ``c * slots_per_replica`` consecutive slots, filled in (dst, src) order, the
         rest padding (``src = dst = R·n``). Real edges appear in the same relative order
         as in :meth:`build`, so segment reductions see the same summation order.
@@ -234,6 +431,8 @@ class NeighborList:
             Slots per replica this call needed (device tensor); more than
             ``slots_per_replica`` means edges were lost and the step must be redone.
         """
+        if not self.dense:
+            return self._static_cell_graph(pos.detach(), slots_per_replica, margin)
         r_count, n, _ = pos.shape
         num_nodes = r_count * n
         srcs, dsts, needed = [], [], []
@@ -278,6 +477,8 @@ class NeighborList:
         """
         from kernels.pair_search import pair_search_csr
 
+        if not self.dense:
+            raise ValueError(f"no Triton pair search: {self.dense_problem()}")
         r_count, n, _ = pos.shape
         if self._allowed_bytes is None or self._allowed_bytes.device != pos.device:
             self._allowed_bytes = self._allowed.to(device=pos.device, dtype=torch.uint8)
@@ -291,8 +492,83 @@ class NeighborList:
 
     def slots_needed(self, pos: torch.Tensor, margin: float = FIXED_MARGIN) -> int:
         """Largest per-replica edge count within ``cutoff + margin`` now (host value)."""
+        if not self.dense:
+            excluded = self._device_exclusions(pos.device)
+            return max(len(cell_list_pairs(p, self.cutoff + margin, excluded, self.max_block)[0])
+                       for p in pos.detach())
         counts = [w.flatten(1).sum(1).amax() for _, w in self._blocks(pos, self.cutoff + margin)]
         return int(torch.stack(counts).amax())
+
+    def _device_exclusions(self, device: torch.device) -> torch.Tensor | None:
+        """The cell list's excluded keys, moved to ``device`` once."""
+        if self._excluded is not None and self._excluded.device != device:
+            self._excluded = self._excluded.to(device)
+        return self._excluded
+
+    def _static_cell_graph(
+        self, pos: torch.Tensor, slots_per_replica: int, margin: float
+    ) -> tuple[Graph, torch.Tensor]:
+        """:meth:`static_graph` of a list above `CELL_LIST_ABOVE` beads: a cell list with a
+        fixed grid and a fixed number of beads per cell, both chosen (host synchronisation)
+        at the first call with a new ``slots_per_replica`` (the eager warm-up before a
+        capture); a crowded cell reports more slots needed, which makes the caller grow the
+        slots and so choose them again. Each range of beads owns its share of the slots."""
+        r_count, n, _ = pos.shape
+        radius = self.cutoff + margin
+        excluded = self._device_exclusions(pos.device)
+        if self._static_cells is None or self._static_cells[0] != slots_per_replica:
+            grid = CellGrid.around(pos, radius, pad=radius)
+            most = max(int(torch.bincount(_cell_number(grid.cells(p), grid.dims)).amax())
+                       for p in pos)
+            self._static_cells = (slots_per_replica, grid, math.ceil(CELL_HEADROOM * most) + 1)
+        _, grid, per_cell = self._static_cells
+        num_nodes, none = r_count * n, torch.iinfo(torch.int64).max
+        beads = max(1, self.max_block // (27 * per_cell))
+        srcs, dsts, needed = [], [], []
+        for replica, p in enumerate(pos):
+            cell3 = grid.cells(p)
+            cell = _cell_number(cell3, grid.dims)
+            order = torch.argsort(cell, stable=True)
+            counts = torch.zeros(grid.count, dtype=torch.long, device=p.device)
+            counts.scatter_add_(0, cell, torch.ones_like(cell))
+            rank = torch.arange(n, device=p.device) - (counts.cumsum(0) - counts)[cell[order]]
+            place = torch.where(rank < per_cell, cell[order] * per_cell + rank,
+                                grid.count * per_cell)
+            table = torch.full((grid.count * per_cell + 1,), -1, dtype=torch.long,
+                               device=p.device).index_put_((place,), order)
+            table = table[:-1].view(grid.count, per_cell)
+            around, inside = grid.neighbourhood(cell3)
+            crowded = counts.amax() > per_cell
+            for first in range(0, n, beads):
+                last = min(n, first + beads)
+                share = (math.ceil(slots_per_replica * last / n)
+                         - math.ceil(slots_per_replica * first / n))
+                src = torch.where(inside[first:last, :, None], table[around[first:last]], -1)
+                src = src.reshape(last - first, -1)
+                dst = torch.arange(first, last, device=p.device)[:, None]
+                real = src >= 0
+                src = src.clamp(min=0)
+                diff = p[first:last, None, :] - p[src]
+                keep = real & ((diff * diff).sum(-1) < radius * radius) & (src != dst)
+                key = dst * n + src
+                if excluded is not None and excluded.numel():
+                    at = torch.searchsorted(excluded, key).clamp_(max=excluded.numel() - 1)
+                    keep &= excluded[at] != key
+                index = torch.nonzero_static(keep.reshape(-1), size=share, fill_value=-1)[:, 0]
+                key = torch.sort(torch.where(index >= 0, key.reshape(-1)[index.clamp(min=0)],
+                                             none)).values
+                real = key != none
+                dsts.append(torch.where(real, key // n + replica * n, num_nodes))
+                srcs.append(torch.where(real, key % n + replica * n, num_nodes))
+                count = keep.sum(dtype=torch.int64)
+                grow = torch.div((count + 1) * n + last - first - 1, last - first,
+                                 rounding_mode="floor")
+                lost = (count > share) | crowded
+                needed.append(torch.where(lost, grow.clamp(min=slots_per_replica + 1),
+                                          min(slots_per_replica, n * n)))
+        src, dst = torch.cat(srcs), torch.cat(dsts)
+        graph = Graph(src, dst, num_nodes, src < num_nodes, -1, sorted_pairs=True)
+        return graph, torch.stack(needed).amax()
 
     def build(self, pos: torch.Tensor) -> None:
         """Rebuild the candidate list from positions ``(R, n, 3)``."""

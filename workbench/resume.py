@@ -195,9 +195,17 @@ def settings_changes(manifest: dict, settings, fingerprint: str) -> tuple[dict, 
     -------
     (dict, dict)
         ``{field: (recorded, new)}`` of the :data:`FIXED` and of the :data:`PHYSICS`
-        settings that differ; ``model`` also differs when the model's numbers do.
+        settings that differ; ``model`` also differs when the model's numbers do. A field
+        of ``neighbors`` or ``options`` missing from the record (written before the field
+        existed) counts as its default.
     """
-    recorded, new = manifest["settings"], settings_record(settings)
+    new = settings_record(settings)
+    # a sub-setting the record predates (added to NeighborSettings or KernelOptions since)
+    # ran as its default
+    defaults = settings_record(type(settings)())
+    recorded = {k: {**defaults[k], **v} if isinstance(v, dict) and isinstance(defaults.get(k),
+                                                                                dict) else v
+                for k, v in manifest["settings"].items()}
     fixed = {k: (recorded.get(k), new[k]) for k in FIXED if recorded.get(k) != new[k]}
     physics = {k: (recorded.get(k), new[k]) for k in PHYSICS if recorded.get(k) != new[k]}
     before = manifest.get("model_sha256")

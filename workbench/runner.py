@@ -462,8 +462,9 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
         neighbors=neighbors,
     )
     notices = [
-        n for n in (device_notice, model_notice, *structure_notices(system)) if n
-    ] + path_notices + [n for n in (backend_notice, dp_notice) if n]
+        n for n in (device_notice, model_notice, *structure_notices(system),
+                    copies_notice(system, potential, neighbors.skin)) if n
+    ] + path_notices + [n for n in (backend_notice, dp_notice) if n] + settle_large_system(sim)
     tempering = None
     if settings.ladder is not None:
         tempering = ReplicaExchange(
@@ -475,6 +476,40 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
             f"walkers, exchanges every {tempering.exchange_every} steps; --temperature is not used."
         )
     return PreparedRun(settings, system, sim, notices, tempering)
+
+
+def copies_notice(system: CGSystem, potential: Potential, skin: float) -> str | None:
+    """What the run's forces and metrics mean for a system of several copies of a protein
+    (`workbench.system.copies`), and whether copies start within the network's reach of
+    each other; None for one protein."""
+    if system.copies == 1:
+        return None
+    across = "nothing acts across copies"
+    if potential.network is not None:
+        across = "the network acts across copies"
+        reach = potential.cutoff + skin
+        if system.metadata.get("copy_gap", 0.0) <= reach:
+            across += (f" and neighbouring copies start within its cutoff plus skin "
+                       f"({reach:g} Å)")
+    return (f"{system.copies} copies of {system.name.rpartition('*')[0]} in one system "
+            f"({system.n_beads:,} beads): priors act within each copy, {across}; RMSD is the "
+            "mean of each copy's own, Q the fraction of all copies' native contacts.")
+
+
+def settle_large_system(sim: Simulation) -> list[str]:
+    """The neighbour search of a system above the dense search's size
+    (`workbench.neighbors.NeighborList.dense`): a notice that the cell list runs, and
+    ``fused_pair_search`` switched off (in place, in ``sim.options``) with the reason
+    (`workbench.neighbors.NeighborList.dense_problem`); none for other systems."""
+    nl = sim.neighbor_list
+    if nl is None or nl.dense:
+        return []
+    notices = [f"Neighbour search: a cell list ({nl.n_beads:,} beads per replica, above "
+               f"{nl.cell_list_above:,}; docs/large-systems.md)."]
+    if sim.options.fused_pair_search:
+        sim.options.fused_pair_search = False
+        notices.append(f"fused_pair_search off: {nl.dense_problem()}.")
+    return notices
 
 
 def choose_tp_backend(potential: Potential, backend: str, device: torch.device) -> str | None:

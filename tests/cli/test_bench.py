@@ -42,3 +42,17 @@ def test_bench_runs_each_backend_of_nequip_and_records_what_ran(tmp_path, capsys
     assert "| nequip/e3nn | baseline |" in table
     assert "| nequip/e3nn (asked openequivariance) | baseline |" in table
     assert "nequip/e3nn (asked openequivariance) baseline (reference)" in capsys.readouterr().out
+
+
+def test_bench_of_a_system_of_copies_records_its_size_and_search(tmp_path, capsys):
+    out = tmp_path / "b"
+    assert main(["bench", "--proteins", "cln025*8", "--replicas", "1", "--arch", "schnet,dp",
+                 "--configs", "baseline", "--steps", "1", "--warmup", "0", "--repeats", "1",
+                 "--device", "cpu", "--out", str(out)]) == 0
+    records = json.loads((out / "bench.json").read_text())["records"]
+    assert [(r["protein"], r["beads"], r["architecture"], r["neighbor_search"])
+            for r in records] == [("cln025*8", 392, "schnet", "dense"),
+                                  ("cln025*8", 392, "dp", "dense")]
+    for record in records:
+        assert record["bead_steps_per_s"] == pytest.approx(392 * record["timestep_mol_per_s"])
+    assert "| cln025*8 | 392 | 1 | dp | baseline |" in (out / "bench.md").read_text()

@@ -56,3 +56,11 @@ def test_a_model_file_changed_in_place_is_a_changed_model(tmp_path):
     save_potential(schnet_potential(seed=1), model)
     code, _, err = run_cli(*run, "--resume")
     assert code == 2 and "--model" in err and "sha256" in err
+
+
+def test_a_neighbour_setting_the_record_predates_counts_as_its_default(stopped):
+    manifest = json.loads((stopped / "run.json").read_text())
+    del manifest["settings"]["neighbors"]["cell_list_above"]
+    (stopped / "run.json").write_text(json.dumps(manifest))
+    code, _, err = run_cli(*TINY, "--steps", 2, "--out", stopped, "--resume")
+    assert code == 0, err

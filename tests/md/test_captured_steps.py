@@ -23,6 +23,7 @@ from workbench.model.options import KernelOptions
 from workbench.model.painn import CGPaiNN, PaiNNConfig
 from workbench.model.potential import Potential
 from workbench.runner import RunSettings, prepare_run
+from workbench.system import build_system
 
 GRAPH = KernelOptions(cuda_graph=True)
 SEARCH = KernelOptions(cuda_graph=True, fused_pair_search=True)
@@ -134,6 +135,25 @@ def test_prior_only_potential_needs_no_neighbour_list():
     steps.advance(5)
     assert steps.slots == 0
     assert_same_state(eager, captured)
+
+
+def test_static_steps_of_a_system_searched_by_cells_reproduce_the_eager_trajectory():
+    copies = build_system("cln025*3")
+    potential = schnet_potential(copies, seed=1)
+
+    def sim():
+        return Simulation(copies, potential, LangevinIntegrator(0.004, 1.0, 350.0),
+                          replicas=2, seed=7, options=KernelOptions(**GRAPH.to_dict()),
+                          neighbors=NeighborSettings(skin=0.5, cell_list_above=0))
+
+    eager, captured = sim(), sim()
+    assert not captured.neighbor_list.dense
+    eager_steps(eager, 5)
+    steps = CapturedSteps(captured)
+    steps.slots //= 2  # too few: the chunk is redone with more
+    steps.advance(5)
+    assert_same_state(eager, captured)
+    assert steps.captures == 2
 
 
 def test_overflow_redoes_the_chunk_with_more_slots(potential):

@@ -7,8 +7,9 @@ import os
 
 import pytest
 import torch
-from helpers import prior_potential, schnet_potential, system, tiny_system
+from helpers import interpreter_only, prior_potential, schnet_potential, system, tiny_system
 
+from workbench.analysis import rmsd
 from workbench.md import (
     CheckpointError,
     LangevinIntegrator,
@@ -18,6 +19,8 @@ from workbench.md import (
 )
 from workbench.md.simulation import checkpoint_positions, pooled_checkpoint_positions
 from workbench.model import save_potential
+from workbench.model.options import KernelOptions
+from workbench.system import build_system
 from workbench.units import KB
 
 
@@ -337,3 +340,56 @@ def test_per_replica_initial_temperatures(potential):
     # 147 degrees of freedom: ±12 % per replica; 16 replicas per group ⇒ ±3 %
     assert float(t[0::2].mean()) == pytest.approx(100.0, rel=0.12)
     assert float(t[1::2].mean()) == pytest.approx(1000.0, rel=0.12)
+
+
+# -- a system of several copies, searched by the cell list -----------------------------
+@pytest.fixture(scope="module")
+def copies():
+    return system("cln025*3")
+
+
+def copies_sim(copies, cell_list_above=0, **kwargs):
+    """Two replicas of three CLN025 copies with a small SchNet (6 Å cutoff)."""
+    return Simulation(copies, schnet_potential(copies), LangevinIntegrator(0.004, 1.0, 300.0),
+                      replicas=2, seed=3, neighbors=NeighborSettings(
+                          skin=0.5, cell_list_above=cell_list_above), **kwargs)
+
+
+def test_copies_run_the_same_with_the_cell_list_as_with_dense_search(copies):
+    cells, dense = copies_sim(copies), copies_sim(copies, cell_list_above=10**6)
+    assert not cells.neighbor_list.dense and dense.neighbor_list.dense
+    for sim in (cells, dense):
+        sim.step(4)
+    assert_same_state(cells, dense)
+
+
+@interpreter_only
+def test_copies_on_a_fused_path_with_the_cell_list():
+    copies = build_system("cln025*3", mapping="ca")  # 30 beads: the interpreter is slow
+    fused = copies_sim(copies, options=KernelOptions(csr_aggregation=True, fused_integrator=True))
+    reference = copies_sim(copies)
+    assert fused.applied_options().csr_aggregation and fused.fuses_steps()
+    energy, forces = fused.potential.energy_and_forces(fused.positions, fused.graph,
+                                                       fused.options)
+    assert torch.allclose(forces, reference.forces, atol=1e-4)
+    assert torch.allclose(energy, reference.energy, rtol=1e-5)
+    fused.step(1)
+    assert not fused.frozen.any()
+
+
+def test_copy_metrics_are_per_copy(copies):
+    sim = copies_sim(copies)
+    sim.step(2)
+    before = sim.metrics()
+    n = copies.n_beads // 3
+    ca = sim.positions[:, copies.ca_index].reshape(2, 3, -1, 3)
+    native = copies.native_positions[copies.ca_index[: ca.shape[2]]]
+    assert torch.allclose(before["rmsd"], rmsd(ca, native).mean(1))
+    sim.positions[:, n:2 * n] += torch.tensor([40.0, -25.0, 10.0])  # one copy drifts away
+    after = sim.metrics()
+    assert torch.allclose(after["rmsd"], before["rmsd"]) and torch.allclose(after["q"], before["q"])
+
+
+def test_large_systems_refuse_the_pair_search(copies):
+    sim = copies_sim(copies, options=KernelOptions(fused_pair_search=True))
+    assert not sim.searches_pairs() and not sim.applied_options().fused_pair_search

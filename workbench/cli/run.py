@@ -91,7 +91,9 @@ def exit_code(stop: KeyboardInterrupt) -> int:
 def add_parser(subparsers) -> None:
     """``workbench run`` and its options."""
     run = command_parser(subparsers, "run", "run Langevin MD of many replicas")
-    run.add_argument("--protein", default="cln025", help="bundled name or PDB file")
+    run.add_argument("--protein", default="cln025",
+                     help="bundled name or PDB file; NAME*N for N copies of it in one system "
+                     "(e.g. 1enh*372, 100,068 beads; docs/large-systems.md)")
     run.add_argument("--mapping", default="five-bead", choices=["five-bead", "ca"])
     run.add_argument("--replicas", type=int, default=8)
     run.add_argument("--steps", type=int, default=1000)

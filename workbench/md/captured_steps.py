@@ -8,7 +8,8 @@ the host synchronisations of an eager step.
 What makes the step capturable:
 
 * the neighbour list is rebuilt at every step with static shapes
-  (:meth:`~workbench.neighbors.NeighborList.static_graph`: dense distance blocks
+  (:meth:`~workbench.neighbors.NeighborList.static_graph`: dense distance blocks, or
+  above ``CELL_LIST_ABOVE`` beads a cell list with a fixed grid and beads per cell,
   and ``nonzero_static`` into a fixed number of slots per replica; or, with the
   ``fused_pair_search`` switch, :meth:`~workbench.neighbors.NeighborList.searched_graph`,
   Triton passes that also build the CSR layouts), so there is no rebuild decision

@@ -34,7 +34,7 @@ from workbench.md.integrators import Integrator, LangevinIntegrator, maxwell_bol
 from workbench.model.fused_schnet import warn_fallback_once
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
-from workbench.neighbors import Graph, NeighborList, NeighborListOverflow
+from workbench.neighbors import CELL_LIST_ABOVE, Graph, NeighborList, NeighborListOverflow
 from workbench.system.cg_system import CGSystem
 from workbench.system.topology import bonded_exclusions
 from workbench.units import KB, KCAL_TO_AMU_A2_PS2
@@ -58,11 +58,15 @@ class NeighborSettings:
         Leave 1-2, 1-3 and 1-4 bonded pairs out of the SchNet graph.
     capacity : int or None
         Fixed number of edge slots (for graph capture); None for exact lists.
+    cell_list_above : int
+        Beads per replica above which the candidates come from a cell list instead of
+        dense blocks (`workbench.neighbors.CELL_LIST_ABOVE`; docs/large-systems.md).
     """
 
     skin: float = 2.0
     exclude_bonded: bool = False
     capacity: int | None = None
+    cell_list_above: int = CELL_LIST_ABOVE
 
 
 @dataclass
@@ -165,6 +169,7 @@ class Simulation:
             skin=settings.skin,
             exclusions=exclusions,
             capacity=settings.capacity,
+            cell_list_above=settings.cell_list_above,
         )
 
     def _initial_positions(self, positions: torch.Tensor | None) -> torch.Tensor:
@@ -198,9 +203,10 @@ class Simulation:
 
     def searches_pairs(self) -> bool:
         """Whether the SchNet graph comes from the Triton pair search (the
-        ``fused_pair_search`` switch, where Triton runs on this device)."""
+        ``fused_pair_search`` switch, where Triton runs on this device and the system is
+        small enough for dense search, `NeighborList.dense`)."""
         return (self.options.fused_pair_search and self.neighbor_list is not None
-                and self._triton_here())
+                and self.neighbor_list.dense and self._triton_here())
 
     def _searched_graph(self, pos: torch.Tensor) -> Graph:
         """An eager step's searched graph; its capacity grows (one host check per step)."""
@@ -394,12 +400,18 @@ class Simulation:
         Keys: ``rmsd`` (CA, Å), ``q`` (fraction of native contacts),
         (NaN when the system has no native contacts),
         ``potential_energy``, ``kinetic_energy`` (kcal/mol), ``temperature`` (K),
-        ``frozen`` (bool).
+        ``frozen`` (bool). For a system of several copies of a protein
+        (`workbench.system.copies`) ``rmsd`` is the mean over copies of each copy's own
+        CA RMSD from the native structure (each superposed alone, so copies drifting apart
+        count for nothing) and ``q`` the fraction of all copies' native contacts formed
+        (the mean of the copies' Q, as each has the same contacts).
         """
+        copies = self.system.copies
         ca = self.positions[:, self.system.ca_index]
-        native_ca = self.system.native_positions[self.system.ca_index]
+        ca = ca.reshape(self.replicas, copies, -1, 3)
+        native_ca = self.system.native_positions[self.system.ca_index][: ca.shape[2]]
         return {
-            "rmsd": rmsd(ca, native_ca),
+            "rmsd": rmsd(ca, native_ca).mean(1),
             "q": self.native_q(),
             "potential_energy": self.energy,
             "kinetic_energy": self.kinetic_energy(),

@@ -10,6 +10,7 @@ import torch
 
 from workbench.system.cg_system import CGSystem
 from workbench.system.contacts import native_contacts
+from workbench.system.copies import parse_copies, replicate_system
 from workbench.system.errors import UnknownProteinError
 from workbench.system.mapping import map_structure
 from workbench.system.pdb import PDBStructure, parse_pdb, read_pdb
@@ -49,13 +50,15 @@ def build_system(source: str | os.PathLike, mapping: str = "five-bead") -> CGSys
     ----------
     source : str or os.PathLike
         A bundled name (see :func:`available_proteins` and ``ALIASES``; any case) or
-        the path of a PDB file.
+        the path of a PDB file, optionally followed by ``*N`` for ``N`` copies of it on a
+        grid in one system (``1enh*372``; `workbench.system.copies.replicate_system`).
     mapping : {"five-bead", "ca"}
 
     Returns
     -------
     CGSystem
-        Named by the canonical bundled name, or by the file stem.
+        Named by the canonical bundled name, or by the file stem (``*N`` appended for
+        copies).
 
     Raises
     ------
@@ -66,8 +69,12 @@ def build_system(source: str | os.PathLike, mapping: str = "five-bead") -> CGSys
     workbench.system.errors.PDBError
         The file cannot be mapped (see :func:`workbench.system.pdb.parse_pdb`).
     ValueError
-        Unknown mapping.
+        Unknown mapping, or a copy count that is not a positive integer.
     """
+    if not isinstance(source, os.PathLike):
+        source, copies = parse_copies(source)
+        if copies > 1:
+            return replicate_system(build_system(source, mapping), copies)
     key = str(source).strip().lower()
     key = ALIASES.get(key, key)
     if key in BUNDLED:

@@ -1,8 +1,9 @@
 """The coarse-grained system: beads, their types and masses, bonded topology,
 native structure and native contacts.
 
-A :class:`CGSystem` describes one molecule. Simulations run many replicas of
-it at once; replica data then carry a leading replica axis ``R``.
+A :class:`CGSystem` describes one molecule, or several copies of one protein placed apart
+(`workbench.system.copies`). Simulations run many replicas of it at once; replica data
+then carry a leading replica axis ``R``.
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ class CGSystem:
     native_contacts: torch.Tensor
     native_contact_distances: torch.Tensor
     metadata: dict = field(default_factory=dict)
+
+    @property
+    def copies(self) -> int:
+        """Copies of one protein the system holds (``metadata["copies"]``; 1 for a single
+        protein). Copy k owns the k-th of ``copies`` equal blocks of every array."""
+        return int(self.metadata.get("copies", 1))
 
     @property
     def n_beads(self) -> int:

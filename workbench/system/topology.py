@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from workbench.system.copies import per_copy
+
 if TYPE_CHECKING:
     from workbench.system.cg_system import CGSystem
     from workbench.system.mapping import BeadMapping
@@ -185,13 +187,17 @@ def nonbonded_pairs(system: CGSystem, min_separation: int | None = None) -> torc
     min_separation : int, optional
         Smallest bond-graph separation kept. Default ``MIN_SEPARATION[system.mapping]``:
         5 for five-bead (924 pairs for CLN025, as mlcg), 3 for CA (``|i - j| >= 3``).
-        Pairs in different chains are always kept.
+        Pairs in different chains are always kept, but only within one copy of a
+        multi-copy system (`workbench.system.copies`): copies meet through the network
+        alone, and their ``copies²`` pairs would not fit in memory.
 
     Returns
     -------
     torch.Tensor, shape (P, 2), int64
         Pairs ``(i, j)``, ``i < j``, in row-major order.
     """
+    if system.copies > 1:
+        return per_copy(system, lambda one: nonbonded_pairs(one, min_separation))
     if min_separation is None:
         min_separation = MIN_SEPARATION[system.mapping]
     dist = graph_distances(system.n_beads, system.bonds)
@@ -204,8 +210,11 @@ def bonded_exclusions(system: CGSystem) -> torch.Tensor:
     Returns
     -------
     torch.Tensor, shape (P, 2), int64
-        Pairs ``(i, j)``, ``i < j``, in row-major order.
+        Pairs ``(i, j)``, ``i < j``, in row-major order (found on one copy and replicated
+        for a multi-copy system, whose copies share no bond).
     """
+    if system.copies > 1:
+        return per_copy(system, bonded_exclusions)
     dist = graph_distances(system.n_beads, system.bonds)
     return _upper_pairs((dist >= 1) & (dist <= 3))
 
