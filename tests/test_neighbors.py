@@ -259,6 +259,8 @@ def test_without_empty_slots_keeps_the_edges_in_order():
     assert torch.equal(compact.dst, graph.dst[graph.valid])
     assert compact.num_edges < graph.num_edges and compact.sorted_pairs == graph.sorted_pairs
     assert without_empty_slots(compact) is compact
+
+
 # -- cell-list search (large systems) ----------------------------------------------------
 def _dense_and_cells(n, **kwargs):
     return (NeighborList(n, CUTOFF, **kwargs),
