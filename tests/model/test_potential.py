@@ -157,9 +157,12 @@ def test_reference_networks_see_only_the_slots_that_hold_edges(monkeypatch):
     energy_exact, forces_exact = pot.energy_and_forces(pos, exact, KernelOptions())
     torch.testing.assert_close(energy, energy_exact, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(forces, forces_exact, rtol=1e-12, atol=1e-12)
-    # a fused path reads the slots and their layouts: the graph is passed as it is
+    # kernels that walk the slots and their layouts get the graph as it is; node layers
+    # alone (fused_update) read the edge arrays only
     monkeypatch.setattr("workbench.model.force_paths.force_path", lambda *a: "triton")
     monkeypatch.setattr(pot.network, "forward",
                         lambda p, *a, **kw: seen.append(a[1]) or p[:, 0] * 0.0)
-    pot.energy(pos, padded, KernelOptions(fused_update=True))
+    pot.energy(pos, padded, KernelOptions(fused_message_passing=True))
     assert seen[-1] is padded
+    pot.energy(pos, padded, KernelOptions(fused_update=True, fused_pair_search=True))
+    assert seen[-1].valid is None

@@ -16,8 +16,6 @@ What makes the step capturable:
   on the host and no skin;
 * the network's path has no host synchronisation: CGSchNet's on any path; CGEGNN's and
   CGPaiNN's with ``fused_message_passing`` (the only path of theirs captured);
-  CGTensorProduct's on the e3nn and OpenEquivariance backends, with or without
-  ``fused_update`` (`workbench.model.force_paths.CAPTURED_REFERENCE`);
   CGDeepPotential's with ``tabulated_filter`` or ``fused_message_passing`` (per-edge table
   rows gathered by network, or its descriptor kernel; its fitting networks grouped with
   fixed shapes under ``cuda_graph``);
@@ -36,7 +34,6 @@ change.
 
 from __future__ import annotations
 
-import importlib
 import math
 from typing import NamedTuple
 
@@ -76,7 +73,7 @@ class DynamicState(NamedTuple):
 def captured_steps_problem(sim) -> str | None:
     """Why ``sim`` cannot run captured steps, or None if it can."""
     from workbench.model.architectures import fused_techniques, network_kernels
-    from workbench.model.force_paths import CAPTURED_REFERENCE, fused_problem
+    from workbench.model.force_paths import fused_problem
     from workbench.model.fused_schnet import fused_path_problem
 
     if sim.device.type != "cuda":
@@ -91,13 +88,7 @@ def captured_steps_problem(sim) -> str | None:
     if "cuda_graph" not in fused_techniques(architecture):
         return f"no captured steps for {architecture} networks"
     kernels = network_kernels(architecture)
-    own = any(getattr(sim.options, name) for name in kernels)
-    if architecture in CAPTURED_REFERENCE:
-        module, function = CAPTURED_REFERENCE[architecture]
-        problem = getattr(importlib.import_module(module), function)(network)
-        if problem is not None or not own:
-            return problem
-    elif not own:
+    if not any(getattr(sim.options, name) for name in kernels):
         # only the fused path is checked free of host synchronisation
         return f"captured {architecture} steps need its kernels ({', '.join(kernels)})"
     return fused_problem(network, sim.device, sim.options)

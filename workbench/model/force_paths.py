@@ -47,6 +47,11 @@ PYTORCH_ONLY = {"dp": frozenset({"tabulated_filter", "mlp_precision"})}
 #: holds: the graph from the Triton pair search, and the fused Langevin steps.
 STEP_TECHNIQUES = frozenset({"fused_pair_search", "fused_integrator"})
 
+#: The techniques whose kernels walk the graph's slots and CSR layouts; without them a
+#: network reads its edge arrays only (`workbench.neighbors.without_empty_slots` applies).
+LAYOUT_TECHNIQUES = ("fused_radial_basis", "fused_message_passing", "csr_aggregation",
+                     "tabulated_filter", "pair_filter")
+
 #: The techniques that keep a network's edge tensors out of memory: captured steps need
 #: one of them (`bring_needed`).
 CAPTURED_PATHS = ("fused_message_passing", "tabulated_filter")
@@ -61,12 +66,6 @@ FUSED_PROBLEMS = {
     "dp": ("workbench.model.deep_potential", "fused_descriptor_problem"),
     "nequip": ("workbench.model.tensor_product", "fused_radial_problem"),
 }
-
-#: Architectures whose reference path reads nothing on the host, so that their steps are
-#: captured (``cuda_graph``) with or without their own kernels, and where each says why a
-#: network of it cannot be (``module``, ``function(network) -> str | None``); the others'
-#: steps are captured on their kernels only.
-CAPTURED_REFERENCE = {"nequip": ("workbench.model.tensor_product", "capture_problem")}
 
 NO_TRITON = "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
 

@@ -135,15 +135,18 @@ class Potential(nn.Module):
         return node_energy.reshape(r_count, n).sum(-1)
 
     def _reads_edges_only(self, pos: torch.Tensor, options: KernelOptions | None) -> bool:
-        """Whether this evaluation runs the network's reference path (every slot of the
-        graph, no CSR layouts) in an eager step, where `without_empty_slots` pays."""
-        from workbench.model.force_paths import force_path
+        """Whether this evaluation reads the graph's edge arrays only (every slot, no CSR
+        layouts: a reference path, or CGSchNet's fused path with none of the techniques
+        that walk the layouts) in an eager step, where `without_empty_slots` pays."""
+        from workbench.model.force_paths import LAYOUT_TECHNIQUES, force_path
 
         if pos.is_cuda and torch.cuda.is_current_stream_capturing():
             return False
         if getattr(self.network, "backend", None) not in (None, "e3nn", "engine"):
             return False  # a backend of its own (OpenEquivariance, deepmd-kit) takes the slots
-        return force_path(self.network, pos.device, options or KernelOptions()) == "reference"
+        options = options or KernelOptions()
+        return (force_path(self.network, pos.device, options) != "triton"
+                or not any(getattr(options, name) for name in LAYOUT_TECHNIQUES))
 
     def energy(
         self, pos: torch.Tensor, graph: Graph | None, options: KernelOptions | None = None

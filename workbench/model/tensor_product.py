@@ -58,11 +58,11 @@ activation applied to each layer's input on load, FP32 as three TF32 tensor-core
 with split weights), with ``mlp_precision`` ``"fp16"`` or ``"bf16"`` as channel-wise scaled
 16-bit operands and FP32 accumulation (`kernels.quantize`); the packed weights are cached
 until a parameter or the precision changes (`packed_radial`). The envelope, positions,
-distances, energies and forces stay FP32. ``cuda_graph`` captures whole steps
-(`workbench.md.captured_steps`) on the e3nn and OpenEquivariance backends, with or without
-``fused_update``: their forward and backward passes read nothing on the host
-(`capture_problem` refuses cuEquivariance, which is not checked for it). The other
-techniques have no kernels here: force paths switch them off and say so.
+distances, energies and forces stay FP32. The e3nn and OpenEquivariance forward and
+backward passes read nothing on the host, but whole steps are not captured
+(``cuda_graph`` is not offered): at the graph's fixed capacity they were slower than eager
+steps (docs/tensor-product.md). The other techniques have no kernels here: force paths
+switch them off and say so.
 """
 
 from __future__ import annotations
@@ -554,17 +554,6 @@ def packed_radial(model: CGTensorProduct, precision: str):
         return PackedLayers(key, None, layers)
 
     return cached_packing(model, "_packed_radial", precision, pack)
-
-
-def capture_problem(model: CGTensorProduct) -> str | None:
-    """Why steps of ``model`` cannot be captured as a CUDA graph, or None: its e3nn and
-    OpenEquivariance paths (with or without ``fused_update``) read nothing on the host;
-    cuEquivariance's is not checked for it
-    (`workbench.model.force_paths.CAPTURED_REFERENCE`)."""
-    if model.backend == "cuequivariance":
-        return ("captured nequip steps run the e3nn and openequivariance backends, not "
-                "cuequivariance")
-    return None
 
 
 # -- accelerated backends ------------------------------------------------------------------
