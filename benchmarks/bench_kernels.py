@@ -123,10 +123,10 @@ def schnet_energy(pos, graph, csr, packed, use_triton=True, precision="tf32x3"):
         xs = h @ b["L1"].to(pos.dtype).t()
         u = conv(pos, xs, graph["src"], graph["dst"], csr, b["filt"], packed["spec"], precision,
                  True)  # the benchmark graph is symmetric
-        v = lin(u, b["lin2"], False, precision)
-        h = h + lin(v, b["lin3"], True, precision)
+        v = lin(u, b["lin2"], None, precision)
+        h = h + lin(v, b["lin3"], "tanh", precision)
     o0, o1 = packed["out"]
-    return lin(lin(h, o0, False, precision), o1, True, precision).sum()
+    return lin(lin(h, o0, None, precision), o1, "tanh", precision).sum()
 
 
 def energy_and_forces(pos, graph, csr, packed, use_triton, precision="tf32x3"):

@@ -51,5 +51,6 @@ def test_help_shows_the_defaults(command, capsys):
     assert "(default: " in out and "--debug" in out
     if command == "run":
         assert "--replicas REPLICAS (default: 8)" in out
-        assert "--protein PROTEIN bundled name or PDB file (default: cln025)" in out
+        assert "--protein PROTEIN bundled name or PDB file; NAME*N for N copies" in out
+        assert "systems.md) (default: cln025)" in out
 

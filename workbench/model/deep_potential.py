@@ -85,6 +85,7 @@ timesteps included; deepmd-kit's own model is the other ``backend``.
 
 from __future__ import annotations
 
+import importlib
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -114,6 +115,9 @@ from workbench.neighbors import Graph
 #: deepmd-kit's PyTorch model built from the same weights (`workbench.model.deepmd_interop`).
 DP_BACKENDS = ("engine", "deepmd")
 
+#: Where the ``"deepmd"`` backend's evaluator lives (``module``, ``class``), imported by name
+#: when first used: that module imports this one.
+DEEPMD_EVALUATOR = ("workbench.model.deepmd_interop", "DeepmdBackend")
 
 
 @dataclass
@@ -724,10 +728,9 @@ class CGDeepPotential(nn.Module):
                 warnings.warn(f"CGDeepPotential on the deepmd backend runs deepmd-kit's "
                               f"model: {', '.join(ignored)} ignored", RuntimeWarning,
                               stacklevel=2)
-            if self._deepmd is None:
-                from workbench.model.deepmd_interop import DeepmdBackend
-
-                self._deepmd = DeepmdBackend()
+            if self._deepmd is None:  # by name: the interoperability module imports this one
+                module, name = DEEPMD_EVALUATOR
+                self._deepmd = getattr(importlib.import_module(module), name)()
             return self._deepmd.node_energies(self, pos, types, graph)
         table, static, half, fused = None, options is not None and options.cuda_graph, None, False
         if options is not None:
