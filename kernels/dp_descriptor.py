@@ -174,6 +174,14 @@ def _edge_terms(pos_ptr, types_ptr, src_ptr, perm_ptr, p, pmask, xi, yi, zi, ti,
 
 
 @triton.jit
+def _centre(ptr_ptr, pos_ptr, types_ptr, node):
+    """Destination bead ``node``'s CSR segment ``[start, end)``, position and type."""
+    return (tl.load(ptr_ptr + node), tl.load(ptr_ptr + node + 1), tl.load(pos_ptr + node * 3),
+            tl.load(pos_ptr + node * 3 + 1), tl.load(pos_ptr + node * 3 + 2),
+            tl.load(types_ptr + node))
+
+
+@triton.jit
 def _centre_statistics(mean_ptr, std_ptr, ti):
     """``mu_{t_i}`` and ``1/sigma_{t_i}`` (four scalars each) of the centre type ``ti``, from
     mean_ptr, std_ptr (float32 [T, 4]; zeros and ones without statistics)."""
@@ -218,12 +226,7 @@ def _descriptor_fwd_kernel(pos_ptr, types_ptr, src_ptr, ptr_ptr, perm_ptr, c01_p
     BLOCK_E: edges per tile.
     """
     node = tl.program_id(0).to(tl.int64)
-    start = tl.load(ptr_ptr + node)
-    end = tl.load(ptr_ptr + node + 1)
-    xi = tl.load(pos_ptr + node * 3)
-    yi = tl.load(pos_ptr + node * 3 + 1)
-    zi = tl.load(pos_ptr + node * 3 + 2)
-    ti = tl.load(types_ptr + node)
+    start, end, xi, yi, zi, ti = _centre(ptr_ptr, pos_ptr, types_ptr, node)
     m0, m1, m2, m3, i0, i1, i2, i3 = _centre_statistics(mean_ptr, std_ptr, ti)
     f = tl.arange(0, M1)
     acc0 = tl.zeros([BLOCK_E, M1], dtype=tl.float32)
@@ -278,12 +281,7 @@ def _descriptor_bwd_kernel(pos_ptr, types_ptr, src_ptr, ptr_ptr, perm_ptr, c01_p
     positions).
     """
     node = tl.program_id(0).to(tl.int64)
-    start = tl.load(ptr_ptr + node)
-    end = tl.load(ptr_ptr + node + 1)
-    xi = tl.load(pos_ptr + node * 3)
-    yi = tl.load(pos_ptr + node * 3 + 1)
-    zi = tl.load(pos_ptr + node * 3 + 2)
-    ti = tl.load(types_ptr + node)
+    start, end, xi, yi, zi, ti = _centre(ptr_ptr, pos_ptr, types_ptr, node)
     m0, m1, m2, m3, i0, i1, i2, i3 = _centre_statistics(mean_ptr, std_ptr, ti)
     f = tl.arange(0, M1)
     row = ga_ptr + node * M1 * 4 + f * 4

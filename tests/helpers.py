@@ -285,3 +285,42 @@ def run_shards_directly(settings: RunSettings, shards: int, on_report=None):
 def concatenated(sims, name: str) -> torch.Tensor:
     """An attribute of every simulation, concatenated over the replica axis."""
     return torch.cat([getattr(sim, name) for sim in sims])
+
+
+def assert_smooth_at_the_cutoff(model, gradient_tol: float) -> None:
+    """Two beads of types 1 and 2 (float64 positions): a network's energy and its
+    gradient reach their far values as the pair distance reaches ``model.cutoff`` (no
+    jump): zero gradient beyond, energy within 1e-9 and gradient norm below
+    ``gradient_tol`` just inside."""
+    types = torch.tensor([1, 2])
+
+    def pair(d):
+        pos = torch.tensor([[0.0, 0.0, 0.0], [d, 0.3 * d, 0.0]], dtype=torch.float64,
+                           requires_grad=True)
+        graph = NeighborList(2, model.cutoff, skin=1.0).update(pos[None].detach(), exact=False)
+        e = model(pos, types, graph).sum()
+        (grad,) = torch.autograd.grad(e, pos)
+        return float(e.detach()), float(grad[1].norm())
+
+    scale = (1 + 0.3**2) ** 0.5
+    far_e, far_g = pair((model.cutoff + 0.5) / scale)
+    assert far_g == 0.0
+    near_e, near_g = pair((model.cutoff - 1e-5) / scale)
+    assert abs(near_e - far_e) < 1e-9 and near_g < gradient_tol
+
+
+def node_energies(model, pos, graph=None, options=None):
+    """A network's per-node energies ``(R, n)`` of CLN025 positions ``(R, n, 3)`` (the exact
+    graph unless given)."""
+    replicas, n, _ = pos.shape
+    types = tiny_system().bead_types.repeat(replicas)
+    graph = exact_graph(pos, model.cutoff) if graph is None else graph
+    return model(pos.reshape(-1, 3), types, graph, options).reshape(replicas, n)
+
+
+def energy_and_forces(model, pos, graph=None, options=None):
+    """A network's energies ``(R,)`` and forces ``−∂E/∂r`` ``(R, n, 3)`` (`node_energies`)."""
+    pos = pos.detach().clone().requires_grad_()
+    energy = node_energies(model, pos, graph, options).sum(-1)
+    (grad,) = torch.autograd.grad(energy.sum(), pos)
+    return energy.detach(), -grad

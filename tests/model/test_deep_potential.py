@@ -11,6 +11,7 @@ import pytest
 import torch
 from helpers import (
     assert_padding_and_far_edges_add_nothing,
+    assert_smooth_at_the_cutoff,
     exact_graph,
     finite_difference_forces,
     interpreter_only,
@@ -88,24 +89,7 @@ def test_switch_is_smooth_at_both_ends_and_zero_beyond_the_cutoff():
 
 def test_a_pair_enters_the_cutoff_smoothly():
     """Two beads: E and dE/dd go to their far values as d reaches r_c (no jump)."""
-    model = small_dp(seed=3)
-    types = torch.tensor([1, 2])
-
-    def pair(d):
-        pos = torch.tensor([[0.0, 0.0, 0.0], [d, 0.3 * d, 0.0]], dtype=torch.float64,
-                           requires_grad=True)
-        graph = NeighborList(2, model.cutoff, skin=1.0).update(pos[None].detach(), exact=False)
-        e = model(pos, types, graph).sum()
-        (grad,) = torch.autograd.grad(e, pos)
-        return float(e.detach()), float(grad[1].norm())
-
-    scale = (1 + 0.3**2) ** 0.5
-    far_e, far_g = pair((model.cutoff + 0.5) / scale)
-    assert far_g == 0.0
-    near_e, near_g = pair((model.cutoff - 1e-5) / scale)
-    assert abs(near_e - far_e) < 1e-9 and near_g < 1e-6
-    _, mid_g = pair(0.8 * model.cutoff / scale)
-    assert mid_g > 1e-4, "the pair must interact inside the cutoff"
+    assert_smooth_at_the_cutoff(small_dp(seed=3), gradient_tol=1e-6)
 
 
 # -- forces ----------------------------------------------------------------------------------

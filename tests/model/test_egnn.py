@@ -7,13 +7,14 @@ import pytest
 import torch
 from helpers import (
     assert_padding_and_far_edges_add_nothing,
+    energy_and_forces,
     exact_graph,
     finite_difference_forces,
     interpreter_only,
+    node_energies,
     perturbed_positions,
     random_rotation,
     relative_error,
-    tiny_system,
 )
 
 from workbench.model.egnn import CGEGNN, EGNNConfig, fused_edge_problem
@@ -32,21 +33,6 @@ def small_egnn(seed: int = 0, **overrides) -> CGEGNN:
         return CGEGNN(EGNNConfig(**{**SMALL, **overrides}))
     finally:
         torch.random.set_rng_state(state)
-
-
-def node_energies(model, pos, graph=None, options=None):
-    """Per-node energies ``(R, n)`` of positions ``(R, n, 3)`` (exact graph unless given)."""
-    replicas, n, _ = pos.shape
-    types = tiny_system().bead_types.repeat(replicas)
-    graph = exact_graph(pos, model.cutoff) if graph is None else graph
-    return model(pos.reshape(-1, 3), types, graph, options).reshape(replicas, n)
-
-
-def energy_and_forces(model, pos, graph=None, options=None):
-    pos = pos.detach().clone().requires_grad_()
-    energy = node_energies(model, pos, graph, options).sum(-1)
-    (grad,) = torch.autograd.grad(energy.sum(), pos)
-    return energy.detach(), -grad
 
 
 # -- forces ----------------------------------------------------------------------------

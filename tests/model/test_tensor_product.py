@@ -12,12 +12,14 @@ import torch
 
 pytest.importorskip("e3nn")
 
-from helpers import (
+from helpers import (  # noqa: E402
     assert_padding_and_far_edges_add_nothing,
-    # noqa: E402
+    assert_smooth_at_the_cutoff,
+    energy_and_forces,
     exact_graph,
     finite_difference_forces,
     interpreter_only,
+    node_energies,
     perturbed_positions,
     random_rotation,
     relative_error,
@@ -51,21 +53,6 @@ def small_nequip(seed: int = 0, dtype=torch.float64, **overrides) -> CGTensorPro
         torch.random.set_rng_state(state)
 
 
-def node_energies(model, pos, graph=None, options=None):
-    """Per-node energies ``(R, n)`` of positions ``(R, n, 3)`` (exact graph unless given)."""
-    replicas, n, _ = pos.shape
-    types = tiny_system().bead_types.repeat(replicas)
-    graph = exact_graph(pos, model.cutoff) if graph is None else graph
-    return model(pos.reshape(-1, 3), types, graph, options).reshape(replicas, n)
-
-
-def energy_and_forces(model, pos, graph=None, options=None):
-    pos = pos.detach().clone().requires_grad_()
-    energy = node_energies(model, pos, graph, options).sum(-1)
-    (grad,) = torch.autograd.grad(energy.sum(), pos)
-    return energy.detach(), -grad
-
-
 @pytest.fixture(autouse=True)
 def fresh_notices(monkeypatch):
     """The fallback notices are once per process; each test starts without any shown."""
@@ -86,24 +73,7 @@ def test_forces_match_central_finite_differences(overrides):
 
 def test_envelope_makes_the_energy_smooth_at_the_cutoff():
     """Two beads: E and dE/dd go to their far values as d reaches r_c (no jump)."""
-    model = small_nequip(seed=3)
-    types = torch.tensor([1, 2])
-
-    def pair(d):
-        pos = torch.tensor([[0.0, 0.0, 0.0], [d, 0.3 * d, 0.0]], dtype=torch.float64,
-                           requires_grad=True)
-        graph = NeighborList(2, model.cutoff, skin=1.0).update(pos[None].detach(), exact=False)
-        e = model(pos, types, graph).sum()
-        (grad,) = torch.autograd.grad(e, pos)
-        return float(e.detach()), float(grad[1].norm())
-
-    scale = (1 + 0.3**2) ** 0.5
-    far_e, far_g = pair((model.cutoff + 0.5) / scale)
-    assert far_g == 0.0
-    near_e, near_g = pair((model.cutoff - 1e-5) / scale)
-    assert abs(near_e - far_e) < 1e-9 and abs(near_g) < 1e-5
-    _, mid_g = pair(0.6 * model.cutoff / scale)
-    assert abs(mid_g) > 1e-4, "the pair must interact inside the cutoff"
+    assert_smooth_at_the_cutoff(small_nequip(seed=3), gradient_tol=1e-5)
 
 
 # -- invariance --------------------------------------------------------------------------
