@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from workbench.distributed import (
     shard_seed,
     split_replicas,
 )
+from workbench.distributed.launcher import ShardedResult, _drain
 from workbench.distributed.shards import shard_settings
 
 
@@ -92,6 +94,19 @@ def test_a_stop_request_ends_every_rank_at_the_same_report(settings):
     assert reports[-1].positions.shape == (4, 49, 3)
     assert np.array_equal(reports[-1].positions, result.positions.numpy())
     assert reports[-1].tempering["exchange_rounds"] == result.tempering["exchange_rounds"] > 0
+
+
+def test_the_driver_sees_a_stop_while_reports_never_stop_arriving():
+    class EndlessReports:  # a queue that is never empty, as when ranks report every step
+        def get(self, timeout):
+            return "report", "r"
+
+    received, polls = [], []
+    result = ShardedResult(split_replicas(2, 1), "gloo")
+    start = time.monotonic()
+    _drain(EndlessReports(), result, received.append, lambda: polls.append(len(received)), 0.2)
+    assert time.monotonic() - start < 2.0 and len(received) > 0
+    assert polls[0] == 0 and polls[1:] == list(range(1, len(polls)))  # before and after each
 
 
 def test_a_failing_rank_is_reported_with_its_error(settings, tmp_path):

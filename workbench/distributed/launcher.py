@@ -19,6 +19,7 @@ whole run by ``timeout_s``, after which the ranks are stopped.
 
 from __future__ import annotations
 
+import math
 import os
 import queue as queue_module
 import tempfile
@@ -318,11 +319,15 @@ def launch_sharded(
             start_method="spawn",
         )
         final = None
+
+        def stop_request() -> None:
+            # polled after every message: reports can arrive faster than the queue empties
+            if should_stop is not None and not stop_event.is_set() and should_stop():
+                stop_event.set()
+
         try:
             while True:
-                final = _drain(results, result, on_report) or final
-                if should_stop is not None and not stop_event.is_set() and should_stop():
-                    stop_event.set()
+                final = _drain(results, result, on_report, stop_request, 0.2) or final
                 try:
                     if context.join(timeout=0.2):
                         break
@@ -335,7 +340,7 @@ def launch_sharded(
                         f"sharded run did not finish within {config.timeout_s:g} s "
                         f"({len(result.reports)} reports received); ranks stopped"
                     )
-            final = _drain(results, result, on_report) or final
+            final = _drain(results, result, on_report, stop_request) or final
         finally:
             _stop_all(context)
             results.close()
@@ -353,10 +358,19 @@ def launch_sharded(
     return result
 
 
-def _drain(results, result: ShardedResult, on_report) -> dict | None:
-    """Take every waiting message off the queue; returns the final state if it came."""
+def _drain(
+    results, result: ShardedResult, on_report, stop_request, budget_s: float = math.inf
+) -> dict | None:
+    """Take the waiting messages off the queue; returns the final state if it came.
+
+    ``stop_request`` runs before the first message and after each one, and the drain
+    returns after ``budget_s`` at most, so that while the ranks run, a stop and the time
+    limit are seen even when reports keep the queue from ever running empty.
+    """
     final = None
-    while True:
+    until = time.monotonic() + budget_s
+    while time.monotonic() < until:
+        stop_request()
         try:
             kind, payload = results.get(timeout=0.05)
         except queue_module.Empty:
@@ -367,3 +381,4 @@ def _drain(results, result: ShardedResult, on_report) -> dict | None:
                 on_report(payload)
         else:
             final = payload
+    return final
