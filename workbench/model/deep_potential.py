@@ -107,6 +107,7 @@ from workbench.model.fused_schnet import (
     real_edge_graph,
     warn_fallback_once,
 )
+from workbench.model.geometry import edge_vectors
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.neighbors import Graph
@@ -420,13 +421,8 @@ class CGDeepPotential(nn.Module):
         src, dst : torch.Tensor, shape (E,), int64
             Neighbour and centre of each edge, safe to gather with.
         """
-        src, dst, valid = graph.src, graph.dst, graph.valid
-        if valid is not None:
-            src = torch.where(valid, src, 0)
-            dst = torch.where(valid, dst, 0)
-        diff = pos.index_select(0, src) - pos.index_select(0, dst)
-        if valid is not None:  # a scalar fill: no host-to-device copy
-            diff = torch.where(valid[:, None], diff, 2.0 * self.cutoff + 1.0)
+        # x_src − x_dst: the neighbour seen from the centre (the endpoints' roles swapped)
+        diff, dst, src = edge_vectors(pos, graph.dst, graph.src, graph.valid, self.cutoff)
         r = torch.linalg.vector_norm(diff, dim=-1)
         s = smooth_switch(r, self.config.cutoff_smooth, self.cutoff) / r
         env = torch.cat([s[:, None], diff * (s / r)[:, None]], dim=-1)

@@ -66,6 +66,7 @@ from workbench.model.fused_schnet import (
     real_edge_graph,
     warn_fallback_once,
 )
+from workbench.model.geometry import edge_vectors
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.model.schnet import MLP
@@ -224,13 +225,7 @@ class CGEGNN(nn.Module):
         src, dst : torch.Tensor, shape (E,), int64
             Indices safe to gather with.
         """
-        src, dst, valid = graph.src, graph.dst, graph.valid
-        if valid is not None:
-            src = torch.where(valid, src, 0)
-            dst = torch.where(valid, dst, 0)
-        diff = pos.index_select(0, dst) - pos.index_select(0, src)
-        if valid is not None:  # a scalar fill: no host-to-device copy (capturable)
-            diff = torch.where(valid[:, None], diff, 2.0 * self.cutoff + 1.0)
+        diff, src, dst = edge_vectors(pos, graph.src, graph.dst, graph.valid, self.cutoff)
         d = torch.linalg.vector_norm(diff, dim=-1)  # CosineCutoff: zero at and beyond r_c
         return (d / self.cutoff) ** 2, self.rbf_layer(d), self.envelope(d), src, dst
 

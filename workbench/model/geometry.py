@@ -1,6 +1,7 @@
-"""Internal coordinates of bonded terms, batched over replicas.
+"""Internal coordinates of bonded terms, batched over replicas, and the edge vectors of
+the networks' graphs.
 
-Every function takes positions ``pos`` of shape ``(R, n, 3)`` and an index
+Every bonded-term function takes positions ``pos`` of shape ``(R, n, 3)`` and an index
 tensor of shape ``(P, order)`` (bead indices within one molecule) and returns
 one feature per replica and term, shape ``(R, P)``. All are differentiable.
 
@@ -126,3 +127,40 @@ def torsions(pos: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     x = (n1 * n2).sum(-1)
     y = (torch.linalg.cross(n1, n2) * b2_unit).sum(-1)
     return torch.atan2(y, x)
+
+
+def edge_vectors(
+    pos: torch.Tensor,
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    valid: torch.Tensor | None,
+    cutoff: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x_dst − x_src`` of every edge of a graph, padding slots made harmless.
+
+    Parameters
+    ----------
+    pos : torch.Tensor, shape (N, 3), float32 or float64
+        Flattened positions of all replicas.
+    src, dst : torch.Tensor, shape (E,), int64
+        Edge endpoints; padding slots may hold any index.
+    valid : torch.Tensor, shape (E,), bool, optional
+        False for padding slots of a fixed-capacity graph; None when every slot is an edge.
+    cutoff : float
+        The network's cutoff. A padding slot's vector is ``(f, f, f)`` with
+        ``f = 2 cutoff + 1``, longer than the cutoff, so its envelope, message and
+        gradient are exactly zero (a scalar fill: no host-to-device copy, capturable).
+
+    Returns
+    -------
+    diff : torch.Tensor, shape (E, 3), ``pos.dtype``
+    src, dst : torch.Tensor, shape (E,), int64
+        Indices safe to gather with (padding slots point at node 0).
+    """
+    if valid is not None:
+        src = torch.where(valid, src, 0)
+        dst = torch.where(valid, dst, 0)
+    diff = pos.index_select(0, dst) - pos.index_select(0, src)
+    if valid is not None:
+        diff = torch.where(valid[:, None], diff, 2.0 * cutoff + 1.0)
+    return diff, src, dst

@@ -60,6 +60,7 @@ from workbench.model.fused_schnet import (
     real_edge_graph,
     warn_fallback_once,
 )
+from workbench.model.geometry import edge_vectors
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.model.schnet import MLP
@@ -302,12 +303,7 @@ class CGPaiNN(nn.Module):
         src, dst : torch.Tensor, shape (E,), int64
             Indices safe to gather with.
         """
-        if valid is not None:
-            src = torch.where(valid, src, 0)
-            dst = torch.where(valid, dst, 0)
-        diff = pos.index_select(0, dst) - pos.index_select(0, src)
-        if valid is not None:
-            diff = torch.where(valid[:, None], diff, 2.0 * self.cutoff + 1.0)
+        diff, src, dst = edge_vectors(pos, src, dst, valid, self.cutoff)
         d = torch.sqrt((diff * diff).sum(-1) + _NORM_EPS) - _NORM_SHIFT
         safe = torch.where(d > 0, d, torch.ones_like(d))
         return d, diff / safe[:, None], src, dst

@@ -35,6 +35,7 @@ from workbench.model.fused_schnet import (
     fused_path_problem,
     warn_fallback_once,
 )
+from workbench.model.geometry import edge_vectors
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.model.pytorch_tables import table_node_energies
@@ -225,12 +226,7 @@ class CGSchNet(nn.Module):
         src, dst : torch.Tensor, shape (E,), int64
             Indices safe to gather with.
         """
-        if valid is not None:
-            src = torch.where(valid, src, 0)
-            dst = torch.where(valid, dst, 0)
-        diff = pos.index_select(0, dst) - pos.index_select(0, src)
-        if valid is not None:  # a scalar fill: no host-to-device copy (capturable)
-            diff = torch.where(valid[:, None], diff, 2.0 * self.cutoff + 1.0)
+        diff, src, dst = edge_vectors(pos, src, dst, valid, self.cutoff)
         return torch.linalg.vector_norm(diff, dim=-1), src, dst
 
     def envelope(self, block: InteractionBlock, d: torch.Tensor) -> torch.Tensor:

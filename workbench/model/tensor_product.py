@@ -79,6 +79,7 @@ from torch import nn
 from workbench.model.architectures import fused_techniques
 from workbench.model.basis import CosineCutoff, ExpNormalBasis, GaussianBasis, make_cutoff
 from workbench.model.force_paths import STEP_TECHNIQUES
+from workbench.model.geometry import edge_vectors
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.model.schnet import MLP
@@ -427,13 +428,7 @@ class CGTensorProduct(nn.Module):
         src, dst : torch.Tensor, shape (E,), int64
             Indices safe to gather with (padding slots point at node 0).
         """
-        src, dst, valid = graph.src, graph.dst, graph.valid
-        if valid is not None:
-            src = torch.where(valid, src, 0)
-            dst = torch.where(valid, dst, 0)
-        diff = pos.index_select(0, dst) - pos.index_select(0, src)
-        if valid is not None:  # a scalar fill: no host-to-device copy (capturable)
-            diff = torch.where(valid[:, None], diff, 2.0 * self.cutoff + 1.0)
+        diff, src, dst = edge_vectors(pos, graph.src, graph.dst, graph.valid, self.cutoff)
         d = torch.linalg.vector_norm(diff, dim=-1)
         return self.spherical_harmonics(diff), self.rbf_layer(d), self.envelope(d), src, dst
 
