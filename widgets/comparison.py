@@ -35,7 +35,7 @@ from widgets.snapshot import RunState
 from workbench.md import LangevinIntegrator, Simulation
 from workbench.model.options import FASTEST, KernelOptions
 from workbench.model.potential import Potential
-from workbench.model.tensor_product import TP_BACKENDS
+from workbench.model.tensor_product import check_backend
 from workbench.neighbors import Graph
 from workbench.runner import PreparedRun, RunSettings, ThroughputMeter, prepare_run
 from workbench.units import FS_PER_PS
@@ -327,9 +327,10 @@ class CompareRunner(BackgroundWork):
             self.settings.tp_backend if a == "nequip" else "e3nn" for a in self.architectures))
         for side, architecture, backend in zip("AB", self.architectures, self.backends,
                                                strict=True):
-            if backend not in TP_BACKENDS:
-                raise ValueError(f"{side}: unknown tensor-product backend {backend!r}; choose "
-                                 f"from {', '.join(TP_BACKENDS)}")
+            try:
+                check_backend(backend)
+            except ValueError as exc:
+                raise ValueError(f"{side}: {exc}") from None
             if backend != "e3nn" and architecture != "nequip":
                 raise ValueError(f"{side}: tensor-product backend {backend!r} is for the "
                                  f"nequip network; {side}'s is {architecture}")

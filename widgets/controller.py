@@ -41,7 +41,7 @@ from widgets.snapshot import (
     TemperingSnapshot,
 )
 from workbench.model.options import KernelOptions
-from workbench.model.tensor_product import TP_BACKENDS
+from workbench.model.tensor_product import check_backend
 from workbench.runner import PreparedRun, RunSettings, ThroughputMeter, prepare_run
 from workbench.units import ns_per_day
 
@@ -219,9 +219,7 @@ class SimulationController(BackgroundWork):
         ValueError
             An unknown backend.
         """
-        if backend not in TP_BACKENDS:
-            raise ValueError(f"unknown tensor-product backend {backend!r}; choose from "
-                             f"{', '.join(TP_BACKENDS)}")
+        check_backend(backend)
         with self._lock:
             if self._sim is None:
                 self.settings.tp_backend = backend

@@ -29,7 +29,7 @@ from workbench.model.force_paths import (
     triton_runs_on,
 )
 from workbench.model.options import KernelOptions
-from workbench.model.tensor_product import TP_BACKENDS, backend_problem
+from workbench.model.tensor_product import backend_problem, check_backend
 
 
 def options_label(options: KernelOptions) -> str:
@@ -197,9 +197,7 @@ def usable_backend(
     ValueError
         An unknown backend.
     """
-    if requested not in TP_BACKENDS:
-        raise ValueError(f"unknown tensor-product backend {requested!r}; choose from "
-                         f"{', '.join(TP_BACKENDS)}")
+    check_backend(requested)
     if architecture != "nequip":
         network = "a prior-only potential" if architecture is None else network_name(architecture)
         return current, (f"Tensor-product backend {requested!r} refused: {network} has no "

@@ -168,6 +168,19 @@ class TensorProductConfig(NetworkConfig):
     activation: str = "silu"
 
 
+def check_backend(backend: str) -> None:
+    """Refuse a name that is not one of `TP_BACKENDS`.
+
+    Raises
+    ------
+    ValueError
+        An unknown backend, with the list of known ones.
+    """
+    if backend not in TP_BACKENDS:
+        raise ValueError(f"unknown tensor-product backend {backend!r}; choose from "
+                         f"{', '.join(TP_BACKENDS)}")
+
+
 def backend_problem(backend: str, device: torch.device | str) -> str | None:
     """Why the convolution backend ``backend`` cannot run on ``device``, or None if it can.
 
@@ -179,9 +192,7 @@ def backend_problem(backend: str, device: torch.device | str) -> str | None:
     ValueError
         An unknown backend.
     """
-    if backend not in TP_BACKENDS:
-        raise ValueError(f"unknown tensor-product backend {backend!r}; choose from "
-                         f"{', '.join(TP_BACKENDS)}")
+    check_backend(backend)
     if backend == "e3nn":
         return None
     module, pip_name = BACKEND_PACKAGES[backend]
@@ -401,9 +412,7 @@ class CGTensorProduct(nn.Module):
 
     @backend.setter
     def backend(self, name: str) -> None:
-        if name not in TP_BACKENDS:
-            raise ValueError(f"unknown tensor-product backend {name!r}; choose from "
-                             f"{', '.join(TP_BACKENDS)}")
+        check_backend(name)
         self._backend = name
 
     def backend_for(self, device: torch.device) -> str:
