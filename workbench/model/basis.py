@@ -167,3 +167,31 @@ class ExpNormalBasis(nn.Module):
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}"
+
+
+#: Radial bases by the name a network config gives (``config.basis``).
+BASES = {"gaussian": GaussianBasis, "exp-normal": ExpNormalBasis}
+
+
+def make_basis(kind: str, envelope: str, lower: float, upper: float, num_rbf: int) -> nn.Module:
+    """A network's radial basis with its default parameters.
+
+    Parameters
+    ----------
+    kind : {"gaussian", "exp-normal"}
+        A key of `BASES`.
+    envelope : str
+        The envelope inside the basis (`make_cutoff`).
+    lower, upper : float
+        The basis's range, Å (``upper`` the graph radius).
+    num_rbf : int
+        K, the number of functions.
+
+    Raises
+    ------
+    ValueError
+        An unknown basis.
+    """
+    if kind not in BASES:
+        raise ValueError(f"unknown basis {kind!r}; use 'gaussian' or 'exp-normal'")
+    return BASES[kind](make_cutoff(envelope, lower, upper), num_rbf)

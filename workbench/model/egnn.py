@@ -56,7 +56,10 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from workbench.model.basis import CosineCutoff, ExpNormalBasis, GaussianBasis, make_cutoff
+from workbench.model.basis import (
+    CosineCutoff,
+    make_basis,
+)
 from workbench.model.fused_schnet import (
     PRECISION_DTYPES,
     PackedLayers,
@@ -185,13 +188,8 @@ class CGEGNN(nn.Module):
         super().__init__()
         self.config = config = config or EGNNConfig()
         self.embedding_layer = nn.Embedding(config.embedding_size, config.hidden)
-        basis_cutoff = make_cutoff(config.basis_envelope, 0.0, config.cutoff)
-        if config.basis == "gaussian":
-            self.rbf_layer = GaussianBasis(basis_cutoff, config.num_rbf)
-        elif config.basis == "exp-normal":
-            self.rbf_layer = ExpNormalBasis(basis_cutoff, config.num_rbf)
-        else:
-            raise ValueError(f"unknown basis {config.basis!r}; use 'gaussian' or 'exp-normal'")
+        self.rbf_layer = make_basis(config.basis, config.basis_envelope, 0.0, config.cutoff,
+                                    config.num_rbf)
         self.envelope = CosineCutoff(0.0, config.cutoff)
         self.layers = nn.ModuleList(EGNNLayer(config) for _ in range(config.layers))
         self.output_network = MLP(

@@ -49,7 +49,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from workbench.model.basis import ExpNormalBasis, GaussianBasis, make_cutoff
+from workbench.model.basis import make_basis, make_cutoff
 from workbench.model.force_paths import STEP_TECHNIQUES
 from workbench.model.fused_schnet import (
     PRECISION_DTYPES,
@@ -256,13 +256,8 @@ class CGPaiNN(nn.Module):
             if int(getattr(config, name)) < 1:
                 raise ValueError(f"PaiNN {name} must be at least 1, got {getattr(config, name)}")
         self.embedding_layer = nn.Embedding(config.embedding_size, config.hidden)
-        basis_cutoff = make_cutoff(config.basis_envelope, config.cutoff_lower, config.cutoff)
-        if config.basis == "gaussian":
-            self.rbf_layer = GaussianBasis(basis_cutoff, config.num_rbf)
-        elif config.basis == "exp-normal":
-            self.rbf_layer = ExpNormalBasis(basis_cutoff, config.num_rbf)
-        else:
-            raise ValueError(f"unknown basis {config.basis!r}; use 'gaussian' or 'exp-normal'")
+        self.rbf_layer = make_basis(config.basis, config.basis_envelope, config.cutoff_lower,
+                                    config.cutoff, config.num_rbf)
         conv_cutoff = make_cutoff(config.conv_envelope, config.cutoff_lower, config.cutoff)
         self.interaction_blocks = nn.ModuleList(
             PaiNNInteraction(config, conv_cutoff) for _ in range(config.blocks)

@@ -29,7 +29,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from workbench.model.basis import ExpNormalBasis, GaussianBasis, make_cutoff
+from workbench.model.basis import make_basis, make_cutoff
 from workbench.model.fused_schnet import (
     fused_node_energies,
     fused_path_problem,
@@ -184,13 +184,8 @@ class CGSchNet(nn.Module):
         super().__init__()
         self.config = config = config or SchNetConfig()
         self.embedding_layer = nn.Embedding(config.embedding_size, config.hidden)
-        basis_cutoff = make_cutoff(config.basis_envelope, config.cutoff_lower, config.cutoff)
-        if config.basis == "gaussian":
-            self.rbf_layer = GaussianBasis(basis_cutoff, config.num_rbf)
-        elif config.basis == "exp-normal":
-            self.rbf_layer = ExpNormalBasis(basis_cutoff, config.num_rbf)
-        else:
-            raise ValueError(f"unknown basis {config.basis!r}; use 'gaussian' or 'exp-normal'")
+        self.rbf_layer = make_basis(config.basis, config.basis_envelope, config.cutoff_lower,
+                                    config.cutoff, config.num_rbf)
         self.interaction_blocks = nn.ModuleList(
             InteractionBlock(config) for _ in range(config.blocks)
         )

@@ -77,7 +77,10 @@ import torch
 from torch import nn
 
 from workbench.model.architectures import fused_techniques
-from workbench.model.basis import CosineCutoff, ExpNormalBasis, GaussianBasis, make_cutoff
+from workbench.model.basis import (
+    CosineCutoff,
+    make_basis,
+)
 from workbench.model.force_paths import STEP_TECHNIQUES
 from workbench.model.geometry import edge_vectors
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
@@ -377,13 +380,8 @@ class CGTensorProduct(nn.Module):
                              f"{config.blocks}")
         scalars = sum(m for m, ir in irreps if ir.l == 0 and ir.p == 1)
         self.embedding_layer = nn.Embedding(config.embedding_size, scalars)
-        basis_cutoff = make_cutoff(config.basis_envelope, 0.0, config.cutoff)
-        if config.basis == "gaussian":
-            self.rbf_layer = GaussianBasis(basis_cutoff, config.num_rbf)
-        elif config.basis == "exp-normal":
-            self.rbf_layer = ExpNormalBasis(basis_cutoff, config.num_rbf)
-        else:
-            raise ValueError(f"unknown basis {config.basis!r}; use 'gaussian' or 'exp-normal'")
+        self.rbf_layer = make_basis(config.basis, config.basis_envelope, 0.0, config.cutoff,
+                                    config.num_rbf)
         self.envelope = CosineCutoff(0.0, config.cutoff)
         irreps_sh = o3.Irreps.spherical_harmonics(config.lmax)
         self.spherical_harmonics = o3.SphericalHarmonics(irreps_sh, normalize=True,
