@@ -4,9 +4,10 @@ One file per machine (``h100.json``, ``h200.json``, ``cpu.json``) holds its runs
 order they were added: ``{"runs": [{"name", "environment", "command", "records"}, ...]}``,
 each run the ``bench.json`` that ``workbench bench --out FOLDER`` writes, with a name that
 says what it measured. A new measurement replaces an old one: for every GPU, network
-architecture (a record without one is SchNet) with its convolution backend (a
-tensor-product network's ``tp_backend``), configuration, model, protein and replica
-count the latest record is kept (by the run's
+architecture (a record without one is SchNet) with the backend asked for (a
+tensor-product network's ``tp_backend_requested``, a Deep Potential's
+``dp_backend_requested``; `workbench.benchmark.requested_backend`), configuration,
+model, protein and replica count the latest record is kept (by the run's
 ``environment.date``; on the same date the run added later, and within a run the later
 record). Run from the repository root::
 
@@ -24,6 +25,8 @@ import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from workbench.benchmark import network_label, requested_backend
 
 HERE = Path(__file__).resolve().parent
 PROTEINS = ["cln025", "2jof", "1yrf", "1enh", "2a3d"]  # by size: 49 to 360 beads
@@ -116,19 +119,6 @@ def load_records(folder: str | Path) -> list[dict]:
     return records
 
 
-def network(record: dict) -> str:
-    """The network column: the architecture (``"–"`` for a prior-only model), a
-    tensor-product network's with the convolution backend that ran
-    (``"nequip/openequivariance"``, and ``"nequip/e3nn (asked openequivariance)"`` where the
-    one asked for could not run)."""
-    architecture = record["architecture"] or "–"
-    backend = record.get("tp_backend")
-    if backend is None:
-        return architecture
-    requested = record.get("tp_backend_requested", backend)
-    return f"{architecture}/{backend}" + (f" (asked {requested})" if requested != backend else "")
-
-
 def _rank(record: dict) -> tuple:
     return record["date"], record["source"], record["run"], record["order"]
 
@@ -138,7 +128,7 @@ def latest(records: list[dict]) -> list[dict]:
     replica count."""
     kept: dict[tuple, dict] = {}
     for record in records:
-        key = (record["gpu"], record["architecture"], record.get("tp_backend_requested"),
+        key = (record["gpu"], record["architecture"], requested_backend(record),
                record["label"], record["model"], record["protein"], record["replicas"])
         if key not in kept or _rank(record) >= _rank(kept[key]):
             kept[key] = record
@@ -146,7 +136,7 @@ def latest(records: list[dict]) -> list[dict]:
     return sorted(kept.values(), key=lambda r: (r["gpu"], size.get(r["protein"], 99),
                                                 r["protein"], r["replicas"], r["model"],
                                                 str(r["architecture"]),
-                                str(r.get("tp_backend_requested")),
+                                str(requested_backend(r)),
                                 -r["timestep_mol_per_s"]))
 
 
@@ -246,7 +236,7 @@ def render(records: list[dict]) -> str:
             edges = r.get("edges_per_replica")
             lines.append(
                 f"| {r['protein']} | {r['beads']} | {r['replicas']:,} | "
-                f"{network(r)} | `{r['label']}` | "
+                f"{network_label(r)} | `{r['label']}` | "
                 f"{r['model']} | {r['timestep_mol_per_s']:,.0f} | {r['ns_per_day']:,.0f} | "
                 f"{peak} | {'–' if edges is None else f'{edges:,.0f}'} | {r['date']} | "
                 f"[{ref[r['source'], r['run']]}] |")

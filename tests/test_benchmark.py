@@ -9,6 +9,7 @@ from workbench.benchmark import (
     bench_cases,
     markdown_table,
     network_label,
+    requested_backend,
     run_case,
     write_results,
 )
@@ -65,6 +66,57 @@ def test_bench_cases_run_each_backend_of_nequip_only():
     with pytest.raises(SettingsError, match="tp_backend must be a comma list of e3nn"):
         bench_cases(["cln025"], [4], ["baseline"], architectures=("nequip",),
                     tp_backends=("flash",))
+
+
+def test_bench_cases_run_each_evaluator_of_dp_only():
+    cases = bench_cases(["cln025"], [4], ["baseline"], architectures=("schnet", "dp", "nequip"),
+                        tp_backends=("e3nn",), dp_backends=("engine", "deepmd"))
+    assert [c.network for c in cases] == ["schnet", "dp", "dp/deepmd", "nequip/e3nn"]
+    assert [(c.tp_backend, c.dp_backend) for c in cases] == [
+        (None, None), (None, "engine"), (None, "deepmd"), ("e3nn", None)]
+    assert [c.network for c in bench_cases(["cln025"], [4], ["baseline"],
+                                           architectures=("dp",))] == ["dp"]
+    with pytest.raises(SettingsError, match="dp_backend sets the evaluator of the dp network "
+                       r"only; add dp to --arch \(got schnet, nequip\)"):
+        bench_cases(["cln025"], [4], ["baseline"], architectures=("schnet", "nequip"),
+                    dp_backends=("deepmd",))
+    with pytest.raises(SettingsError, match=r"dp_backend must be a comma list of engine, "
+                       r"deepmd, got \['tf'\]"):
+        bench_cases(["cln025"], [4], ["baseline"], architectures=("dp",),
+                    dp_backends=("engine", "tf"))
+
+
+def test_labels_name_the_backend_that_ran_and_the_one_asked_for():
+    def dp(ran, asked):
+        return {"architecture": "dp", "dp_backend": ran, "dp_backend_requested": asked}
+
+    assert network_label(dp("deepmd", "deepmd")) == "dp/deepmd"
+    assert network_label(dp("engine", "engine")) == "dp"  # the engine's own path
+    assert network_label(dp("engine", "deepmd")) == "dp (asked deepmd)"
+    nequip = {"architecture": "nequip", "tp_backend": "e3nn",
+              "tp_backend_requested": "openequivariance"}
+    assert network_label(nequip) == "nequip/e3nn (asked openequivariance)"
+    assert requested_backend(nequip) == "openequivariance"
+    # records written before the networks had backends ran the default
+    assert network_label({"architecture": "dp"}) == "dp"
+    assert requested_backend({"architecture": "dp"}) == "engine"
+    assert requested_backend({"architecture": "schnet"}) is None
+
+
+def test_a_dp_record_says_why_deepmd_kit_did_not_run(monkeypatch):
+    from workbench.model import deepmd_interop
+
+    def missing():
+        raise ImportError("deepmd-kit's PyTorch backend does not import (no deepmd)")
+
+    monkeypatch.setattr(deepmd_interop, "_deepmd_pt", missing)
+    case = BenchCase("cln025", 2, "baseline", KernelOptions.baseline(), architecture="dp",
+                     dp_backend="deepmd")
+    record = run_case(case, device="cpu", steps=1, warmup=0, repeats=1)
+    assert (record["dp_backend"], record["dp_backend_requested"]) == ("engine", "deepmd")
+    assert "Deep Potential backend 'deepmd' unavailable (deepmd-kit's PyTorch backend does " \
+           "not import" in record["dp_backend_notice"]
+    assert "| cln025 | 49 | 2 | dp (asked deepmd) | baseline |" in markdown_table([record])
 
 
 @needs_e3nn

@@ -11,8 +11,14 @@ beads, or ``triton``). ``architecture`` records the network (``schnet``, ``painn
 (``reference``, ``triton``, or ``pytorch-tables`` where a CPU asks a CGSchNet for
 ``tabulated_filter``; a network is on ``triton`` only with one of its own kernels on,
 `workbench.model.force_paths.force_path`) and, on a CPU, ``threads`` PyTorch's intra-op
-threads. A tensor-product network's records carry ``tp_backend``, the convolution backend
-that ran (e3nn where the one asked for cannot run here), and ``tp_backend_requested``.
+threads. The records of a network with run-time backends (`workbench.runner.NETWORK_BACKENDS`)
+carry the backend that ran and the one asked for: a tensor-product network's
+``tp_backend`` (its convolution backend; e3nn where the one asked for cannot run here) and
+``tp_backend_requested``, a Deep Potential's ``dp_backend`` (``engine``, or ``deepmd``:
+deepmd-kit's own model of the same weights; the engine where deepmd-kit cannot run) and
+``dp_backend_requested``, with ``tp_backend_notice`` / ``dp_backend_notice`` saying why
+where the run was told something about it (a backend that could not run, the engine's
+techniques that deepmd-kit's model switched off).
 Peak memory is ``torch.cuda.max_memory_allocated``
 over the timed windows (``peak_memory_gb``) and over set-up and warm-up, graph capture included
 (``peak_memory_setup_gb``, what a GPU must hold to start the run). The step-time
@@ -36,8 +42,13 @@ from workbench.files import atomic_write_text
 from workbench.model.architectures import ARCHITECTURES, RESERVED_NAMES
 from workbench.model.force_paths import force_path
 from workbench.model.options import KernelOptions
-from workbench.model.tensor_product import TP_BACKENDS
-from workbench.runner import DEMO_MODEL, RunSettings, prepare_run, resolve_device
+from workbench.runner import (
+    DEMO_MODEL,
+    NETWORK_BACKENDS,
+    RunSettings,
+    prepare_run,
+    resolve_device,
+)
 from workbench.settings_error import SettingsError
 from workbench.units import ns_per_day
 
@@ -45,8 +56,9 @@ from workbench.units import ns_per_day
 @dataclass
 class BenchCase:
     """One benchmark configuration (``architecture``: the network, see
-    `RunSettings.architecture`; ``tp_backend``: a tensor-product network's convolution
-    backend, `RunSettings.tp_backend`, None for the default)."""
+    `RunSettings.architecture`; ``tp_backend``, ``dp_backend``: the backend of a network
+    that has them, `workbench.runner.NETWORK_BACKENDS`, as the `RunSettings` fields of
+    the same names; None for the default)."""
 
     protein: str
     replicas: int
@@ -55,11 +67,19 @@ class BenchCase:
     model: str | None = DEMO_MODEL
     architecture: str = "schnet"
     tp_backend: str | None = None
+    dp_backend: str | None = None
+
+    @property
+    def backend(self) -> str | None:
+        """The backend asked for the case's network, None for the default or a network
+        without backends."""
+        backends = NETWORK_BACKENDS.get(self.architecture)
+        return None if backends is None else getattr(self, backends.setting)
 
     @property
     def network(self) -> str:
-        """``"nequip/openequivariance"`` for a case of a backend, else the architecture."""
-        return self.architecture + (f"/{self.tp_backend}" if self.tp_backend else "")
+        """The network and the backend asked for (`network_name`)."""
+        return network_name(self.architecture, self.backend)
 
 
 @dataclass(frozen=True)
@@ -80,18 +100,27 @@ class BenchProtocol:
 def bench_cases(
     proteins: list[str], replicas: list[int], configs: list[str], model: str | None = DEMO_MODEL,
     architectures: tuple[str, ...] = ("schnet",), tp_backends: tuple[str, ...] | None = None,
+    dp_backends: tuple[str, ...] | None = None,
 ) -> list[BenchCase]:
-    """Every architecture × protein × replica count × configuration, a configuration being
-    a `KernelOptions.parse` name (``tables+graph``, ``all-fp16``); ``model`` None: each
-    protein's shipped model (the demo model of an architecture it is not of).
-    ``tp_backends``: the convolution backends (`TP_BACKENDS`) each configuration of the
-    ``nequip`` network runs with, one case each (the other networks run once).
+    """Every architecture × backend × protein × replica count × configuration, a
+    configuration being a `KernelOptions.parse` name (``tables+graph``, ``all-fp16``);
+    ``model`` None: each protein's shipped model (the demo model of an architecture it is
+    not of).
+
+    Parameters
+    ----------
+    tp_backends, dp_backends : tuple of str, optional
+        The backends each configuration of the network that has them
+        (`workbench.runner.NETWORK_BACKENDS`: ``nequip``'s convolution backends,
+        `workbench.model.tensor_product.TP_BACKENDS`; ``dp``'s evaluators,
+        `workbench.model.deep_potential.DP_BACKENDS`) runs with, one case each; None: its
+        default backend, the case naming none. The other networks run once.
 
     Raises
     ------
     SettingsError
         A replica count below 1, an architecture that is not registered, an unknown
-        backend, or backends without ``nequip`` among the architectures.
+        backend, or backends of a network that is not among the architectures.
     ValueError
         A configuration name that `KernelOptions.parse` does not know.
     """
@@ -101,19 +130,29 @@ def bench_cases(
     if unknown or not architectures:
         raise SettingsError("architecture", f"must be registered ({', '.join(ARCHITECTURES)}), "
                             f"got {list(unknown or architectures)}")
-    if tp_backends is not None:
-        unknown = [b for b in tp_backends if b not in TP_BACKENDS]
-        if unknown or not tp_backends:
-            raise SettingsError("tp_backend", f"must be a comma list of {', '.join(TP_BACKENDS)}, "
-                                f"got {list(unknown or tp_backends)}")
-        if "nequip" not in architectures:
-            raise SettingsError("tp_backend", "sets the convolution backend of the nequip "
-                                "network only; add nequip to --arch (got "
-                                f"{', '.join(architectures)})")
+    asked = {"tp_backend": tp_backends, "dp_backend": dp_backends}
+    for architecture, backends in NETWORK_BACKENDS.items():
+        chosen = asked[backends.setting]
+        if chosen is None:
+            continue
+        unknown = [b for b in chosen if b not in backends.choices]
+        if unknown or not chosen:
+            raise SettingsError(backends.setting, f"must be a comma list of "
+                                f"{', '.join(backends.choices)}, got {list(unknown or chosen)}")
+        if architecture not in architectures:
+            raise SettingsError(backends.setting, f"sets the {backends.role} of the "
+                                f"{architecture} network only; add {architecture} to --arch "
+                                f"(got {', '.join(architectures)})")
+
+    def cases_of(architecture: str) -> list[dict]:
+        """The backend fields of each case of ``architecture``."""
+        backends = NETWORK_BACKENDS.get(architecture)
+        chosen = None if backends is None else asked[backends.setting]
+        return [{backends.setting: b} for b in chosen] if chosen else [{}]
+
     options = {config: KernelOptions.parse(config) for config in configs}
-    return [BenchCase(p, r, c, replace(options[c]), model, a, b)
-            for a in architectures
-            for b in (tp_backends if a == "nequip" and tp_backends else (None,))
+    return [BenchCase(p, r, c, replace(options[c]), model, a, **backend)
+            for a in architectures for backend in cases_of(a)
             for p in proteins for r in replicas for c in configs]
 
 
@@ -234,7 +273,7 @@ def run_case(
         timestep_fs=timestep_fs,
         device=device,
         options=case.options,
-        tp_backend=case.tp_backend or "e3nn",
+        **{b.setting: getattr(case, b.setting) or b.default for b in NETWORK_BACKENDS.values()},
     )
     target, _ = resolve_device(device)
     if target.type == "cuda":
@@ -278,10 +317,14 @@ def run_case(
         "force_path": force_path(sim.potential.network, dev, sim.options),
         "threads": torch.get_num_threads() if dev.type == "cpu" else None,
     }
-    if sim.potential.architecture == "nequip":
-        # what ran (prepare_run keeps e3nn where the backend asked for cannot run)
-        record["tp_backend"] = prepared.settings.tp_backend
-        record["tp_backend_requested"] = case.tp_backend or "e3nn"
+    backends = NETWORK_BACKENDS.get(sim.potential.architecture)
+    if backends is not None:
+        # what ran (prepare_run keeps the default where the backend asked for cannot run)
+        setting = backends.setting
+        record[setting] = getattr(prepared.settings, setting)
+        record[f"{setting}_requested"] = getattr(case, setting) or backends.default
+        if setting in prepared.backend_notices:
+            record[f"{setting}_notice"] = prepared.backend_notices[setting]
     if launches and dev.type == "cuda":
         record["launches"] = launches_per_step(sim)
     if breakdown:
@@ -332,19 +375,38 @@ def environment() -> dict:
     }
 
 
+def network_name(architecture: str, backend: str | None = None,
+                 requested: str | None = None) -> str:
+    """A network with its backend (`workbench.runner.NETWORK_BACKENDS`):
+    ``"nequip/openequivariance"``, ``"dp/deepmd"``; the architecture alone for no backend
+    or the engine's own path (``"dp"``), and the backend ``requested`` where another ran
+    (``"nequip/e3nn (asked openequivariance)"``, ``"dp (asked deepmd)"``)."""
+    backends = NETWORK_BACKENDS.get(architecture)
+    if backends is None or backend is None:
+        return architecture
+    name = architecture if backend == backends.unnamed else f"{architecture}/{backend}"
+    return name + (f" (asked {requested})" if requested not in (None, backend) else "")
+
+
+def requested_backend(record: dict) -> str | None:
+    """The backend a record's network was asked to run with (``tp_backend_requested``,
+    ``dp_backend_requested``; the network's default for a record written before it had
+    backends), None for a network without backends."""
+    backends = NETWORK_BACKENDS.get(record.get("architecture", "schnet"))
+    return None if backends is None else record.get(f"{backends.setting}_requested",
+                                                    backends.default)
+
+
 def network_label(record: dict) -> str:
     """The network of a record: its ``architecture``, ``"schnet"`` for a record without one
-    (written before records named it), ``"–"`` for a prior-only model; a tensor-product
-    network's with the backend that ran, ``"nequip/openequivariance"``, and the one asked
-    for where it fell back (``"nequip/e3nn (asked openequivariance)"``)."""
+    (written before records named it), ``"–"`` for a prior-only model; with the backend
+    that ran and the one asked for (`network_name`)."""
     architecture = record.get("architecture", "schnet")
     if architecture is None:
         return "–"
-    backend = record.get("tp_backend")
-    if backend is None:
-        return architecture
-    requested = record.get("tp_backend_requested", backend)
-    return f"{architecture}/{backend}" + (f" (asked {requested})" if requested != backend else "")
+    backends = NETWORK_BACKENDS.get(architecture)
+    ran = None if backends is None else record.get(backends.setting)
+    return network_name(architecture, ran, requested_backend(record))
 
 
 def markdown_table(records: list[dict]) -> str:

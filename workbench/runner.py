@@ -191,6 +191,44 @@ class RunSettings:
                 )
 
 
+@dataclass(frozen=True)
+class NetworkBackends:
+    """A network's run-time backends: who evaluates it (or a part of it), a switch of the
+    network that one `RunSettings` field sets.
+
+    Attributes
+    ----------
+    setting : str
+        The `RunSettings` field (``"tp_backend"``); its default is the network's default
+        backend, and a benchmark record names the backend that ran under this key and the
+        one asked for under ``setting + "_requested"``.
+    choices : tuple of str
+        The backends (`workbench.model.tensor_product.TP_BACKENDS`, ...).
+    role : str
+        What the backend is, in messages (``"convolution backend"``).
+    unnamed : str or None
+        The backend that a benchmark's network label leaves out, the engine's own path
+        (``"dp"``, not ``"dp/engine"``); None: labels name every backend.
+    """
+
+    setting: str
+    choices: tuple[str, ...]
+    role: str
+    unnamed: str | None = None
+
+    @property
+    def default(self) -> str:
+        """The backend a run gets when none is asked for (the `RunSettings` default)."""
+        return RunSettings.__dataclass_fields__[self.setting].default
+
+
+#: The architectures with run-time backends (`NetworkBackends`), by name.
+NETWORK_BACKENDS = {
+    "nequip": NetworkBackends("tp_backend", TP_BACKENDS, "convolution backend"),
+    "dp": NetworkBackends("dp_backend", DP_BACKENDS, "evaluator", unnamed="engine"),
+}
+
+
 def resolve_device(device: str) -> tuple[torch.device, str | None]:
     """Pick the device; returns it and a notice to show the user (or None)."""
     if device == "auto":
@@ -350,7 +388,10 @@ def choose_potential(
 class PreparedRun:
     """A ready simulation with what the user should be told about it.
 
-    ``tempering`` drives the simulation when the settings have a temperature ladder.
+    ``tempering`` drives the simulation when the settings have a temperature ladder;
+    ``backend_notices`` holds, by `NetworkBackends.setting`, what the user is told about
+    the network's backend (one that cannot run, techniques it switched off), also among
+    ``notices``.
     """
 
     settings: RunSettings
@@ -358,6 +399,7 @@ class PreparedRun:
     simulation: Simulation
     notices: list[str]
     tempering: ReplicaExchange | None = None
+    backend_notices: dict[str, str] = field(default_factory=dict)
 
     def advance(self, steps: int) -> None:
         """Step the run ``steps`` steps, through the replica exchange if there is one."""
@@ -443,10 +485,9 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
     path_notices = settle_options(settings.options, device, potential.network)
     backend_notice = choose_tp_backend(potential, settings.tp_backend, device)
     # what the run reports is what runs, as for the kernel options
-    settings.tp_backend = (potential.network.backend if potential.architecture == "nequip"
-                           else "e3nn")
-    settings.dp_backend = (potential.network.backend if potential.architecture == "dp"
-                           else "engine")
+    for architecture, backends in NETWORK_BACKENDS.items():
+        setattr(settings, backends.setting, potential.network.backend
+                if potential.architecture == architecture else backends.default)
     integrator = LangevinIntegrator(
         settings.timestep_fs / FS_PER_PS, settings.friction, settings.temperature
     )
@@ -475,7 +516,9 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
             f"Parallel tempering: {tempering.levels} levels ({ladder} K) × {tempering.walkers} "
             f"walkers, exchanges every {tempering.exchange_every} steps; --temperature is not used."
         )
-    return PreparedRun(settings, system, sim, notices, tempering)
+    backend_notices = {setting: notice for setting, notice in (
+        ("tp_backend", backend_notice), ("dp_backend", dp_notice)) if notice}
+    return PreparedRun(settings, system, sim, notices, tempering, backend_notices)
 
 
 def copies_notice(system: CGSystem, potential: Potential, skin: float) -> str | None:
@@ -557,7 +600,7 @@ def choose_dp_backend(potential: Potential, backend: str,
     if not dropped:
         return None
     return (f"Deep Potential backend 'deepmd': deepmd-kit's model runs, so the engine's "
-            f"{', '.join(dropped)} are switched off.")
+            f"{', '.join(dropped)} {'is' if len(dropped) == 1 else 'are'} switched off.")
 
 
 def existing_run_files(folder: Path) -> list[Path]:

@@ -21,6 +21,10 @@ from workbench.cli import main
          "to --arch"),
         (["--arch", "nequip", "--tp-backend", "e3nn,flash"],
          "--tp-backend must be a comma list of e3nn, openequivariance, cuequivariance"),
+        (["--arch", "schnet,nequip", "--dp-backend", "deepmd"],
+         "--dp-backend sets the evaluator of the dp network only; add dp to --arch"),
+        (["--arch", "dp", "--dp-backend", "engine,tf"],
+         "--dp-backend must be a comma list of engine, deepmd"),
     ],
 )
 def test_bench_refuses_bad_options_before_running(extra, message, tmp_path, capsys):
@@ -42,6 +46,27 @@ def test_bench_runs_each_backend_of_nequip_and_records_what_ran(tmp_path, capsys
     assert "| nequip/e3nn | baseline |" in table
     assert "| nequip/e3nn (asked openequivariance) | baseline |" in table
     assert "nequip/e3nn (asked openequivariance) baseline (reference)" in capsys.readouterr().out
+
+
+def test_bench_races_deepmd_kit_against_the_engine_on_the_demo_model(tmp_path, capsys):
+    pytest.importorskip("deepmd.pt.model.model", reason="needs deepmd-kit's PyTorch backend")
+    out = tmp_path / "b"
+    assert main(["bench", "--proteins", "cln025", "--replicas", "2", "--arch", "dp",
+                 "--dp-backend", "engine,deepmd", "--configs", "baseline,tabulated_filter",
+                 "--steps", "2", "--warmup", "0", "--repeats", "1", "--device", "cpu",
+                 "--out", str(out)]) == 0
+    records = json.loads((out / "bench.json").read_text())["records"]
+    assert [(r["label"], r["dp_backend_requested"], r["dp_backend"]) for r in records] == [
+        ("baseline", "engine", "engine"), ("tabulated_filter", "engine", "engine"),
+        ("baseline", "deepmd", "deepmd"), ("tabulated_filter", "deepmd", "deepmd")]
+    assert records[1]["options"]["tabulated_filter"] and "dp_backend_notice" not in records[2]
+    # deepmd-kit's model has no tables: the record says they were off
+    assert not records[3]["options"]["tabulated_filter"]
+    assert "tabulated_filter is switched off" in records[3]["dp_backend_notice"]
+    table = (out / "bench.md").read_text()
+    assert "| cln025 | 49 | 2 | dp | baseline |" in table
+    assert "| cln025 | 49 | 2 | dp/deepmd | baseline |" in table
+    assert "dp/deepmd baseline (reference)" in capsys.readouterr().out
 
 
 def test_bench_of_a_system_of_copies_records_its_size_and_search(tmp_path, capsys):

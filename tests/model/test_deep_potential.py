@@ -29,8 +29,9 @@ from workbench.model.deep_potential import (
     DeepPotentialConfig,
     fused_descriptor_problem,
     smooth_switch,
+    structure_sel,
 )
-from workbench.model.native_priors import native_priors
+from workbench.model.native_priors import demo_potential, native_priors
 from workbench.model.options import KernelOptions
 from workbench.neighbors import Graph, NeighborList
 
@@ -378,3 +379,41 @@ def test_the_network_term_scales_linearly():
     torch.testing.assert_close(after["dp"], 2.5 * before["dp"])
     for name in potential.priors:
         torch.testing.assert_close(after[name], before[name])
+
+
+# -- deepmd-kit's neighbour slots of a structure, and the demo model -----------------------------
+def test_structure_sel_holds_each_types_most_neighbours_with_headroom():
+    sys = tiny_system()
+    pos, types = sys.native_positions, sys.bead_types
+    within = (torch.cdist(pos.double(), pos.double()) < 6.0).fill_diagonal_(False)
+    most = torch.stack([(within & (types == t)[None]).sum(1).max() for t in range(25)])
+    assert structure_sel(pos, types, 6.0, 25, headroom=1.0) == [
+        max(int(n), int(t in types.tolist())) for t, n in enumerate(most)]
+    sel = structure_sel(pos, types, 6.0, 25)  # x 1.5, rounded up
+    assert sel == [-(-3 * n // 2) if n else int(t in types.tolist())
+                   for t, n in enumerate(most.tolist())]
+    assert all(sel[t] >= 1 for t in types.tolist()) and sel[0] == 0  # no type 0 in CLN025
+    with pytest.raises(ValueError, match="headroom must be at least 1"):
+        structure_sel(pos, types, 6.0, 25, headroom=0.5)
+
+
+def test_the_demo_network_has_slots_that_change_nothing_on_the_engines_paths():
+    sys = tiny_system()
+    network = demo_potential(sys, architecture="dp").network.double()
+    config = network.config
+    assert config.sel == structure_sel(sys.native_positions, sys.bead_types, config.cutoff,
+                                       config.embedding_size)
+    assert config.num_neighbors == sum(config.sel)
+    plain = CGDeepPotential(DeepPotentialConfig(**{**config.to_dict(), "sel": None})).double()
+    _, unexpected = plain.load_state_dict(network.state_dict(), strict=False)
+    assert sorted(unexpected) == ["env_mean", "env_std"]  # the identity statistics
+    pos = perturbed_positions(replicas=2, sigma=0.3, seed=3)
+    e_plain, f_plain = energy_and_forces(plain, pos)
+    e_sel, f_sel = energy_and_forces(network, pos)
+    torch.testing.assert_close(e_sel, e_plain, rtol=1e-13, atol=0)
+    torch.testing.assert_close(f_sel, f_plain, rtol=1e-12, atol=1e-13)
+    tables = KernelOptions(tabulated_filter=True)
+    graph = exact_graph(pos, network.cutoff)
+    torch.testing.assert_close(node_energies(network, pos, graph, tables),
+                               node_energies(plain, pos, graph, tables), rtol=1e-12,
+                               atol=1e-13)

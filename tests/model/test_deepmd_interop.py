@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import warnings
 
 import pytest
 import torch
@@ -42,6 +43,7 @@ from workbench.model.deepmd_interop import (
     to_deepmd,
 )
 from workbench.model.dp_tables import TABLE_TOLERANCE, embedding_table
+from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
 from workbench.runner import RunSettings, choose_dp_backend, choose_potential
 from workbench.settings_error import SettingsError
@@ -488,5 +490,22 @@ def test_the_backend_keeps_deepmd_kits_nearest_neighbours_where_sel_is_short():
     e_ref, f_ref = deepmd_reference(reference_model, pos)
     assert relative_error(engine(network, pos)[1], f_ref) > 1e-3  # the engine keeps them all
     network.backend = "deepmd"
-    e_dp, f_dp = engine(network, pos)
+    with pytest.warns(RuntimeWarning, match=r"deepmd-kit drops \d+ neighbours within the "
+                      r"cutoff .* its energies differ from the engine's path"):
+        e_dp, f_dp = engine(network, pos)
     assert relative_error(e_dp, e_ref) < 1e-13 and relative_error(f_dp, f_ref) < 1e-13
+
+
+@needs_deepmd
+def test_the_demo_model_runs_through_deepmd_kit_with_the_engines_forces():
+    potential = demo_potential(tiny_system(), architecture="dp")
+    assert choose_dp_backend(potential, "deepmd") is None
+    network = potential.network
+    pos = perturbed_positions(replicas=2, sigma=0.3, seed=7, dtype=torch.float32)
+    network.backend = "engine"
+    e_engine, f_engine = engine(network, pos)
+    network.backend = "deepmd"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no neighbour dropped: its slots have room
+        e_dp, f_dp = engine(network, pos)
+    assert relative_error(e_dp, e_engine) < 1e-5 and relative_error(f_dp, f_engine) < 1e-5

@@ -11,6 +11,7 @@ from workbench.cli.errors import UsageError
 from workbench.cli.output import folder_lock, refuse_existing
 from workbench.cli.parser import command_parser
 from workbench.model.architectures import ARCHITECTURES
+from workbench.model.deep_potential import DP_BACKENDS
 from workbench.model.options import PRESETS
 from workbench.model.tensor_product import TP_BACKENDS
 from workbench.settings_error import SettingsError
@@ -42,6 +43,14 @@ def add_parser(subparsers) -> None:
         help=f"comma list of convolution backends ({', '.join(TP_BACKENDS)}) of the nequip "
         "network (needs nequip in --arch): every config of it runs with each, the same run; "
         "a record names the backend that ran (e3nn where one cannot run here)",
+    )
+    bench.add_argument(
+        "--dp-backend", default=None,
+        help=f"comma list of Deep Potential evaluators ({', '.join(DP_BACKENDS)}) of the dp "
+        "network (needs dp in --arch): every config of it runs with each, the same run; "
+        "deepmd is deepmd-kit's own model of the same weights, with the engine's dp "
+        "techniques off; a record names the one that ran (engine where deepmd-kit cannot "
+        "run) and why",
     )
     bench.add_argument("--steps", type=int, default=200, help="timed steps per window")
     bench.add_argument("--warmup", type=int, default=30)
@@ -75,13 +84,11 @@ def execute(args) -> int:
             from None
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     architectures = tuple(a.strip() for a in args.arch.split(",") if a.strip())
-    tp_backends = None if args.tp_backend is None else tuple(
-        b.strip() for b in args.tp_backend.split(",") if b.strip())
     protocol = BenchProtocol(args.steps, args.warmup, args.repeats)
     try:
         cases = bench_cases(proteins, replicas, configs,
                             None if args.model == "shipped" else args.model, architectures,
-                            tp_backends)
+                            _backends(args.tp_backend), _backends(args.dp_backend))
     except SettingsError:
         raise
     except ValueError as error:  # a configuration name
@@ -90,6 +97,12 @@ def execute(args) -> int:
         refuse_existing([Path(args.out) / name for name in ("bench.json", "bench.md")],
                         args.overwrite)
         return run_cases(args, cases, protocol)
+
+
+def _backends(text: str | None) -> tuple[str, ...] | None:
+    """The backends of a comma list option (``--tp-backend``, ``--dp-backend``), None when
+    not given."""
+    return None if text is None else tuple(b.strip() for b in text.split(",") if b.strip())
 
 
 def run_cases(args, cases, protocol) -> int:

@@ -147,8 +147,8 @@ def add_parser(subparsers) -> None:
     run.add_argument(
         "--dp-backend", default="engine", choices=list(DP_BACKENDS),
         help="who evaluates a Deep Potential (--arch dp): engine (its own path) or deepmd "
-        "(deepmd-kit's model of the same weights: a deepmd-kit --model and deepmd-kit "
-        "installed; otherwise the engine's path runs, with a notice)",
+        "(deepmd-kit's model of the same weights: a deepmd-kit --model or the demo model, "
+        "and deepmd-kit installed; otherwise the engine's path runs, with a notice)",
     )
     run.add_argument(
         "--structures", default=None,

@@ -110,11 +110,15 @@ from workbench.model.fused_schnet import (
 from workbench.model.geometry import edge_vectors
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
-from workbench.neighbors import Graph
+from workbench.neighbors import Graph, cell_list_pairs
 
 #: Who evaluates the network (``CGDeepPotential.backend``): the engine's own path, or
 #: deepmd-kit's PyTorch model built from the same weights (`workbench.model.deepmd_interop`).
 DP_BACKENDS = ("engine", "deepmd")
+
+#: Factor on the most neighbours of a type in a structure that `structure_sel` gives as that
+#: type's slots: room for the denser packing of a run.
+SEL_HEADROOM = 1.5
 
 #: Where the ``"deepmd"`` backend's evaluator lives (``module``, ``class``), imported by name
 #: when first used: that module imports this one.
@@ -198,6 +202,43 @@ class DeepPotentialConfig(NetworkConfig):
             if sum(self.sel) != self.num_neighbors:
                 raise ValueError(f"num_neighbors must be the sum of sel ({sum(self.sel)}), "
                                  f"got {self.num_neighbors}")
+
+
+def structure_sel(positions: torch.Tensor, types: torch.Tensor, cutoff: float,
+                  embedding_size: int, headroom: float = SEL_HEADROOM) -> list[int]:
+    """deepmd-kit's neighbour slots (``sel``) for a structure: per bead type ``t``, the most
+    neighbours of type ``t`` that any bead has within ``cutoff``, times ``headroom``,
+    rounded up; at least one slot for a type of the structure, none for the others.
+
+    Parameters
+    ----------
+    positions : torch.Tensor, shape (N, 3)
+        Å (a cell-list search, `workbench.neighbors.cell_list_pairs`, so large systems of
+        copies cost ``O(N)``).
+    types : torch.Tensor, shape (N,), int64
+        Bead types, in ``[0, embedding_size)``.
+    cutoff : float
+        r_c, Å.
+    embedding_size : int
+        T, the length of ``sel``.
+    headroom : float
+        At least 1.
+
+    Returns
+    -------
+    list of int
+        Length ``embedding_size``; the config's ``num_neighbors`` must be its sum.
+    """
+    if headroom < 1.0:
+        raise ValueError(f"headroom must be at least 1, got {headroom}")
+    types = types.to(torch.long).cpu()
+    src, dst = cell_list_pairs(positions.detach().float().cpu(), cutoff)
+    counts = torch.bincount(dst * embedding_size + types.index_select(0, src),
+                            minlength=types.numel() * embedding_size)
+    most = counts.view(-1, embedding_size).amax(0)
+    present = torch.bincount(types, minlength=embedding_size) > 0
+    return [max(math.ceil(headroom * int(n)), int(here))
+            for n, here in zip(most.tolist(), present.tolist(), strict=True)]
 
 
 def smooth_switch(r: torch.Tensor, cutoff_smooth: float, cutoff: float) -> torch.Tensor:

@@ -27,13 +27,15 @@ with :class:`DeepmdFormatError` naming the option.
 deepmd-kit keeps a bead's ``Σ sel`` nearest neighbours within ``rcut`` and of those the
 ``sel[t]`` nearest of type ``t``; the engine's path keeps all of them, so the two agree
 while no bead has more neighbours of a type than that (deepmd-kit's own requirement on
-``sel``). deepmd-kit as a backend keeps what deepmd-kit keeps.
+``sel``). deepmd-kit as a backend keeps what deepmd-kit keeps, and warns when it drops
+a neighbour.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -594,7 +596,7 @@ def deepmd_backend_problem(network: CGDeepPotential) -> str | None:
     """Why deepmd-kit cannot evaluate ``network`` here (`DeepmdBackend`), or None."""
     if network.config.sel is None:
         return ("the network has no deepmd-kit neighbour lists (sel): only a converted "
-                "deepmd-kit model runs through deepmd-kit")
+                "deepmd-kit model or the demo model runs through deepmd-kit")
     try:
         _deepmd_pt()
     except ImportError as exc:
@@ -604,10 +606,11 @@ def deepmd_backend_problem(network: CGDeepPotential) -> str | None:
 
 # -- deepmd-kit as a backend ------------------------------------------------------------------
 def typed_neighbor_list(pos: torch.Tensor, kinds: torch.Tensor, graph: Graph, cutoff: float,
-                        sel: Sequence[int]) -> torch.Tensor:
+                        sel: Sequence[int]) -> tuple[torch.Tensor, int]:
     """deepmd-kit's neighbour list of the engine's graph, as its own builder makes it: of
     each centre's ``Σ sel`` nearest neighbours within ``cutoff``, those of deepmd-kit type
-    ``k`` in the ``sel[k]`` slots of block ``k``, nearest first; the rest ``-1``.
+    ``k`` in the ``sel[k]`` slots of block ``k``, nearest first; the rest ``-1``. The
+    neighbours within ``cutoff`` that find no slot are dropped, and counted.
 
     Parameters
     ----------
@@ -620,7 +623,9 @@ def typed_neighbor_list(pos: torch.Tensor, kinds: torch.Tensor, graph: Graph, cu
 
     Returns
     -------
-    torch.Tensor, shape (N, Σ sel), int64
+    nlist : torch.Tensor, shape (N, Σ sel), int64
+    dropped : int
+        Neighbours within ``cutoff`` left out (one host read).
     """
     src, dst = graph.src, graph.dst
     with torch.no_grad():
@@ -630,6 +635,7 @@ def typed_neighbor_list(pos: torch.Tensor, kinds: torch.Tensor, graph: Graph, cu
         r = torch.linalg.vector_norm(pos.index_select(0, src) - pos.index_select(0, dst), dim=-1)
         keep &= r < cutoff
         src, dst, r = src[keep], dst[keep], r[keep]
+    within = src.numel()
     order = torch.argsort(r, stable=True)  # by centre, nearest first
     order = order.index_select(0, torch.argsort(dst.index_select(0, order), stable=True))
     src, dst = src.index_select(0, order), dst.index_select(0, order)
@@ -645,7 +651,7 @@ def typed_neighbor_list(pos: torch.Tensor, kinds: torch.Tensor, graph: Graph, cu
     slot = (torch.cumsum(slots, 0) - slots).index_select(0, kind) + rank
     nlist = torch.full((pos.shape[0], int(sum(sel))), -1, dtype=torch.long, device=pos.device)
     nlist[dst[fits], slot[fits]] = src[fits]
-    return nlist
+    return nlist, within - int(fits.sum())
 
 
 def _rank(keys: torch.Tensor, count: int) -> torch.Tensor:
@@ -663,12 +669,16 @@ class DeepmdBackend:
     neighbour slots and those evaluated). All replicas form one frame of deepmd-kit's
     lower interface (``forward_common_atomic``) with the engine's graph as its neighbour
     list (`typed_neighbor_list`); forces are the engine's −∂E/∂r through deepmd-kit's
-    operations. Needs a network with ``sel`` (a converted deepmd-kit model).
+    operations. Needs a network with ``sel`` (a converted deepmd-kit model, or the demo
+    model, `workbench.model.native_priors.demo_config`). Where deepmd-kit drops
+    neighbours (a bead with more neighbours of a type than its slots), its energies differ
+    from the engine's path, which keeps them all: the first such evaluation warns.
     """
 
     def __init__(self):
         self._key = None
         self._module = None
+        self._warned = False
 
     def node_energies(self, network: CGDeepPotential, pos: torch.Tensor, types: torch.Tensor,
                       graph: Graph) -> torch.Tensor:
@@ -706,8 +716,15 @@ class DeepmdBackend:
         lookup[torch.as_tensor(kinds_used, device=pos.device)] = torch.arange(
             len(kinds_used), device=pos.device)
         kinds = lookup.index_select(0, types)
-        nlist = typed_neighbor_list(pos, kinds, graph, network.cutoff,
-                                    [sel[t] for t in kinds_used])
+        slots = [sel[t] for t in kinds_used]
+        nlist, dropped = typed_neighbor_list(pos, kinds, graph, network.cutoff, slots)
+        if dropped and not self._warned:
+            self._warned = True
+            warnings.warn(f"deepmd-kit drops {dropped} neighbours within the cutoff (a bead "
+                          f"has more neighbours of a type than its slots, sel {slots} for "
+                          f"bead types {kinds_used}): its energies differ from the engine's "
+                          "path, which keeps them all; give the model more slots",
+                          RuntimeWarning, stacklevel=2)
         coord = pos.to(network.fitting_out.dtype).reshape(1, -1)
         atomic = self._module.atomic_model.forward_common_atomic(coord, kinds[None], nlist[None])
         return atomic["energy"].reshape(-1).to(pos.dtype)

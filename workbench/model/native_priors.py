@@ -10,10 +10,13 @@ distance (so the native structure is not pushed apart).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from workbench.model.architectures import ARCHITECTURES, build_network, output_parameters
 from workbench.model.geometry import angle_cosines, bond_lengths, torsions
+from workbench.model.network_config import NetworkConfig
 from workbench.model.potential import Potential
 from workbench.model.priors import (
     ContactBarriers,
@@ -112,6 +115,30 @@ def native_priors(
     return terms
 
 
+def demo_config(system: CGSystem, architecture: str) -> NetworkConfig:
+    """The demo network's config: its config class's defaults (CGSchNet: hidden 128, filters
+    128, 3 blocks, 50 Gaussian RBF, cutoff 10 Å); a Deep Potential's with deepmd-kit's
+    neighbour slots for ``system``'s native structure
+    (`workbench.model.deep_potential.structure_sel`) and ``num_neighbors`` their sum, so
+    that deepmd-kit can evaluate it too (``--dp-backend deepmd``). Its statistics stay the
+    identity, so the slots change nothing on the engine's path.
+
+    Parameters
+    ----------
+    system : CGSystem
+    architecture : str
+        A key of `workbench.model.architectures.ARCHITECTURES`.
+    """
+    config = ARCHITECTURES[architecture].config_class()()
+    if architecture != "dp":
+        return config
+    from workbench.model.deep_potential import structure_sel
+
+    sel = structure_sel(system.native_positions, system.bead_types, config.cutoff,
+                        config.embedding_size)
+    return replace(config, sel=sel, num_neighbors=float(sum(sel)))
+
+
 def demo_potential(
     system: CGSystem,
     config=None,
@@ -129,8 +156,7 @@ def demo_potential(
     ----------
     system : CGSystem
     config : dataclass, optional
-        The network's config (of ``architecture``); default its config class's defaults
-        (CGSchNet: hidden 128, filters 128, 3 blocks, 50 Gaussian RBF, cutoff 10 Å).
+        The network's config (of ``architecture``); default `demo_config`.
     seed : int
         Seed of the weight initialisation.
     output_scale : float
@@ -148,7 +174,7 @@ def demo_potential(
     if architecture not in ARCHITECTURES:
         raise ValueError(f"unknown network architecture {architecture!r}; known: "
                          f"{sorted(ARCHITECTURES)}")
-    config = config or ARCHITECTURES[architecture].config_class()()
+    config = config or demo_config(system, architecture)
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
