@@ -83,7 +83,8 @@ def bench_cases(
 ) -> list[BenchCase]:
     """Every architecture × protein × replica count × configuration, a configuration being
     a `KernelOptions.parse` name (``tables+graph``, ``all-fp16``); ``model`` None: each
-    protein's shipped model (the demo model of an architecture it is not of).
+    protein's shipped model of the architecture (`workbench.models.shipped_model_file`; the
+    demo model of an architecture none ships of).
     ``tp_backends``: the convolution backends (`TP_BACKENDS`) each configuration of the
     ``nequip`` network runs with, one case each (the other networks run once).
 

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 from workbench.cli import main
 from workbench.cli.main import parse_arguments
@@ -74,11 +75,39 @@ def test_a_missing_recipe_is_a_usage_error(tmp_path, capsys):
 
 
 def test_every_shipped_recipe_parses_and_its_options_go_together():
-    assert {path.stem for path in RECIPES} == {"cln025", "2jof", "1yrf", "1enh", "2a3d"}
+    assert {path.stem for path in RECIPES} == {"cln025", "2jof", "1yrf", "1enh", "2a3d",
+                                               "cln025-dp"}
     for path in RECIPES:
         args = parse_arguments(["train", "--config", str(path), "--out", "o"])
-        assert args.protein == path.stem and args.generate, path
+        # <protein>.yaml, or <protein>-<architecture>.yaml for a line of another network
+        protein, _, architecture = path.stem.partition("-")
+        assert args.protein == protein and args.generate, path
+        assert (args.arch or "schnet") == (architecture or "schnet"), path
         train_options(args)  # raises SettingsError where options contradict each other
+
+
+def test_the_deep_potential_recipe_fits_one_gpu_call_and_the_fused_kernel():
+    """recipes/cln025-dp.yaml: data and training within eight minutes, a network that the
+    fused descriptor kernel runs, the CGSchNet recipe's teacher, data and priors."""
+    from workbench.model.architectures import build_network
+    from workbench.model.deep_potential import fused_descriptor_problem
+    from workbench.model.options import KernelOptions
+
+    args = parse_arguments(["train", "--config", str(ROOT / "recipes" / "cln025-dp.yaml"),
+                            "--out", "o"])
+    schnet = parse_arguments(["train", "--config", str(ROOT / "recipes" / "cln025.yaml"),
+                              "--out", "o"])
+    assert args.wall_limit <= 8 * 60 and args.time_limit < args.wall_limit
+    for key in ("epsilon", "temperatures", "replicas", "steps", "save_every",
+                "equilibration", "energy_weight"):
+        assert getattr(args, key) == getattr(schnet, key), key
+    assert args.repulsion == "cutoff"  # the wall the shipped model's card records
+    network = build_network("dp", train_options(args).network_config)
+    fused = KernelOptions.parse("fused_message_passing+tabulated_filter")
+    # a GPU, or the Triton interpreter on a CPU (tests/conftest.py)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert fused_descriptor_problem(network, device, fused) is None
+    assert network.config.embedding_widths[-1] == 64 and network.config.axis_neurons == 8
 
 
 def test_a_mapping_in_a_recipe_is_the_option_written_as_json(tmp_path):
