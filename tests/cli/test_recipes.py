@@ -88,7 +88,8 @@ def test_every_shipped_recipe_parses_and_its_options_go_together():
 
 def test_the_deep_potential_recipe_fits_one_gpu_call_and_the_fused_kernel():
     """recipes/cln025-dp.yaml: data and training within eight minutes, a network that the
-    fused descriptor kernel runs, the CGSchNet recipe's teacher, data and priors."""
+    fused descriptor kernel runs, the CGSchNet recipe's teacher, data and priors, and the
+    displaced frames new models are trained with."""
     from workbench.model.architectures import build_network
     from workbench.model.deep_potential import fused_descriptor_problem
     from workbench.model.options import KernelOptions
@@ -102,6 +103,7 @@ def test_the_deep_potential_recipe_fits_one_gpu_call_and_the_fused_kernel():
                 "equilibration", "energy_weight"):
         assert getattr(args, key) == getattr(schnet, key), key
     assert args.repulsion == "cutoff"  # the wall the shipped model's card records
+    assert args.noise == "0.1,0.2" and args.sampler_max_force == 300  # decision 0007
     network = build_network("dp", train_options(args).network_config)
     fused = KernelOptions.parse("fused_message_passing+tabulated_filter")
     # a GPU, or the Triton interpreter on a CPU (tests/conftest.py)
