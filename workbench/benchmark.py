@@ -104,8 +104,9 @@ def bench_cases(
 ) -> list[BenchCase]:
     """Every architecture × backend × protein × replica count × configuration, a
     configuration being a `KernelOptions.parse` name (``tables+graph``, ``all-fp16``);
-    ``model`` None: each protein's shipped model (the demo model of an architecture it is
-    not of).
+    ``model`` None: each protein's shipped model of the architecture
+    (`workbench.models.shipped_model_file`; the demo model of an architecture none ships
+    of).
 
     Parameters
     ----------

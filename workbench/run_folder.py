@@ -71,11 +71,14 @@ def recorded_run(name: str = "1enh-unfolding") -> Path:
 
 
 def metrics_file(folder: str | Path) -> Path:
-    """The metrics CSV of the run folder ``folder``.
+    """The metrics CSV of the run folder ``folder``, or ``folder`` itself where it is a file.
 
     ``metrics.csv`` where it is there, else ``metrics.csv.gz`` (runs kept in the
-    repository are gzipped); FileNotFoundError naming the folder where neither is.
+    repository are gzipped, some as a file of their own: ``<model>.teacher-run.csv.gz``);
+    FileNotFoundError naming the folder where neither is.
     """
+    if Path(folder).is_file():
+        return Path(folder)
     for name in ("metrics.csv", "metrics.csv.gz"):
         if (Path(folder) / name).is_file():
             return Path(folder) / name

@@ -83,7 +83,8 @@ class RunSettings:
         The network: a key of `workbench.model.architectures.ARCHITECTURES` (``"schnet"``,
         ``"painn"``, ``"egnn"``, ``"nequip"``, ``"dp"``). The untrained demo model is built with
         it (default sizes, the same priors); a model file or checkpoint must hold a network of it
-        (`check_architecture`); the shipped model is used only when it does. None: the
+        (`check_architecture`); the shipped model (the protein's line of it where one ships,
+        `workbench.models.shipped_model_file`) is used only when it does. None: the
         network a model file holds, CGSchNet for the demo model.
     tp_backend : str
         Convolution backend of a tensor-product network (``"e3nn"``,
@@ -325,7 +326,8 @@ def choose_potential(
 
     ``model``: a file, :data:`DEMO_MODEL` for the untrained demo model,
     :data:`TEACHER_MODEL` for the protein's teacher (a variant: `teacher_variant`), or None
-    for the shipped model of the bundled protein with the system's sequence (the demo model
+    for the shipped model of the bundled protein with the system's sequence (its line of
+    ``architecture`` where one ships, `workbench.models.shipped_model_file`; the demo model
     where there is none, it has not passed its validation or its network is not of
     ``architecture``). A model file made for another system is refused
     (`check_model_fits`), and so is one whose network is not of ``architecture``
@@ -354,7 +356,8 @@ def choose_potential(
         return potential, None
     # the shipped model of the bundled protein with this sequence, whatever the file's name
     protein = bundled_match(system) if model is None else None
-    shipped = None if protein is None else shipped_model_path(protein, system.mapping)
+    shipped = (None if protein is None
+               else shipped_model_path(protein, system.mapping, architecture))
     other_network = None
     if shipped is not None:
         potential = load_potential(shipped)
@@ -375,7 +378,8 @@ def choose_potential(
     if other_network is not None:
         notice += (f" The model shipped for {protein} ({shipped}) is a {other_network!r} "
                    f"network, not {architecture!r}.")
-    unvalidated = None if protein is None else shipped_model_file(protein, system.mapping)
+    unvalidated = (None if protein is None
+                   else shipped_model_file(protein, system.mapping, architecture))
     if unvalidated is not None and other_network is None:
         notice += (
             f" A trained model ships ({unvalidated}) but has not passed its validation "

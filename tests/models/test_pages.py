@@ -65,6 +65,30 @@ def test_a_card_of_another_architecture_lists_its_config(tmp_path):
     assert "| embedding | type |" in page and "CGSchNet blocks" not in page
 
 
+def test_a_deep_potential_card_renders_as_a_line_of_its_own(tmp_path):
+    """A Deep Potential shipped beside the protein's CGSchNet (``cln025-dp-v1``): its own
+    anchor and title, its config keys (unset ones left out, switches as a recipe writes
+    them), not CGSchNet's sizes."""
+    card = {key: value for key, value in CARD.items() if key != "schnet"}
+    card["model"] = "CGDeepPotential + priors fitted by Boltzmann inversion"
+    card["architecture"] = "dp"
+    card["dp"] = {"embedding_size": 25, "cutoff": 10.0, "cutoff_smooth": 8.0,
+                  "embedding_widths": [16, 32, 64], "axis_neurons": 8,
+                  "fitting_widths": [64, 64, 64], "type_one_side": False, "sel": None,
+                  "embedding": "type"}
+    page = model_section(card, Path("cln025-dp-v1.pt"), tmp_path, tmp_path)
+    assert page.startswith('<a id="cln025-dp"></a>')
+    assert "## CLN025 (CGDeepPotential): `cln025-dp-v1`" in page
+    assert ("| CGDeepPotential config | embedding_size 25, cutoff 10, cutoff_smooth 8, "
+            "embedding_widths 16 / 32 / 64, axis_neurons 8, fitting_widths 64 / 64 / 64, "
+            "type_one_side false |") in page
+    assert "sel" not in page and "CGSchNet" not in page and "| embedding | type |" in page
+    index = index_table({"cln025": (Path("cln025-v1.pt"), CARD),
+                         "cln025-dp": (Path("cln025-dp-v1.pt"), card)})
+    assert "| [CLN025](#cln025) | `cln025-v1` |" in index[2]
+    assert "| [CLN025 (CGDeepPotential)](#cln025-dp) | `cln025-dp-v1` | 0.471 |" in index[3]
+
+
 def test_the_table_lists_each_protein_with_its_long_run():
     index = index_table({"cln025": (Path("cln025-v1.pt"), CARD)})
     assert "| [CLN025](#cln025) | `cln025-v1` | 0.471 | 5,000 | 0.961 | 0.692 / 0.730 |" in index

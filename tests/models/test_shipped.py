@@ -6,11 +6,17 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from workbench.model.io import load_potential
-from workbench.models import shipped_model_file, shipped_model_path, validation_passed
+from workbench.models import (
+    shipped_model_file,
+    shipped_model_path,
+    shipped_models,
+    validation_passed,
+)
 from workbench.system import build_system
 from workbench.teacher import state_thresholds
 from workbench.training.model_card import kept_prior_settings
@@ -18,17 +24,32 @@ from workbench.training.validate import compare_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTEINS = ["cln025", "2jof", "1yrf", "1enh", "2a3d"]
+#: Every line of shipped models: each protein's own, and its lines of other architectures
+LINES = sorted(shipped_models())
 
 
-@pytest.mark.parametrize("protein", PROTEINS)
-def test_each_protein_ships_a_model_with_its_card(protein):
-    path = shipped_model_file(protein)
-    assert path is not None
+def _newest(line: str) -> tuple[Path, dict, str | None]:
+    """The newest model of a line, its card and the architecture that finds it (None for a
+    protein's own line)."""
+    path = shipped_models()[line][-1]
+    card = json.loads(path.with_suffix(".json").read_text())
+    return path, card, None if line == card["protein"] else card["architecture"]
+
+
+def test_each_protein_ships_a_model():
+    assert set(PROTEINS) <= set(LINES)
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_each_line_ships_a_model_with_its_card(line):
+    path, card, architecture = _newest(line)
+    protein = card["protein"]
+    assert shipped_model_file(protein, architecture=architecture) == path
     potential = load_potential(path)
     system = build_system(protein)
     assert potential.metadata["trained"] and potential.metadata["protein"] == protein
     assert potential.bead_types.shape[0] == system.n_beads
-    card = json.loads(path.with_suffix(".json").read_text())
+    assert potential.architecture == card.get("architecture", potential.architecture)
     assert card["teacher"]["epsilon"] > 0 and card["data"]["frames"] > 0
     assert card["training"]["val_force_rmse"] > 0
     # the training curve: every epoch, the model's it continued from first
@@ -40,7 +61,8 @@ def test_each_protein_ships_a_model_with_its_card(protein):
     validation = card["validation"]
     assert validation.get("results") or (validation.get("long_run") or {}).get("passes"), (
         "no validation against the teacher recorded")
-    assert (shipped_model_path(protein) is not None) == validation_passed(path)
+    assert (shipped_model_path(protein, architecture=architecture) is not None) == (
+        validation_passed(path))
 
 
 def test_validation_verdict_reads_every_check(tmp_path):
@@ -78,13 +100,15 @@ def test_validation_verdict_reads_every_check(tmp_path):
     assert not validation_passed(model)
 
 
-@pytest.mark.parametrize("protein", PROTEINS)
-def test_each_default_rests_on_a_long_run_reproduced_from_the_kept_metrics(protein):
-    """Every shipped model is the default, by a long run whose card figures come back from
-    the runs the repository keeps (model run and teacher run, gzipped)."""
-    path = shipped_model_file(protein)
-    long_run = json.loads(path.with_suffix(".json").read_text())["validation"]["long_run"]
-    assert shipped_model_path(protein) == path and validation_passed(path)
+@pytest.mark.parametrize("line", LINES)
+def test_each_default_rests_on_a_long_run_reproduced_from_the_kept_metrics(line):
+    """Every shipped model is the default (of its architecture, on a line of another one),
+    by a long run whose card figures come back from the runs the repository keeps (model
+    run and teacher run, gzipped)."""
+    path, card, architecture = _newest(line)
+    protein, long_run = card["protein"], card["validation"]["long_run"]
+    assert shipped_model_path(protein, architecture=architecture) == path
+    assert validation_passed(path)
     assert long_run["replicas"] == 64 and long_run["time_ps"] >= 1000
     # the card may note after the path how the run was made: "PATH (...)"
     runs = [ROOT / long_run[key].split(" (")[0] for key in ("model_run", "teacher_run")]
@@ -109,6 +133,42 @@ def test_the_newest_version_of_a_protein_is_the_shipped_one(tmp_path, monkeypatc
     assert shipped_model_file("cln025").name == "cln025-v10.pt"
     assert shipped_model_file("2jof").name == "2jof-v1.pt"  # an unversioned file is not shipped
     assert shipped_model_file("1yrf") is None and shipped_model_file("cln025", "one-bead") is None
+    # a line of another architecture: its own versions, found for that architecture alone
+    for name in ("cln025-dp-v1.pt", "cln025-dp-v2.pt"):
+        (tmp_path / "data" / name).write_bytes(b"")
+    assert [p.name for p in models.shipped_models()["cln025-dp"]] == [
+        "cln025-dp-v1.pt", "cln025-dp-v2.pt"]
+    assert shipped_model_file("cln025").name == "cln025-v10.pt"
+    assert shipped_model_file("cln025", architecture="dp").name == "cln025-dp-v2.pt"
+    # none of that architecture ships: the protein's own line (the run checks its network)
+    assert shipped_model_file("2jof", architecture="dp").name == "2jof-v1.pt"
+    assert models.model_line("cln025") == "cln025"
+
+
+def test_a_run_of_an_architecture_takes_the_shipped_model_of_it(tmp_path, monkeypatch):
+    from workbench import models
+    from workbench.model.io import save_potential
+    from workbench.model.native_priors import demo_potential
+    from workbench.runner import choose_potential
+
+    system = build_system("cln025")
+    (tmp_path / "data").mkdir()
+    passed = {"validation": {"long_run": {"passes": {"q_intersection": True}}}}
+    for name, architecture in (("cln025-v1", "schnet"), ("cln025-dp-v1", "dp")):
+        potential = demo_potential(system, architecture=architecture)
+        potential.metadata["trained"] = True
+        save_potential(potential, tmp_path / "data" / f"{name}.pt")
+        (tmp_path / "data" / f"{name}.json").write_text(json.dumps(passed))
+    # the package's data folder, for the model lookup alone (bundled structures stay found)
+    monkeypatch.setattr(models, "resources", SimpleNamespace(files=lambda _: tmp_path))
+    schnet, notice = choose_potential(system, None)
+    assert schnet.architecture == "schnet" and "cln025-v1.json" in notice
+    dp, notice = choose_potential(system, None, "dp")
+    assert dp.architecture == "dp" and dp.metadata["trained"] and "cln025-dp-v1.json" in notice
+    (tmp_path / "data" / "cln025-dp-v1.json").write_text(json.dumps({"validation": None}))
+    demo, notice = choose_potential(system, None, "dp")
+    assert demo.architecture == "dp" and not demo.metadata.get("trained")
+    assert "cln025-dp-v1.pt) but has not passed its validation" in notice
 
 
 def _strings(value):
@@ -119,10 +179,10 @@ def _strings(value):
     return [value] if isinstance(value, str) else []
 
 
-@pytest.mark.parametrize("protein", PROTEINS)
-def test_every_file_a_card_names_is_in_the_repository(protein):
+@pytest.mark.parametrize("line", LINES)
+def test_every_file_a_card_names_is_in_the_repository(line):
     """A card names files by their path in the repository, or says the file was not kept."""
-    card = json.loads(shipped_model_file(protein).with_suffix(".json").read_text())
+    _, card, _ = _newest(line)
     named = [path for text in _strings(card)
              for path in re.findall(r"(?:workbench|docs)/[\w./-]+\.[a-z]+", text)]
     assert named, "the card names none of its kept runs"

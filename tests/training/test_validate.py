@@ -187,6 +187,12 @@ def test_cli_counts_a_proteins_states_with_its_thresholds(tmp_path, capsys):
     long_run = json.loads((tmp_path / "2jof.json").read_text())["validation"]["long_run"]
     assert long_run["states"] == [0.5, 0.3] and all(long_run["passes"].values())
     assert long_run["teacher_run"] == str(tmp_path / "teacher" / "metrics.csv.gz")
+    # a kept run is a file of its own (workbench/models/validation/<model>.teacher-run.csv.gz)
+    kept = tmp_path / "2jof-v1.teacher-run.csv.gz"
+    (tmp_path / "teacher" / "metrics.csv.gz").rename(kept)
+    assert main([*args[:-1], str(kept)]) == 0
+    long_run = json.loads((tmp_path / "2jof.json").read_text())["validation"]["long_run"]
+    assert long_run["teacher_run"] == str(kept) and all(long_run["passes"].values())
 
 
 def test_cli_records_a_long_run_that_gates_the_default(tmp_path, capsys):

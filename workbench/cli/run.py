@@ -131,7 +131,7 @@ def add_parser(subparsers) -> None:
         "barrier=0.3' sets any of contact depth ε (kcal/mol), dihedral strength (× ε), "
         "smallest contact separation (residues) and desolvation barrier height (× ε)), or "
         "'demo' (the untrained "
-        "demo model); default: the shipped model of --protein",
+        "demo model); default: the shipped model of --protein (of --arch where one ships)",
     )
     run.add_argument(
         "--arch", default=None, choices=list(ARCHITECTURES),

@@ -25,7 +25,9 @@ def add_parser(subparsers) -> None:
     validate.add_argument(
         "--runs", nargs=2, default=None, metavar=("MODEL_RUN", "TEACHER_RUN"),
         help="instead of new MD: compare two run folders already made (`workbench run` with "
-        "the model and with --model teacher) and record it as the card's long run",
+        "the model and with --model teacher), or their metrics files (a kept run: "
+        "workbench/models/validation/<model>.teacher-run.csv.gz), and record it as the "
+        "card's long run",
     )
     validate.add_argument(
         "--plot", default=None, metavar="PNG",
@@ -87,7 +89,8 @@ def _validate_long_run(
     """``validate --runs``: the two runs' comparison into the card as ``long_run``, states
     counted with the Q thresholds ``states`` (folded, unfolded); with ``ends = (system,
     model potential, teacher)`` and both runs' checkpoints, also the two potentials at the
-    runs' final structures (``long_run["end_structures"]``)."""
+    runs' final structures (``long_run["end_structures"]``). A run is a folder, or its
+    metrics file (a run kept in the repository; no checkpoint, so no ``end_structures``)."""
     from workbench.md.simulation import checkpoint_positions
     from workbench.training.model_card import card_path, read_model_card, write_model_card
     from workbench.training.validate import (

@@ -112,7 +112,7 @@ def run_states(path: str | Path, basin: tuple[float, float] | None = None) -> di
         two separated peaks, a downhill one a single broad peak.
     """
     path = Path(path)
-    q, _, time_ps = series_from_metrics(metrics_file(path) if path.is_dir() else path)
+    q, _, time_ps = series_from_metrics(metrics_file(path))
     folding, unfolding = count_transitions(q)
     histogram = torch.histc(q.double(), bins=10, min=0.0, max=1.0)
     states = {
