@@ -19,22 +19,48 @@ envelope, basis ``[BLOCK_E, KP]``, the basis GEMM and the second layer's GEMM (`
 with FP32 accumulation; FP32 operands, or float16 / bfloat16 operands with the weights
 stored so), both activations, the envelope, added into a
 ``[BLOCK_E, F]`` FP32 register accumulator summed once at the end and written once: no
-atomics, deterministic, nothing of size E x F or E x K in memory.
+atomics, deterministic, nothing of size E x F or E x K in memory (but the pre-activations
+with ``saved="activations"``, below).
 
-Backward, given ``gu = dL/du [N, F]``, the same per-tile recomputation in
-`_edge_bwd_kernel`, launched twice:
+Backward, given ``gu = dL/du [N, F]``, in one of two ways (``egnn_edge(..., saved=)``):
+
+``saved="none"`` (the default): nothing per edge is kept; `_edge_bwd_kernel` evaluates each
+tile anew and is launched twice:
 
 * over the destination layout (the program owns ``i``): ``grad_xa[i] = sum_e dL/dz1_e``,
   and per edge ``g_e = dL/dd_e = C'(d) <gu[i], t2_e> + <dL/dz1_e, s'(d) wd + e'(d) Wr^T>``
   (``e'`` includes the derivative of an envelope inside the basis), written once per edge;
 * over the source layout (the program owns ``j``): ``grad_xb[j] = sum_e dL/dz1_e``.
 
-``dL/dz1_e = act'(z1_e) * ((act'(z2_e) * gu[i] C(d_e)) W2)`` is formed per tile in registers
-(one ``tl.dot`` with ``W2``; with 16-bit operands each row of ``dL/dz2`` is first divided by
-its largest magnitude, so small gradients keep their precision, and multiplied back after
-the product). `kernels.segment_reduce.edge_grad_to_positions` then sums
-``g_e (r_i - r_j) / d`` into position gradients (no atomics). Nothing per edge but ``g`` is
-stored; weights and basis parameters get no gradient.
+That is three evaluations of the edge MLP per edge (forward and two backward passes), nine
+GEMMs per edge tile in all (two forward, seven backward).
+
+``saved="activations"``: the forward (``STORE``) also writes each edge's pre-activations
+``z1_e``, ``z2_e`` (FP32, ``[E, 2, F]``, row ``e = perm[p]``, so any layout can read them),
+and the backward is one launch over the destination layout (``STORED``): per tile it reads
+``z1``, ``z2``, forms ``t2 = act(z2)``, ``act'(z2)``, ``act'(z1)`` elementwise, recomputes
+``d, C, C', e'(d)`` from positions, and writes ``grad_xa``, ``g_e`` as above and
+``dL/dz1_e`` per edge (``[E, F]`` FP32); ``grad_xb`` is then the source layout's
+`kernels.segment_reduce.segment_sum` of those rows. Four GEMMs per edge tile in all (the
+forward's two; ``dL/dz2 W2`` and ``e'(d) Wr^T``), no gather of ``xb`` in the backward.
+Why this set: ``z1`` and ``z2`` give every activation and derivative at one exponential per
+element, where recomputing ``z2`` needs the ``W2`` product and ``z1`` the basis product and
+the ``xb`` gather; storing ``t2, act'(z1), act'(z2)`` instead would be 12 F bytes per edge,
+not 8 F. The radial terms are K exponentials from 6 loaded floats per edge, cheaper to
+recompute than ``K + 3`` stored floats are to read. With the same ``z1``, ``z2`` as the
+recomputing path, values and gradients agree with it to the order of the sums over edges.
+Memory (FP32, per edge slot of ``src``, per layer): ``z`` 8 F bytes kept from the forward
+to the backward (512 B at F = 64), and ``dL/dz1`` 4 F bytes (256 B) only while one
+layer's backward runs; 1ENH x 64 (about 860k edges, F = 64) with 3 layers keeps
+3 x 440 MB = 1.32 GB, plus 220 MB at a time in the backward. The forward stores nothing
+when autograd does not record or no input requires grad (energies only).
+
+In both ways ``dL/dz1_e = act'(z1_e) * ((act'(z2_e) * gu[i] C(d_e)) W2)`` is formed per
+tile in registers (one ``tl.dot`` with ``W2``; with 16-bit operands each row of ``dL/dz2`` is
+first divided by its largest magnitude, so small gradients keep their precision, and
+multiplied back after the product). `kernels.segment_reduce.edge_grad_to_positions` then
+sums ``g_e (r_i - r_j) / d`` into position gradients (no atomics). Weights and basis
+parameters get no gradient.
 
 Padding: edges outside every CSR segment (see `kernels.csr`) are never visited; edges at or
 beyond the cutoff have ``C = C' = 0``, so they add nothing to ``u`` or to any gradient.
@@ -68,12 +94,18 @@ from kernels.radial_basis import (
     radial_reference_terms,
     reference_distances,
 )
-from kernels.segment_reduce import edge_grad_to_positions
+from kernels.segment_reduce import edge_grad_to_positions, segment_sum
 
-__all__ = ["EdgeMLPParams", "pack_edge_mlp", "egnn_edge", "egnn_edge_reference", "ACTIVATIONS"]
+__all__ = ["EdgeMLPParams", "pack_edge_mlp", "egnn_edge", "egnn_edge_reference", "ACTIVATIONS",
+           "SAVED"]
 
 #: Activations of the edge MLP the kernels implement.
 ACTIVATIONS = ("silu", "tanh")
+
+#: What `egnn_edge` keeps per edge for its backward: ``"none"`` (the edge MLP is evaluated
+#: anew, twice) or ``"activations"`` (its pre-activations ``z1``, ``z2``; see the module
+#: docstring).
+SAVED = ("none", "activations")
 
 
 @dataclass(frozen=True)
@@ -155,22 +187,35 @@ def pack_edge_mlp(Wr, wd, W2, b2, dtype=torch.float32) -> EdgeMLPParams:
 
 
 @triton.jit
-def _edge_tile(pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
-               alpha, basis_lower, env_a, env_b, env_upper, env_lower,
-               EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr, ENV_IN_BASIS: tl.constexpr,
-               ACT: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr):
-    """Recompute one tile of edges: ``(d, c, dc, dbasis, t2, dact1, dact2)``; ``c`` and
-    ``dc`` are zero on masked rows, so those rows add nothing to any sum."""
+def _edge_geometry(pos_ptr, i, j, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
+                   env_upper, env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
+                   ENV_IN_BASIS: tl.constexpr, KP: tl.constexpr):
+    """One tile's distances and radial terms ``(d, c, dc, basis, dbasis)`` from positions;
+    ``c`` and ``dc`` are zero on masked rows, so those rows add nothing to any sum."""
     _, _, _, d = edge_vector(pos_ptr, i, j, pmask)
     c, dc = edge_envelope(d, env_a, env_b, env_upper, env_lower, ENV_LOWER, ENV_IN_BASIS, True)
     c = tl.where(pmask, c, 0.0)
     dc = tl.where(pmask, dc, 0.0)
     basis, dbasis = radial_features(d, c, dc, mu_ptr, gamma_ptr, K, alpha, basis_lower, KP,
                                     EXP_NORMAL, ENV_IN_BASIS)
+    return d, c, dc, basis, dbasis
+
+
+@triton.jit
+def _edge_tile(pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
+               alpha, basis_lower, env_a, env_b, env_upper, env_lower,
+               EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr, ENV_IN_BASIS: tl.constexpr,
+               ACT: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr):
+    """Evaluate one tile of edges: ``(d, c, dc, dbasis, z1, z2, t2, dact1, dact2)`` with the
+    pre-activations ``z1``, ``z2`` and ``t2 = act(z2)`` (`_edge_geometry` for the rest)."""
+    d, c, dc, basis, dbasis = _edge_geometry(pos_ptr, i, j, pmask, mu_ptr, gamma_ptr, K, alpha,
+                                             basis_lower, env_a, env_b, env_upper, env_lower,
+                                             EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS, KP)
     z1 = xa + xb + (d * d * inv_rc2)[:, None] * wd[None, :] + mma(basis, wr, DT, PREC)
     t1, dact1 = activation_f32(z1, ACT)
-    t2, dact2 = activation_f32(mma(t1, w2t, DT, PREC) + b2[None, :], ACT)
-    return d, c, dc, dbasis, t2, dact1, dact2
+    z2 = mma(t1, w2t, DT, PREC) + b2[None, :]
+    t2, dact2 = activation_f32(z2, ACT)
+    return d, c, dc, dbasis, z1, z2, t2, dact1, dact2
 
 
 def _cfg(e, w):
@@ -182,17 +227,29 @@ def _cfg(e, w):
 _CONFIGS = pick_configs([_cfg(16, 4), _cfg(32, 4), _cfg(32, 8)], _cfg(16, 4))
 
 
-@autotune(_CONFIGS, ["num_nodes", "F", "KP", "PREC", "ACT"])
+@autotune(_CONFIGS, ["num_nodes", "F", "KP", "PREC", "ACT", "STORE"])
 @triton.jit
 def _edge_fwd_kernel(pos_ptr, xa_ptr, xb_ptr, src_ptr, ptr_ptr, perm_ptr, wr_ptr, wd_ptr,
-                     w2t_ptr, b2_ptr, out_ptr, num_nodes, inv_rc2, mu_ptr, gamma_ptr, K, alpha,
-                     basis_lower, env_a, env_b, env_upper, env_lower,
+                     w2t_ptr, b2_ptr, out_ptr, z_ptr, num_nodes, inv_rc2, mu_ptr, gamma_ptr, K,
+                     alpha, basis_lower, env_a, env_b, env_upper, env_lower,
                      EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
-                     ENV_IN_BASIS: tl.constexpr, ACT: tl.constexpr, F: tl.constexpr,
-                     KP: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
+                     ENV_IN_BASIS: tl.constexpr, ACT: tl.constexpr, STORE: tl.constexpr,
+                     F: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
                      BLOCK_E: tl.constexpr):
     """``out[i] = sum_{p in segment i} m_{perm[p]}`` for the destination node ``i`` of this
-    program (one program per node)."""
+    program (one program per node).
+
+    Arguments: ``pos_ptr`` positions ``[P, 3]``; ``xa_ptr``, ``xb_ptr`` the node parts
+    ``[P', F]``; ``src_ptr`` the edges' sources ``[E]``; ``ptr_ptr``, ``perm_ptr`` the
+    destination layout (segment bounds ``[N + 1]``, edge ids grouped by destination ``[E]``);
+    ``wr_ptr`` ``Wr^T [KP, F]``, ``wd_ptr`` ``wd [F]``, ``w2t_ptr`` ``W2^T [F, F]``,
+    ``b2_ptr`` ``b2 [F]`` (`EdgeMLPParams`; ``DT`` the GEMM operands' type, ``PREC`` the
+    FP32 product mode); ``out_ptr`` ``u [N, F]``; ``z_ptr`` ``[E, 2, F]`` FP32, written only
+    with ``STORE``: ``z1_e`` and ``z2_e`` of every visited edge ``e`` at row ``e`` (any
+    pointer otherwise); ``num_nodes`` N (an autotuning key); ``inv_rc2`` ``1 / r_c^2``; the
+    radial arguments and constexprs as `kernels.radial_basis.RadialSpec.kernel_args`;
+    ``ACT`` the activation; ``F``, ``KP`` widths; ``BLOCK_E`` edges per tile.
+    """
     f = tl.arange(0, F)
     wr = _load_weight(wr_ptr, tl.arange(0, KP), f, F, 1, DT, PREC)
     w2t = _load_weight(w2t_ptr, f, f, F, 1, DT, PREC)
@@ -211,29 +268,44 @@ def _edge_fwd_kernel(pos_ptr, xa_ptr, xb_ptr, src_ptr, ptr_ptr, perm_ptr, wr_ptr
         e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
         j = tl.load(src_ptr + e, mask=pmask, other=0).to(tl.int64)
         xb = tl.load(xb_ptr + j[:, None] * F + f[None, :], mask=pmask[:, None], other=0.0)
-        _, c, _, _, t2, _, _ = _edge_tile(
+        _, c, _, _, z1, z2, t2, _, _ = _edge_tile(
             pos_ptr, xa, xb, owner, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
             alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
             ENV_IN_BASIS, ACT, KP, DT, PREC)
         acc += t2 * c[:, None]
+        if STORE:
+            z_row = z_ptr + e[:, None] * (2 * F) + f[None, :]
+            tl.store(z_row, z1, mask=pmask[:, None])
+            tl.store(z_row + F, z2, mask=pmask[:, None])
     tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
 
 
-@autotune(_CONFIGS, ["num_nodes", "F", "KP", "PREC", "ACT", "BY_DST"])
+@autotune(_CONFIGS, ["num_nodes", "F", "KP", "PREC", "ACT", "BY_DST", "STORED"])
 @triton.jit
 def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr, perm_ptr,
-                     wr_ptr, wd_ptr, w2t_ptr, w2_ptr, b2_ptr, g_ptr, out_ptr, num_nodes, inv_rc2,
-                     mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b, env_upper,
-                     env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
+                     wr_ptr, wd_ptr, w2t_ptr, w2_ptr, b2_ptr, z_ptr, g_ptr, gz1_ptr, out_ptr,
+                     num_nodes, inv_rc2, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
+                     env_upper, env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                      ENV_IN_BASIS: tl.constexpr, ACT: tl.constexpr, BY_DST: tl.constexpr,
-                     F: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr,
-                     PREC: tl.constexpr, BLOCK_E: tl.constexpr):
+                     STORED: tl.constexpr, F: tl.constexpr, KP: tl.constexpr,
+                     DT: tl.constexpr, PREC: tl.constexpr, BLOCK_E: tl.constexpr):
     """``out[n] = sum_{p in segment n} dL/dz1_{perm[p]}`` for this program's node ``n``.
 
     ``BY_DST``: the segments are the destination layout's (``n`` is every edge's ``i``;
     ``out`` is ``grad_xa``) and ``g[e] = dL/dd_e`` is written for every visited edge; else
     the source layout's (``n`` is every edge's ``j``; ``out`` is ``grad_xb``).
+
+    ``STORED`` (with ``BY_DST`` only): ``z1``, ``z2`` are read from ``z_ptr`` (written by
+    the forward with ``STORE``) instead of evaluated from ``xa``, ``xb`` (not used), and
+    ``dL/dz1_e`` is written to row ``e`` of ``gz1_ptr [E, F]`` FP32 for the source layout's
+    sums. Otherwise ``z_ptr`` and ``gz1_ptr`` are not used (any pointer).
+
+    The other arguments as `_edge_fwd_kernel`'s, with: ``gu_ptr`` ``dL/du [N, F]`` FP32;
+    ``dst_ptr`` the edges' destinations ``[E]``; ``ptr_ptr``, ``perm_ptr`` the layout
+    ``BY_DST`` selects; ``w2_ptr`` ``W2 [F, F]`` in ``DT``; ``g_ptr`` ``[E]`` FP32;
+    ``out_ptr`` ``[N, F]`` FP32.
     """
+    tl.static_assert(BY_DST or not STORED, "stored activations: destination layout only")
     f = tl.arange(0, F)
     wr = _load_weight(wr_ptr, tl.arange(0, KP), f, F, 1, DT, PREC)
     w2t = _load_weight(w2t_ptr, f, f, F, 1, DT, PREC)
@@ -259,16 +331,25 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
         if BY_DST:
             i = owner
             j = tl.load(src_ptr + e, mask=pmask, other=0).to(tl.int64)
-            xb = tl.load(xb_ptr + j[:, None] * F + f[None, :], mask=rows, other=0.0)
         else:
             i = tl.load(dst_ptr + e, mask=pmask, other=0).to(tl.int64)
             j = owner
             xa = tl.load(xa_ptr + i[:, None] * F + f[None, :], mask=rows, other=0.0)
             gu = tl.load(gu_ptr + i[:, None] * F + f[None, :], mask=rows, other=0.0)
-        d, c, dc, dbasis, t2, dact1, dact2 = _edge_tile(
-            pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
-            alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
-            ENV_IN_BASIS, ACT, KP, DT, PREC)
+        if STORED:  # the MLP's pre-activations as the forward made them; radial terms anew
+            z_row = z_ptr + e[:, None] * (2 * F) + f[None, :]
+            _, dact1 = activation_f32(tl.load(z_row, mask=rows, other=0.0), ACT)
+            t2, dact2 = activation_f32(tl.load(z_row + F, mask=rows, other=0.0), ACT)
+            d, c, dc, _, dbasis = _edge_geometry(
+                pos_ptr, i, j, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
+                env_upper, env_lower, EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS, KP)
+        else:
+            if BY_DST:
+                xb = tl.load(xb_ptr + j[:, None] * F + f[None, :], mask=rows, other=0.0)
+            d, c, dc, dbasis, _, _, t2, dact1, dact2 = _edge_tile(
+                pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
+                alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
+                ENV_IN_BASIS, ACT, KP, DT, PREC)
         gz2 = gu * c[:, None] * dact2
         if DT != tl.float32:  # noqa: SIM300 - 16-bit: rows in the best-resolved range
             rmax = tl.max(tl.abs(gz2), axis=1)
@@ -281,6 +362,8 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
             dz1 = (2.0 * d * inv_rc2)[:, None] * wd[None, :] + mma(dbasis, wr, DT, PREC)
             g = tl.sum(gu * t2, axis=1) * dc + tl.sum(gz1 * dz1, axis=1)
             tl.store(g_ptr + e, g, mask=pmask)
+        if STORED:
+            tl.store(gz1_ptr + e[:, None] * F + f[None, :], gz1, mask=rows)
     tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
 
 
@@ -308,40 +391,49 @@ def _kernel_args(params: EdgeMLPParams, spec: RadialSpec, precision: str, activa
 
 class _EGNNEdge(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, pos, xa, xb, src, dst, csr, params, spec, precision, activation):
+    def forward(ctx, pos, xa, xb, src, dst, csr, params, spec, precision, activation, store):
         pos, xa, xb = pos.contiguous(), xa.contiguous(), xb.contiguous()
         n, F = csr.num_nodes, xa.shape[1]
         args = _kernel_args(params, spec, precision, activation, F)
         out = torch.empty(n, F, dtype=torch.float32, device=xa.device)
+        # rows of edges outside every segment are never written nor read
+        z = torch.empty(src.numel() if store else 0, 2, F, dtype=torch.float32,
+                        device=xa.device)
         if n:
             _edge_fwd_kernel[(n,)](pos, xa, xb, src, csr.dst_ptr, csr.dst_perm, out_ptr=out,
-                                   num_nodes=n, **args)
-        ctx.save_for_backward(pos, xa, xb, src, dst, *csr)
-        ctx.args, ctx.w2 = args, params.w2
+                                   z_ptr=z if store else out, num_nodes=n, STORE=store, **args)
+        ctx.save_for_backward(pos, xa, xb, src, dst, z, *csr)
+        ctx.args, ctx.w2, ctx.stored = args, params.w2, store
         return out
 
     @staticmethod
     def backward(ctx, grad_u):
-        pos, xa, xb, src, dst, *csr = ctx.saved_tensors
+        pos, xa, xb, src, dst, z, *csr = ctx.saved_tensors
         csr = GraphCSR(*csr)
         n = csr.num_nodes
         gu = grad_u.contiguous().float()
         g = torch.zeros(src.numel(), dtype=torch.float32, device=xa.device)
-        grads = []
-        for by_dst, ptr, perm in ((True, csr.dst_ptr, csr.dst_perm),
-                                  (False, csr.src_ptr, csr.src_perm)):
-            out = torch.zeros_like(xa if by_dst else xb)  # rows beyond the graph's nodes: 0
-            if n:
+        grad_xa = torch.zeros_like(xa)  # rows beyond the graph's nodes: 0
+        grad_xb = torch.zeros_like(xb)
+        if n and ctx.stored:  # one pass: grad_xb is the source layout's sums of dL/dz1
+            gz1 = torch.empty(src.numel(), xa.shape[1], dtype=torch.float32, device=xa.device)
+            _edge_bwd_kernel[(n,)](pos, xa, xb, gu, src, dst, csr.dst_ptr, csr.dst_perm,
+                                   w2_ptr=ctx.w2, z_ptr=z, g_ptr=g, gz1_ptr=gz1,
+                                   out_ptr=grad_xa, num_nodes=n, BY_DST=True, STORED=True,
+                                   **ctx.args)
+            grad_xb[:n] = segment_sum(gz1, csr.src_ptr, csr.src_perm)
+        elif n:  # two passes, each evaluating the edge MLP anew
+            for by_dst, ptr, perm, out in ((True, csr.dst_ptr, csr.dst_perm, grad_xa),
+                                           (False, csr.src_ptr, csr.src_perm, grad_xb)):
                 _edge_bwd_kernel[(n,)](pos, xa, xb, gu, src, dst, ptr, perm, w2_ptr=ctx.w2,
-                                       g_ptr=g, out_ptr=out, num_nodes=n, BY_DST=by_dst,
-                                       **ctx.args)
-            grads.append(out)
+                                       z_ptr=g, g_ptr=g, gz1_ptr=g, out_ptr=out, num_nodes=n,
+                                       BY_DST=by_dst, STORED=False, **ctx.args)
         grad_pos = edge_grad_to_positions(g, pos, src, dst, csr)
-        return grad_pos, grads[0], grads[1], None, None, None, None, None, None, None
+        return grad_pos, grad_xa, grad_xb, *(None,) * 8
 
 
 def egnn_edge(pos, xa, xb, src, dst, csr: GraphCSR, params: EdgeMLPParams, spec: RadialSpec,
-              precision: str = "tf32x3", activation: str = "silu"):
+              precision: str = "tf32x3", activation: str = "silu", saved: str = "none"):
     """Fused EGNN edge block: summed, enveloped edge-MLP messages per node (Triton).
 
     Parameters
@@ -368,24 +460,37 @@ def egnn_edge(pos, xa, xb, src, dst, csr: GraphCSR, params: EdgeMLPParams, spec:
         CUDA-core FMA; ignored by 16-bit weights. Sums onto nodes are FP32 in every mode.
     activation : {"silu", "tanh"}
         The edge MLP's activation (after both layers).
+    saved : {"none", "activations"}
+        What the forward keeps per edge for the backward (`SAVED`): nothing, the backward
+        evaluating the edge MLP anew in two passes (the default), or the pre-activations
+        ``z1``, ``z2`` (``[E, 2, F]`` FP32, 8 F bytes per edge; only when autograd records
+        and ``pos``, ``xa`` or ``xb`` requires grad), the backward then a single pass that
+        evaluates nothing twice. Values and gradients agree to round-off.
 
     Returns
     -------
     Tensor, float32 [csr.num_nodes, F]
         ``u_i = sum_{e: dst_e = i} act(act(z1_e) W2^T + b2) C(d_e)``. Gradients flow to
-        ``pos``, ``xa`` and ``xb`` only (recomputing the edge MLP per tile; see the module
-        docstring); weights and basis parameters get none.
+        ``pos``, ``xa`` and ``xb`` only (see the module docstring); weights and basis
+        parameters get none.
     """
-    return _EGNNEdge.apply(pos, xa, xb, src, dst, csr, params, spec, precision, activation)
+    if saved not in SAVED:
+        raise ValueError(f"egnn_edge saved must be one of {SAVED}, got {saved!r}")
+    # (inside the autograd function, grad mode is off and needs_input_grad ignores it)
+    store = (saved == "activations" and torch.is_grad_enabled()
+             and any(t.requires_grad for t in (pos, xa, xb)))
+    return _EGNNEdge.apply(pos, xa, xb, src, dst, csr, params, spec, precision, activation,
+                           store)
 
 
 def egnn_edge_reference(pos, xa, xb, src, dst, csr: GraphCSR, params: EdgeMLPParams,
-                        spec: RadialSpec, precision: str = "ieee", activation: str = "silu"):
+                        spec: RadialSpec, precision: str = "ieee", activation: str = "silu",
+                        saved: str = "none"):
     """PyTorch reference of `egnn_edge` (materialises E x F; computes in ``pos.dtype``).
 
     Plain autograd, so it also differentiates float64 inputs for finite-difference checks.
     Uses the packed weights (rounded to 16 bits if packed so) in ``pos.dtype``; ``precision``
-    is accepted for the same signature and changes nothing.
+    and ``saved`` are accepted for the same signature and change nothing.
     """
     act = torch.nn.functional.silu if activation == "silu" else torch.tanh
     valid = valid_edge_mask(csr)

@@ -51,7 +51,7 @@ ENVELOPE = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=False, ENV_ON_FI
                 F=128, KP=64, DT=tl.float16, PREC="tf32")
 EGNN = dict(RADIAL, xa_ptr="*fp32", xb_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i32",
             perm_ptr="*i32", wr_ptr="*fp32", wd_ptr="*fp32", w2t_ptr="*fp32", b2_ptr="*fp32",
-            out_ptr="*fp32", num_nodes="i32", inv_rc2="fp32")
+            out_ptr="*fp32", z_ptr="*fp32", num_nodes="i32", inv_rc2="fp32")
 EGNN_VARIANT = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=True, ACT="silu", F=64,
                     KP=32, DT=tl.float32, PREC="tf32x3", BLOCK_E=16)
 EGNN_16 = dict(EGNN, wr_ptr="*fp16", w2t_ptr="*fp16")
@@ -81,17 +81,24 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
         dict(RADIAL, **FILTER, gu_ptr="*fp32", src_ptr="*i64", dst_ptr="*i64",
              order_ptr="*i32", count_ptr="*i32", w2t_ptr="*fp16", g_ptr="*fp32", E="i32"),
         [dict(ENVELOPE, PAIRS=True, BLOCK_E=16, FC=32)]),
-    "EGNN edge forward": (_edge_fwd_kernel, EGNN, [EGNN_VARIANT]),
+    # recomputing (STORE, STORED off) and stored-activation variants
+    "EGNN edge forward": (_edge_fwd_kernel, EGNN,
+                          [dict(EGNN_VARIANT, STORE=store) for store in (False, True)]),
     "EGNN edge backward": (
         _edge_bwd_kernel,
-        dict(EGNN, gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp32", g_ptr="*fp32"),
-        [dict(EGNN_VARIANT, BY_DST=by_dst) for by_dst in (True, False)]),
+        dict(EGNN, gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp32", g_ptr="*fp32",
+             gz1_ptr="*fp32"),
+        [dict(EGNN_VARIANT, BY_DST=by_dst, STORED=stored)
+         for by_dst, stored in ((True, False), (False, False), (True, True))]),
     "EGNN edge forward, fp16 operands": (
-        _edge_fwd_kernel, EGNN_16, [dict(EGNN_VARIANT, DT=tl.float16)]),
+        _edge_fwd_kernel, EGNN_16,
+        [dict(EGNN_VARIANT, DT=tl.float16, STORE=store) for store in (False, True)]),
     "EGNN edge backward, fp16 operands": (
         _edge_bwd_kernel,
-        dict(EGNN_16, gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp16", g_ptr="*fp32"),
-        [dict(EGNN_VARIANT, DT=tl.float16, BY_DST=True)]),
+        dict(EGNN_16, gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp16", g_ptr="*fp32",
+             gz1_ptr="*fp32"),
+        [dict(EGNN_VARIANT, DT=tl.float16, BY_DST=True, STORED=stored)
+         for stored in (False, True)]),
     "PaiNN message forward": (_message_fwd_kernel, PAINN, [PAINN_VARIANT]),
     "PaiNN message backward": (_message_bwd_kernel, PAINN_BWD, [PAINN_VARIANT]),
     "PaiNN message forward, fp16 operands": (

@@ -1,12 +1,14 @@
 """Fused EGNN edge block: FP32 values and gradients against the float64 reference, finite
-differences, padding and edges beyond the cutoff, argument checks."""
+differences, padding and edges beyond the cutoff, argument checks; each for both backward
+variants (`kernels.egnn_edge.SAVED`: the edge MLP evaluated anew, or its stored
+pre-activations), and the two variants against each other."""
 
 import pytest
 import torch
 from kernels_testlib import central_differences, make_graph, radial_specs, rel_err, within_cutoff
 
 from kernels import RadialSpec, egnn_edge, get_op, pack_edge_mlp
-from kernels.egnn_edge import egnn_edge_reference
+from kernels.egnn_edge import SAVED, egnn_edge_reference
 
 
 def edge_weights(K=8, F=16, seed=1, device="cpu"):
@@ -27,21 +29,24 @@ def _setup(device, spec_name, F=16, seed=0, **graph_kw):
     return g, spec, xa, xb, gu
 
 
-def _run(op, g, pos, xa, xb, params, spec, gu, precision="ieee", activation="silu"):
+def _run(op, g, pos, xa, xb, params, spec, gu, precision="ieee", activation="silu",
+         saved="none"):
     """``u`` and the gradients of ``<u, gu>`` w.r.t. ``pos``, ``xa``, ``xb``."""
     pos, xa, xb = (t.clone().requires_grad_() for t in (pos, xa, xb))
-    u = op(pos, xa, xb, g["src"], g["dst"], g["csr"], params, spec, precision, activation)
+    u = op(pos, xa, xb, g["src"], g["dst"], g["csr"], params, spec, precision, activation,
+           saved)
     grads = torch.autograd.grad((u * gu.to(u.dtype)).sum(), (pos, xa, xb))
     return (u.detach(), *grads)
 
 
+@pytest.mark.parametrize("saved", SAVED)
 @pytest.mark.parametrize("spec_name,precision,activation,F", [
     ("gauss_env", "ieee", "silu", 16), ("expnorm", "tf32x3", "silu", 32),
     ("gauss", "tf32x3", "tanh", 16), ("expnorm_lower", "ieee", "tanh", 16)])
-def test_egnn_edge_fp32_matches_reference(device, spec_name, precision, activation, F):
+def test_egnn_edge_fp32_matches_reference(device, spec_name, precision, activation, F, saved):
     g, spec, xa, xb, gu = _setup(device, spec_name, F=F)
     params = pack_edge_mlp(*edge_weights(F=F, device=device))
-    got = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu, precision, activation)
+    got = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu, precision, activation, saved)
     ref = _run(egnn_edge_reference, g, g["pos"].double(), xa.double(), xb.double(), params,
                spec, gu, activation=activation)
     for name, a, b in zip(("u", "grad_pos", "grad_xa", "grad_xb"), got, ref, strict=True):
@@ -50,26 +55,28 @@ def test_egnn_edge_fp32_matches_reference(device, spec_name, precision, activati
     assert all(bool((grad[n:] == 0).all()) for grad in got[1:])  # the padding node's rows
 
 
+@pytest.mark.parametrize("saved", SAVED)
 @pytest.mark.parametrize("dtype,bound", [("fp16", 1e-3), ("bf16", 1e-2)])
-def test_egnn_edge_16bit_operands_match_reference(device, dtype, bound):
+def test_egnn_edge_16bit_operands_match_reference(device, dtype, bound, saved):
     """16-bit GEMM operands against the float64 reference of the same rounded weights: the
     error is the rounding of the activations (fp16 ~1e-4, bf16 ~3e-3 measured)."""
     g, spec, xa, xb, gu = _setup(device, "gauss_env", seed=2)
     params = pack_edge_mlp(*edge_weights(seed=3, device=device), dtype=dtype)
     assert params.w2.dtype != torch.float32
-    got = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu)
+    got = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu, saved=saved)
     ref = _run(egnn_edge_reference, g, g["pos"].double(), xa.double(), xb.double(), params,
                spec, gu)
     for name, a, b in zip(("u", "grad_pos", "grad_xa", "grad_xb"), got, ref, strict=True):
         assert rel_err(a, b) < bound, name
 
 
-def test_egnn_edge_position_gradient_finite_differences(device):
+@pytest.mark.parametrize("saved", SAVED)
+def test_egnn_edge_position_gradient_finite_differences(device, saved):
     """Kernel gradient against central differences of the float64 reference (envelope,
     basis and d² derivatives: many edges sit close to the cutoff)."""
     g, spec, xa, xb, gu = _setup(device, "gauss_env", seed=1)
     params = pack_edge_mlp(*edge_weights(seed=2, device=device))
-    _, gp, _, _ = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu)
+    _, gp, _, _ = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu, saved=saved)
     xa64, xb64, gu64 = xa.double(), xb.double(), gu.double()
 
     def energy(p):
@@ -79,7 +86,8 @@ def test_egnn_edge_position_gradient_finite_differences(device):
     assert rel_err(gp, central_differences(energy, g["pos"].double())) < 1e-5
 
 
-def test_egnn_edge_padding_and_edges_beyond_the_cutoff_contribute_nothing(device):
+@pytest.mark.parametrize("saved", SAVED)
+def test_egnn_edge_padding_and_edges_beyond_the_cutoff_contribute_nothing(device, saved):
     """Edges in the CSR at or beyond the envelope's radius and padding slots change nothing:
     the same sums and gradients as the graph of the edges within it; NaN padding rows are
     never read."""
@@ -89,13 +97,36 @@ def test_egnn_edge_padding_and_edges_beyond_the_cutoff_contribute_nothing(device
     pos = g["pos"].clone()
     pos[n] = float("nan")
     xa[n] = xb[n] = float("nan")
-    got = _run(egnn_edge, g, pos, xa, xb, params, spec, gu)
+    got = _run(egnn_edge, g, pos, xa, xb, params, spec, gu, saved=saved)
     assert all(bool(torch.isfinite(t[:n]).all()) for t in got)
     near, lonely = within_cutoff(g, pos, spec.cutoff_upper)
-    want = _run(egnn_edge, near, pos, xa, xb, params, spec, gu)
+    want = _run(egnn_edge, near, pos, xa, xb, params, spec, gu, saved=saved)
     for a, b in zip(got, want, strict=True):
         assert rel_err(a[:n], b[:n]) < 1e-6
     assert bool((got[0][lonely] == 0).all())  # nodes whose every edge is beyond the cutoff
+
+
+@pytest.mark.parametrize("precision,dtype", [("tf32x3", "fp32"), ("tf32", "fp32"),
+                                             ("ieee", "fp32"), ("ieee", "fp16")])
+def test_egnn_edge_stored_activations_agree_with_recomputing(device, precision, dtype):
+    """Both backward variants on one graph with padding and edges beyond the cutoff: the
+    same forward and the same destination-layout terms (``grad_xa``, ``grad_pos``: the
+    stored ``z1``, ``z2`` are those the recomputing pass evaluates); ``grad_xb`` to
+    round-off (other sums; with 16-bit operands the recomputing source-layout pass's
+    interpreted products also differ from the destination layout's in the last bits,
+    1.8e-6 measured). Without a gradient to take nothing is stored, same values."""
+    g, spec, xa, xb, gu = _setup(device, "expnorm", seed=4, cutoff=8.0, drop=2)
+    params = pack_edge_mlp(*edge_weights(seed=5, device=device), dtype=dtype)
+    recomputed, stored = (_run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu, precision,
+                               saved=saved) for saved in SAVED)
+    for name, a, b in zip(("u", "grad_pos", "grad_xa"), recomputed[:3], stored[:3],
+                          strict=True):
+        assert rel_err(b, a) < 1e-6, name
+    assert rel_err(stored[3], recomputed[3]) < (1e-6 if dtype == "fp32" else 1e-5)
+    with torch.no_grad():
+        u = egnn_edge(g["pos"], xa, xb, g["src"], g["dst"], g["csr"], params, spec,
+                      precision, saved="activations")
+    assert torch.equal(u, recomputed[0])
 
 
 def test_egnn_edge_argument_checks(device):
@@ -113,6 +144,8 @@ def test_egnn_edge_argument_checks(device):
                                  envelope_on_filter=False)
     with pytest.raises(ValueError, match="envelope"):
         egnn_edge(*args, no_env)
+    with pytest.raises(ValueError, match="saved"):
+        egnn_edge(*args, spec, saved="everything")
     with pytest.raises(ValueError, match="require grad"):
         pack_edge_mlp(Wr, wd, W2, b2.clone().requires_grad_())
     with torch.no_grad():

@@ -123,10 +123,13 @@ def test_config_round_trip_and_unknown_keys():
 
 # -- fused edge kernel -------------------------------------------------------------------
 @interpreter_only
-@pytest.mark.parametrize("graph_kind", ["exact", "capacity"])
-def test_fused_edge_kernel_matches_the_reference_path(graph_kind):
-    """``capacity``: padding slots and candidate edges beyond the cutoff."""
+@pytest.mark.parametrize("graph_kind,saved", [("exact", "none"), ("capacity", "none"),
+                                              ("capacity", "activations")])
+def test_fused_edge_kernel_matches_the_reference_path(graph_kind, saved):
+    """``capacity``: padding slots and candidate edges beyond the cutoff; ``saved``: the
+    edge kernel's backward (`CGEGNN.edge_saved`)."""
     model = small_egnn(seed=6, cutoff=5.0)
+    model.edge_saved = saved
     pos = perturbed_positions(replicas=1, sigma=0.3, seed=5, dtype=torch.float32)
     n = pos.shape[1]
     graph = {

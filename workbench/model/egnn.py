@@ -46,6 +46,8 @@ The reference path materialises edge tensors (``index_add_`` aggregation). With
 with ``mlp_precision``; FP32 sums), the first edge layer split into per-node products
 ``xa = h Wi^T + b1`` and ``xb = h Wj^T``. The fused op returns
 gradients for positions and features only (forces); training uses the reference path.
+`CGEGNN.edge_saved` chooses its backward: the edge MLP evaluated anew (the default) or from
+the pre-activations the forward stored.
 """
 
 from __future__ import annotations
@@ -182,7 +184,19 @@ class CGEGNN(nn.Module):
     Parameters
     ----------
     config : EGNNConfig
+
+    Attributes
+    ----------
+    edge_saved : str
+        What the fused edge kernel keeps per edge for its backward (`kernels.egnn_edge.SAVED`,
+        ``saved`` of `kernels.egnn_edge`): ``"none"`` (the class default: the backward
+        evaluates the edge MLP anew, twice) or ``"activations"`` (the pre-activations, 8 F
+        bytes per edge and layer; one backward pass). Set on an instance to compare them
+        (``python -m benchmarks.bench_egnn_backward``); not yet timed on a GPU, so the
+        default stays. The reference path ignores it.
     """
+
+    edge_saved: str = "none"
 
     def __init__(self, config: EGNNConfig | None = None):
         super().__init__()
@@ -290,7 +304,7 @@ class CGEGNN(nn.Module):
             xa = nn.functional.linear(h, w1[:, :hidden], layer.edge_lin1.bias)
             xb = nn.functional.linear(h, w1[:, hidden : 2 * hidden])
             m = egnn_edge(pos, xa, xb, src, dst, csr, params, packed.spec,
-                          activation=self.config.activation)
+                          activation=self.config.activation, saved=self.edge_saved)
             h = layer.update(h, m)
         return self.output_network(h).squeeze(-1)
 
