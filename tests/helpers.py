@@ -44,6 +44,22 @@ interpreter_only = pytest.mark.skipif(
 )
 
 
+def _deepmd_problem() -> str | None:
+    try:
+        import deepmd.pt.model.model  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - missing, or a binary op built for another torch
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+DEEPMD_PROBLEM = _deepmd_problem()
+#: For tests of deepmd-kit's models (the ``deepmd`` extra, deepmd-kit's PyTorch backend).
+needs_deepmd = pytest.mark.skipif(
+    DEEPMD_PROBLEM is not None,
+    reason=f"needs deepmd-kit's PyTorch backend (pip install 'cg-workbench[deepmd]'; see "
+           f"docs/deep-potential.md): {DEEPMD_PROBLEM}")
+
+
 def tiny_system() -> CGSystem:
     """The smallest bundled system: CLN025, 10 residues, 49 beads."""
     return system("cln025")

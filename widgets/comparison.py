@@ -1,5 +1,7 @@
-"""A/B race of two kernel configurations, two network architectures, or two convolution
-backends of one tensor-product network, on the same system, seeds and device.
+"""A/B race of two kernel configurations, two network architectures, or two backends of one
+network (`workbench.runner.NETWORK_BACKENDS`: a tensor-product network's convolution
+backends, the engine against deepmd-kit evaluating a Deep Potential), on the same system,
+seeds and device.
 
 Both simulations start from the same coordinates with the same seed; of one architecture
 they share one potential, of two each side has the untrained demo model of its own (or the
@@ -8,9 +10,9 @@ alternating chunks, so both lines of the race plot grow together and both feel t
 machine load. Each chunk is timed on its own (with a device synchronisation), peak memory
 is taken per chunk, Q is sampled after every chunk, and the forces of both configurations
 are compared on identical coordinates at the start and at the end (sides of one potential
-only: two networks' forces differ by design). Two backends of one ``nequip`` network share
-its potential: each side's backend is set on the network before each of its chunks and
-force evaluations.
+only: two networks' forces differ by design). Two backends of one network share its
+potential: each side's backend is set on the network before each of its chunks and force
+evaluations.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import torch
 
 from widgets.background import BackgroundWork
 from widgets.kernel_switches import (
+    backend_options,
     failure_message,
-    network_backend,
+    network_backends,
     options_label,
     usable_backend,
     usable_options,
@@ -35,9 +38,15 @@ from widgets.snapshot import RunState
 from workbench.md import LangevinIntegrator, Simulation
 from workbench.model.options import FASTEST, KernelOptions
 from workbench.model.potential import Potential
-from workbench.model.tensor_product import check_backend
 from workbench.neighbors import Graph
-from workbench.runner import PreparedRun, RunSettings, ThroughputMeter, prepare_run
+from workbench.runner import (
+    NETWORK_BACKENDS,
+    PreparedRun,
+    RunSettings,
+    ThroughputMeter,
+    backends_of,
+    prepare_run,
+)
 from workbench.units import FS_PER_PS
 
 
@@ -80,8 +89,8 @@ def force_deviation(
         Neighbour graph valid for ``positions``.
     options_a, options_b : KernelOptions
     backends : (str or None, str or None)
-        Convolution backend of A and of B for a tensor-product network (None: as it is);
-        the network's own is restored afterwards.
+        Backend of A and of B for a network with run-time backends (None: as it is); the
+        network's own is restored afterwards.
     """
     network = potential.network
     kept = getattr(network, "backend", None)
@@ -123,7 +132,8 @@ class SideSnapshot:
     network : str or None
         Architecture of the side's network (None: a prior-only potential).
     backend : str or None
-        Convolution backend a tensor-product network ran with (None for other networks).
+        The backend the network ran with, for a network with run-time backends
+        (`workbench.runner.NETWORK_BACKENDS`; None for other networks).
     requested_backend : str or None
         The backend asked for; it differs from ``backend`` where the side fell back.
     label : str
@@ -165,7 +175,8 @@ class SideSnapshot:
 
     @property
     def network_label(self) -> str:
-        """``"egnn"``, ``"nequip/openequivariance"`` (with its backend), ``"priors only"``."""
+        """``"egnn"``, ``"nequip/openequivariance"``, ``"dp/deepmd"`` (with its backend),
+        ``"priors only"``."""
         name = self.network or "priors only"
         return name if self.backend is None else f"{name}/{self.backend}"
 
@@ -289,18 +300,21 @@ class CompareRunner(BackgroundWork):
     architectures : (str, str), optional
         Network architecture of A and of B (default both ``settings.architecture``); two
         different ones race two networks, each prepared from the settings with its own.
-    backends : (str, str), optional
-        Convolution backend (`TP_BACKENDS`) of A and of B, for a side whose network is
-        ``nequip`` (default ``settings.tp_backend`` for such a side); two of one ``nequip``
-        network race its backends on one potential. A backend that cannot run on the
-        device is refused with its reason and the side runs e3nn (no speedup is shown).
+    backends : (str or None, str or None), optional
+        Backend of A and of B (`workbench.runner.NETWORK_BACKENDS`), for a side whose network
+        has run-time backends (None, the default: the settings' backend of that network,
+        ``settings.tp_backend`` or ``settings.dp_backend``); two of one network race its
+        backends on one potential. A backend that cannot run on the device is refused with
+        its reason and the side runs the network's default (no speedup is shown). A side
+        on deepmd-kit's model runs none of the engine's techniques of the network: they
+        are off in what it asks for, and a message says so.
 
     Raises
     ------
     SettingsError
         An architecture that is not registered.
     ValueError
-        An unknown backend, or one other than e3nn for a side that is not ``nequip``.
+        A backend of no network, or of another network than its side's.
     """
 
     thread_name = "workbench-compare"
@@ -323,17 +337,22 @@ class CompareRunner(BackgroundWork):
         self.architectures = tuple(architectures or (settings.architecture or "schnet",) * 2)
         for architecture in self.architectures:  # refused here, not in the worker
             replace(self.settings, architecture=architecture)
-        self.backends = tuple(backends or (
-            self.settings.tp_backend if a == "nequip" else "e3nn" for a in self.architectures))
-        for side, architecture, backend in zip("AB", self.architectures, self.backends,
-                                               strict=True):
-            try:
-                check_backend(backend)
-            except ValueError as exc:
-                raise ValueError(f"{side}: {exc}") from None
-            if backend != "e3nn" and architecture != "nequip":
-                raise ValueError(f"{side}: tensor-product backend {backend!r} is for the "
-                                 f"nequip network; {side}'s is {architecture}")
+        chosen = []
+        for side, architecture, backend in zip("AB", self.architectures,
+                                               backends or (None, None), strict=True):
+            if backend is None:
+                own = NETWORK_BACKENDS.get(architecture)
+                backend = None if own is None else getattr(self.settings, own.setting)
+            else:
+                try:
+                    owner = backends_of(backend).architecture
+                except ValueError as exc:
+                    raise ValueError(f"{side}: {exc}") from None
+                if owner != architecture:
+                    raise ValueError(f"{side}: {backend!r} is a backend of the {owner} "
+                                     f"network; {side}'s is {architecture}")
+            chosen.append(backend)
+        self.backends = tuple(chosen)
         self.options_a = replace(options_a)
         self.options_b = replace(options_b)
         self.steps = int(steps)
@@ -391,7 +410,8 @@ class CompareRunner(BackgroundWork):
         # a race of kernel switches: both sides at one temperature, without exchanges
         arch_a, arch_b = self.architectures
         settings = replace(self.settings, options=KernelOptions.baseline(), ladder=None,
-                           architecture=arch_a, tp_backend="e3nn")
+                           architecture=arch_a,
+                           **{b.setting: b.default for b in NETWORK_BACKENDS.values()})
         prepared = self._prepare(settings)
         notices = list(prepared.notices)
         sim_a = prepared.simulation
@@ -404,17 +424,19 @@ class CompareRunner(BackgroundWork):
         sides = []
         for name, sim, requested, backend in (("A", sim_a, self.options_a, self.backends[0]),
                                               ("B", sim_b, self.options_b, self.backends[1])):
-            sim.options, message = usable_options(requested, sim.device,
+            side = _Side(name, sim, ThroughputMeter(sim.replicas, self.settings.timestep_fs,
+                                                    sim.device), requested)
+            own = network_backends(sim.potential)
+            if own is not None:
+                side.requested_backend = backend or own.default
+                side.backend, refusal = usable_backend(side.requested_backend, sim.device,
+                                                       sim.potential, own.default)
+                side.requested, notice = backend_options(own, side.backend, requested)
+                self._messages += [f"{name}: {m}" for m in (refusal, notice) if m]
+            sim.options, message = usable_options(side.requested, sim.device,
                                                   sim.potential.architecture)
             if message:
                 self._messages.append(f"{name}: {message}")
-            side = _Side(name, sim, ThroughputMeter(sim.replicas, self.settings.timestep_fs,
-                                                    sim.device), requested)
-            if network_backend(sim.potential) is not None:
-                side.requested_backend = backend
-                side.backend, message = usable_backend(backend, sim.device, "nequip", "e3nn")
-                if message:
-                    self._messages.append(f"{name}: {message}")
             sides.append(side)
         with self._lock:
             self._messages[:0] = notices
@@ -459,17 +481,18 @@ class CompareRunner(BackgroundWork):
         sim, meter = side.sim, side.meter
         if sim.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(sim.device)
-        if side.backend is not None:  # the sides of one nequip network share it
+        if side.backend is not None:  # the sides of one network share it
             sim.potential.network.backend = side.backend
         meter.synchronize()
         start = self._clock()
         try:
             sim.step(steps)
         except Exception as exc:
-            if side.backend not in (None, "e3nn"):
-                message = (f"tensor-product backend {side.backend!r} failed "
-                           f"({type(exc).__name__}: {exc}); switched back to e3nn")
-                side.backend = sim.potential.network.backend = "e3nn"
+            own = network_backends(sim.potential)
+            if side.backend is not None and side.backend != own.default:
+                message = (f"{own.subject} {side.backend!r} failed ({type(exc).__name__}: "
+                           f"{exc}); switched back to {own.default}")
+                side.backend = sim.potential.network.backend = own.default
                 with self._lock:
                     self._messages.append(f"{side.name}: {message}")
                 return

@@ -6,8 +6,8 @@ each chunk it records throughput and memory, at every save interval the metrics
 and a frame (and, with a temperature ladder, the exchange statistics and every
 replica's temperature), and it calls the listeners (the panels), which throttle
 themselves. A run with a ladder is stepped through its replica exchange.
-Kernel switches requested from the UI, and a tensor-product network's convolution backend,
-are applied between chunks. Whatever goes
+Kernel switches requested from the UI, and the backend of a network that has run-time
+backends (`workbench.runner.NETWORK_BACKENDS`), are applied between chunks. Whatever goes
 wrong in the thread ends the run in the ``error`` state with the message kept in
 the snapshot; the thread never dies silently.
 """
@@ -28,8 +28,10 @@ import torch
 from widgets.background import BackgroundWork
 from widgets.kernel_switches import (
     KernelEvent,
+    backend_options,
     failure_message,
     network_backend,
+    network_backends,
     usable_backend,
     usable_options,
     warning_message,
@@ -41,8 +43,13 @@ from widgets.snapshot import (
     TemperingSnapshot,
 )
 from workbench.model.options import KernelOptions
-from workbench.model.tensor_product import check_backend
-from workbench.runner import PreparedRun, RunSettings, ThroughputMeter, prepare_run
+from workbench.runner import (
+    PreparedRun,
+    RunSettings,
+    ThroughputMeter,
+    backends_of,
+    prepare_run,
+)
 from workbench.units import ns_per_day
 
 #: Legal user transitions: action -> states it may start from.
@@ -208,21 +215,24 @@ class SimulationController(BackgroundWork):
             else:
                 self._pending_options = options
 
-    def set_tp_backend(self, backend: str) -> None:
-        """Request a tensor-product network's convolution backend (`TP_BACKENDS`); a running
-        simulation takes it at its next chunk, or keeps its backend with the reason where
-        it cannot run there (a message and a switch event say which). Before the run is
-        built it is the run's ``settings.tp_backend``.
+    def set_backend(self, backend: str) -> None:
+        """Request the network's backend (`workbench.runner.NETWORK_BACKENDS`: a
+        tensor-product network's convolution backend, who evaluates a Deep Potential); a
+        running simulation takes it at its next chunk, or keeps its backend with the reason
+        where it cannot run there (a message and a switch event say which). A Deep
+        Potential that goes to deepmd-kit's model switches off the engine's own techniques
+        of the network in the run's options, and says so. Before the run is built it is the
+        run's setting (``settings.tp_backend``, ``settings.dp_backend``).
 
         Raises
         ------
         ValueError
-            An unknown backend.
+            A backend of no network.
         """
-        check_backend(backend)
+        setting = backends_of(backend).setting
         with self._lock:
             if self._sim is None:
-                self.settings.tp_backend = backend
+                setattr(self.settings, setting, backend)
             else:
                 self._pending_backend = backend
 
@@ -246,7 +256,7 @@ class SimulationController(BackgroundWork):
                 system=getattr(sim, "system", None),
                 cutoff=float(getattr(getattr(sim, "potential", None), "cutoff", 0.0)),
                 options=replace(sim.options) if sim is not None else self.settings.options,
-                tp_backend=network_backend(sim.potential) if sim is not None else None,
+                backend=network_backend(sim.potential) if sim is not None else None,
                 events=tuple(self._events),
                 frozen=tuple(sim.frozen_report()) if sim is not None else (),
                 mean_timestep_mol_per_s=mean,
@@ -344,6 +354,10 @@ class SimulationController(BackgroundWork):
         if requested is None or requested == sim.options:
             return
         applied, message = usable_options(requested, sim.device, sim.potential.architecture)
+        backends = network_backends(sim.potential)
+        if backends is not None:  # what the network's backend does not run stays off
+            applied, notice = backend_options(backends, sim.potential.network.backend, applied)
+            message = " ".join(m for m in (message, notice) if m) or None
         self._switch(sim, requested, applied, message)
 
     def _apply_pending_backend(self, sim) -> None:
@@ -352,13 +366,15 @@ class SimulationController(BackgroundWork):
         current = network_backend(sim.potential)
         if requested is None or requested == current:
             return
-        applied, message = usable_backend(requested, sim.device, sim.potential.architecture,
-                                          current)
+        applied, message = usable_backend(requested, sim.device, sim.potential, current)
+        before = sim.options
         if applied != current:
             sim.potential.network.backend = applied
+            sim.options, message = backend_options(network_backends(sim.potential), applied,
+                                                   before, current)
         with self._lock:
             wall = self._clock() - self._started_at
-            self._events.append(KernelEvent(sim.step_count, wall, sim.options, sim.options,
+            self._events.append(KernelEvent(sim.step_count, wall, before, sim.options,
                                             message, backend=applied,
                                             requested_backend=requested))
             if message:
@@ -370,13 +386,15 @@ class SimulationController(BackgroundWork):
                 self._seconds_per_step = None
 
     def _backend_failed(self, sim, backend: str, exc: BaseException) -> None:
-        sim.potential.network.backend = "e3nn"
-        message = (f"Tensor-product backend {backend!r} failed ({type(exc).__name__}: {exc}); "
-                   "switched back to e3nn.")
+        backends = network_backends(sim.potential)
+        sim.potential.network.backend = backends.default
+        message = (f"{backends.subject} {backend!r} failed ({type(exc).__name__}: {exc}); "
+                   f"switched back to {backends.default}.")
         with self._lock:
             wall = self._clock() - self._started_at
             self._events.append(KernelEvent(sim.step_count, wall, sim.options, sim.options,
-                                            message, backend="e3nn", requested_backend=backend))
+                                            message, backend=backends.default,
+                                            requested_backend=backend))
             self._kernel_messages.append(message)
             self._meter = ThroughputMeter(sim.replicas, self.settings.timestep_fs, sim.device)
             self._seconds_per_step = None
@@ -400,9 +418,9 @@ class SimulationController(BackgroundWork):
         try:
             self._step_watching_warnings(sim, steps)
         except Exception as exc:
-            backend = network_backend(sim.potential)
-            if backend not in (None, "e3nn"):
-                self._backend_failed(sim, backend, exc)
+            backends = network_backends(sim.potential)
+            if backends is not None and sim.potential.network.backend != backends.default:
+                self._backend_failed(sim, sim.potential.network.backend, exc)
                 return
             if sim.options.is_baseline:
                 raise

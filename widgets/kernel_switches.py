@@ -8,6 +8,9 @@ with a message. The fused kernels need a CUDA GPU. When a requested set of switc
 run, the run keeps the PyTorch reference path (a CGSchNet's tabulated filters, which also
 run in PyTorch, stay on) and the user gets one clear message, whether the reason is known
 in advance (no GPU, a technique the network lacks), or the engine raises or warns.
+A network with run-time backends (`workbench.runner.NETWORK_BACKENDS`: a tensor-product
+network's convolution backend, who evaluates a Deep Potential) switches its backend the
+same way, refused with the reason where it cannot run.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from workbench.model.force_paths import (
     triton_runs_on,
 )
 from workbench.model.options import KernelOptions
-from workbench.model.tensor_product import backend_problem, check_backend
+from workbench.runner import NETWORK_BACKENDS, NetworkBackends, backends_of
 
 
 def options_label(options: KernelOptions) -> str:
@@ -162,27 +165,32 @@ def warning_message(options: KernelOptions, messages: list[str]) -> str:
     return f"Kernel switch to {options_label(options)}: engine warned: " + " | ".join(messages)
 
 
+def network_backends(potential) -> NetworkBackends | None:
+    """The run-time backends of ``potential``'s network (`workbench.runner.NETWORK_BACKENDS`),
+    None for a network without."""
+    return NETWORK_BACKENDS.get(getattr(potential, "architecture", None))
+
+
 def network_backend(potential) -> str | None:
-    """The convolution backend of a tensor-product network (``network.backend``), None for
+    """The backend of a network with run-time backends (``network.backend``: a
+    tensor-product network's convolution backend, who evaluates a Deep Potential), None for
     any other network."""
-    if getattr(potential, "architecture", None) != "nequip":
-        return None
-    return potential.network.backend
+    return None if network_backends(potential) is None else potential.network.backend
 
 
 def usable_backend(
-    requested: str, device: torch.device, architecture: str | None, current: str | None
+    requested: str, device: torch.device, potential, current: str | None
 ) -> tuple[str | None, str | None]:
-    """The convolution backend a run switches to and, when it is not ``requested``, why.
+    """The backend a run's network switches to and, when it is not ``requested``, why.
 
     Parameters
     ----------
     requested : str
-        A backend of `TP_BACKENDS`.
+        A backend of `workbench.runner.NETWORK_BACKENDS`.
     device : torch.device
         Device of the simulation.
-    architecture : str or None
-        The potential's network: only ``"nequip"`` has backends.
+    potential : Potential
+        The run's potential: only a network of the backend's architecture takes it.
     current : str or None
         The backend in use (kept when ``requested`` cannot run).
 
@@ -190,28 +198,61 @@ def usable_backend(
     -------
     (str or None, str or None)
         ``(requested, None)``, or ``(current, reason)`` where the backend is refused
-        (`workbench.model.tensor_product.backend_problem`) or the network has none.
+        (`NetworkBackends.problem`) or the network is of another architecture.
 
     Raises
     ------
     ValueError
-        An unknown backend.
+        A backend of no network.
     """
-    check_backend(requested)
-    if architecture != "nequip":
+    backends = backends_of(requested)
+    if network_backends(potential) is not backends:
+        architecture = getattr(potential, "architecture", None)
         network = "a prior-only potential" if architecture is None else network_name(architecture)
-        return current, (f"Tensor-product backend {requested!r} refused: {network} has no "
-                         "tensor-product convolution (nequip only).")
-    problem = backend_problem(requested, device)
+        return current, (f"{backends.subject} {requested!r} refused: it is a backend of the "
+                         f"{backends.architecture} network only; this run's is {network}.")
+    problem = backends.problem(potential.network, requested, device)
     if problem is None:
         return requested, None
-    return current, (f"Tensor-product backend {requested!r} refused ({problem}); the run "
+    return current, (f"{backends.subject} {requested!r} refused ({problem}); the run "
                      f"keeps {current}.")
 
 
+def backend_options(
+    backends: NetworkBackends, backend: str, options: KernelOptions, before: str | None = None
+) -> tuple[KernelOptions, str | None]:
+    """The kernel switches ``options`` as a network with ``backends`` runs them on
+    ``backend``, and what the user should know about them.
+
+    Parameters
+    ----------
+    backends : NetworkBackends
+    backend : str
+        The backend the network runs now.
+    options : KernelOptions
+        The switches asked for (not changed).
+    before : str, optional
+        The backend a running simulation leaves for ``backend``.
+
+    Returns
+    -------
+    (KernelOptions, str or None)
+        ``options`` itself, or a copy without what another package's model does not run
+        (`NetworkBackends.settle_options`), with the notice; leaving such a backend for
+        the engine's, the switches stay as they are and the message says so.
+    """
+    fitted = replace(options)
+    notice = backends.settle_options(backend, fitted)
+    if notice is None and before in backends.packages and backend not in backends.packages:
+        notice = (f"{backends.subject} {backend!r}: the kernel switches stay as they are; "
+                  "switch the engine's techniques back on in the Kernels panel.")
+    return (options if fitted == options else fitted), notice
+
+
 def backend_change_label(before: str | None, requested: str, applied: str | None) -> str:
-    """``"backend e3nn→openequivariance"``, with ``" (not run)"`` where it was refused, or
-    ``"backend openequivariance→e3nn (failed)"`` where the backend in use failed."""
+    """``"backend e3nn→openequivariance"``, ``"backend engine→deepmd"``, with
+    ``" (not run)"`` where it was refused, or ``"backend openequivariance→e3nn (failed)"``
+    where the backend in use failed."""
     if before == requested and applied != requested:
         return f"backend {requested}→{applied} (failed)"
     label = f"backend {before}→{requested}"
@@ -235,8 +276,8 @@ class KernelEvent:
     message : str or None
         Why ``applied`` differs from ``requested`` (or what the engine warned).
     backend : str or None
-        A tensor-product network's convolution backend from then on (None for other
-        networks).
+        The network's backend from then on (`network_backend`; None for a network
+        without run-time backends).
     requested_backend : str or None
         The backend asked for, on a change of backend only (None otherwise); ``backend``
         differs from it where it was refused.

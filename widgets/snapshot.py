@@ -105,9 +105,11 @@ class Snapshot:
         SchNet graph radius, Å.
     options : KernelOptions
         Switches the simulation uses now.
-    tp_backend : str or None
-        Convolution backend a tensor-product network uses now (None for other networks
-        and before the simulation is built).
+    backend : str or None
+        The backend the network uses now, for a network with run-time backends
+        (`workbench.runner.NETWORK_BACKENDS`: a tensor-product network's convolution
+        backend, who evaluates a Deep Potential); None for other networks and before the
+        simulation is built.
     metrics : dict of str to numpy.ndarray
         Columns :data:`METRIC_KEYS` (decimated).
     throughput : dict of str to numpy.ndarray
@@ -142,7 +144,7 @@ class Snapshot:
     system: CGSystem | None = None
     cutoff: float = 0.0
     options: KernelOptions = field(default_factory=KernelOptions)
-    tp_backend: str | None = None
+    backend: str | None = None
     metrics: dict[str, np.ndarray] = field(default_factory=dict)
     throughput: dict[str, np.ndarray] = field(default_factory=dict)
     events: tuple[KernelEvent, ...] = ()

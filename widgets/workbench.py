@@ -63,12 +63,12 @@ class Workbench(ipw.VBox):
         settings = settings or default_settings()
         self.kernels = KernelsPanel(options=settings.options,
                                     architecture=settings.architecture or "schnet",
-                                    tp_backend=settings.tp_backend)
+                                    backends=vars(settings))
         self.launch = LaunchPanel(
             settings,
             until_stopped=until_stopped,
             options_source=lambda: self.kernels.options,
-            backend_source=lambda: self.kernels.tp_backend,
+            backend_source=lambda: self.kernels.backend_settings,
             prepare=prepare,
         )
         self.plots = LivePlots(font_size=font_size)

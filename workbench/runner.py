@@ -199,6 +199,8 @@ class NetworkBackends:
 
     Attributes
     ----------
+    architecture : str
+        The network's architecture (``"nequip"``).
     setting : str
         The `RunSettings` field (``"tp_backend"``); its default is the network's default
         backend, and a benchmark record names the backend that ran under this key and the
@@ -207,27 +209,91 @@ class NetworkBackends:
         The backends (`workbench.model.tensor_product.TP_BACKENDS`, ...).
     role : str
         What the backend is, in messages (``"convolution backend"``).
+    subject : str
+        How a message names the switch (``"Tensor-product backend"``).
+    label : str
+        The switch's short name, for a selector (``"TP backend"``).
+    problem : callable
+        ``problem(network, backend, device)``: why ``backend`` cannot evaluate ``network``
+        on ``device``, or None if it can.
     unnamed : str or None
         The backend that a benchmark's network label leaves out, the engine's own path
         (``"dp"``, not ``"dp/engine"``); None: labels name every backend.
+    packages : dict of str to str
+        The backends that evaluate the network with another package's model, and the
+        package (``{"deepmd": "deepmd-kit"}``): the engine's own techniques of the network
+        do not apply to them (`settle_options`).
     """
 
+    architecture: str
     setting: str
     choices: tuple[str, ...]
     role: str
+    subject: str
+    label: str
+    problem: Callable[[torch.nn.Module, str, torch.device], str | None]
     unnamed: str | None = None
+    packages: dict[str, str] = field(default_factory=dict)
 
     @property
     def default(self) -> str:
         """The backend a run gets when none is asked for (the `RunSettings` default)."""
         return RunSettings.__dataclass_fields__[self.setting].default
 
+    def settle_options(self, backend: str, options: KernelOptions) -> str | None:
+        """Switch off, in place, what of ``options`` the network does not run on
+        ``backend``: another package's model (`packages`) runs none of the engine's own
+        techniques of the network (`workbench.model.architectures.fused_techniques`: its
+        kernels, tables and captured steps) nor its 16-bit networks; the MD step's own
+        stay. Returns the notice for the user, or None where nothing was switched off."""
+        if backend not in self.packages:
+            return None
+        dropped = [name for name in fused_techniques(self.architecture)
+                   if getattr(options, name)]
+        for name in dropped:
+            setattr(options, name, False)
+        if options.mlp_precision != "fp32":
+            dropped.append(f"mlp_precision={options.mlp_precision}")
+            options.mlp_precision = "fp32"
+        if not dropped:
+            return None
+        return (f"{self.subject} {backend!r}: {self.packages[backend]}'s model runs, so the "
+                f"engine's {', '.join(dropped)} {'is' if len(dropped) == 1 else 'are'} "
+                "switched off.")
+
+
+def _convolution_problem(network, backend: str, device: torch.device) -> str | None:
+    return backend_problem(backend, device)
+
+
+def _evaluator_problem(network, backend: str, device: torch.device) -> str | None:
+    return deepmd_backend_problem(network) if backend == "deepmd" else None
+
 
 #: The architectures with run-time backends (`NetworkBackends`), by name.
-NETWORK_BACKENDS = {
-    "nequip": NetworkBackends("tp_backend", TP_BACKENDS, "convolution backend"),
-    "dp": NetworkBackends("dp_backend", DP_BACKENDS, "evaluator", unnamed="engine"),
-}
+NETWORK_BACKENDS = {backends.architecture: backends for backends in (
+    NetworkBackends("nequip", "tp_backend", TP_BACKENDS, "convolution backend",
+                    "Tensor-product backend", "TP backend", _convolution_problem),
+    NetworkBackends("dp", "dp_backend", DP_BACKENDS, "evaluator", "Deep Potential backend",
+                    "DP backend", _evaluator_problem, unnamed="engine",
+                    packages={"deepmd": "deepmd-kit"}),
+)}
+
+
+def backends_of(backend: str) -> NetworkBackends:
+    """The backends (`NETWORK_BACKENDS`) that ``backend`` is one of.
+
+    Raises
+    ------
+    ValueError
+        A backend of no network.
+    """
+    for backends in NETWORK_BACKENDS.values():
+        if backend in backends.choices:
+            return backends
+    known = "; ".join(f"{', '.join(b.choices)} ({b.architecture})"
+                      for b in NETWORK_BACKENDS.values())
+    raise ValueError(f"unknown network backend {backend!r}; choose from {known}")
 
 
 def resolve_device(device: str) -> tuple[torch.device, str | None]:
@@ -593,18 +659,9 @@ def choose_dp_backend(potential: Potential, backend: str,
     if problem is not None:
         return (f"Deep Potential backend 'deepmd' unavailable ({problem}); the engine's path "
                 "runs.")
-    if backend == "engine" or options is None:
+    if options is None:
         return None
-    dropped = [name for name in fused_techniques("dp") if getattr(options, name)]
-    for name in dropped:
-        setattr(options, name, False)
-    if options.mlp_precision != "fp32":
-        dropped.append(f"mlp_precision={options.mlp_precision}")
-        options.mlp_precision = "fp32"
-    if not dropped:
-        return None
-    return (f"Deep Potential backend 'deepmd': deepmd-kit's model runs, so the engine's "
-            f"{', '.join(dropped)} {'is' if len(dropped) == 1 else 'are'} switched off.")
+    return NETWORK_BACKENDS["dp"].settle_options(backend, options)
 
 
 def existing_run_files(folder: Path) -> list[Path]:

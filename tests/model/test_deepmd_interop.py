@@ -19,6 +19,7 @@ from helpers import (
     exact_graph,
     finite_difference_forces,
     interpreter_only,
+    needs_deepmd,
     perturbed_positions,
     random_rotation,
     relative_error,
@@ -47,21 +48,6 @@ from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
 from workbench.runner import RunSettings, choose_dp_backend, choose_potential
 from workbench.settings_error import SettingsError
-
-
-def _deepmd_problem() -> str | None:
-    try:
-        import deepmd.pt.model.model  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - missing, or a binary op built for another torch
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-DEEPMD_PROBLEM = _deepmd_problem()
-needs_deepmd = pytest.mark.skipif(
-    DEEPMD_PROBLEM is not None,
-    reason=f"needs deepmd-kit's PyTorch backend (pip install 'cg-workbench[deepmd]'; see "
-           f"docs/deep-potential.md): {DEEPMD_PROBLEM}")
 
 #: CLN025's bead types, and deepmd-kit's slots per type within 8 Å (side-chain beads have at
 #: most 3 neighbours of one such type, backbone beads at most 10 of one backbone type).

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from helpers import needs_e3nn
+from helpers import needs_deepmd, needs_e3nn
 
 from widgets import ComparePanel, SimulationController
 from widgets.comparison import CompareRunner
@@ -169,11 +169,38 @@ def test_the_compare_panel_races_two_backends_of_one_nequip_network():
     assert "no speedup to show" in panel.summary.value
 
 
+@needs_deepmd
+def test_the_compare_panel_races_the_engine_against_deepmd_kit_on_one_deep_potential():
+    panel = ComparePanel(settings=RunSettings(replicas=2, steps=2, save_interval=1,
+                                              model="demo", device="cpu"), steps=2)
+    panel.race_backends("engine", "deepmd")
+    assert (panel.arch_a.value, panel.arch_b.value) == ("dp", "dp")
+    assert panel.backend_b.options == ("engine", "deepmd")
+    assert panel.backend_b.layout.display is None
+    runner = panel.run()
+    assert runner.backends == ("engine", "deepmd")
+    assert runner.wait(120) is RunState.STOPPED
+    panel.refresh()
+    race = runner.snapshot()
+    assert race.error is None
+    # one network, one potential: deepmd-kit's forces against the engine's, on identical
+    # coordinates, at the start and at the end
+    assert runner._sides[0].sim.potential is runner._sides[1].sim.potential
+    for deviation in (race.deviation_start, race.deviation_end):
+        assert deviation.max_force > 0 and deviation.relative < 1e-4
+    assert (race.a.network_label, race.b.network_label) == ("dp/engine", "dp/deepmd")
+    assert race.speedup is not None  # both ran what they asked for
+    assert "B: dp/deepmd · baseline" in panel.race.data[1].name
+    assert "largest force deviation A↔B (start)" in panel.summary.value
+    with pytest.raises(ValueError, match="'e3nn' and 'deepmd' are backends of two networks"):
+        panel.race_backends("e3nn", "deepmd")
+
+
 def test_a_backend_race_alternates_the_shared_networks_backend(monkeypatch):
     pytest.importorskip("e3nn")
     from workbench.model.tensor_product import CGTensorProduct
 
-    monkeypatch.setattr("widgets.kernel_switches.backend_problem", lambda backend, device: None)
+    monkeypatch.setattr("workbench.runner.backend_problem", lambda backend, device: None)
     seen = []
 
     def backend_for(network, device):  # what each force evaluation would run
@@ -194,7 +221,7 @@ def test_a_backend_race_alternates_the_shared_networks_backend(monkeypatch):
     # after both simulations' first forces: the forces of A and B at the start, the two
     # chunks of each alternating A, B, the forces at the end
     assert seen[2:] == ["e3nn", "cuequivariance"] * 4
-    with pytest.raises(ValueError, match="B: tensor-product backend 'cuequivariance' is for "
-                       "the nequip network; B's is egnn"):
+    with pytest.raises(ValueError, match="B: 'cuequivariance' is a backend of the nequip "
+                       "network; B's is egnn"):
         CompareRunner(settings, KernelOptions(), KernelOptions(), steps=1,
                       architectures=("nequip", "egnn"), backends=("e3nn", "cuequivariance"))

@@ -1,5 +1,5 @@
 """Compare panel: configuration A against B, each with its network architecture (and, for a
-tensor-product network, its convolution backend), on the same system, seeds and device."""
+network with run-time backends, its backend), on the same system, seeds and device."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from widgets.modes import default_settings
 from widgets.panels.base import COLORS, LivePanel, new_figure
 from workbench.model.architectures import ARCHITECTURES
 from workbench.model.options import KernelOptions
-from workbench.model.tensor_product import TP_BACKENDS
-from workbench.runner import RunSettings
+from workbench.runner import NETWORK_BACKENDS, RunSettings, backends_of
 
 
 def _deviation_text(label: str, deviation) -> str:
@@ -28,16 +27,18 @@ def _deviation_text(label: str, deviation) -> str:
 
 
 def _side_title(side) -> str:
-    """``"A: egnn · baseline"``, ``"B: nequip/openequivariance · baseline"``: a side's name,
-    network (with its backend) and applied switches."""
+    """``"A: egnn · baseline"``, ``"B: nequip/openequivariance · baseline"``, ``"B: dp/deepmd ·
+    baseline"``: a side's name, network (with its backend) and applied switches."""
     return f"{side.name}: {side.ran}"
 
 
 class ComparePanel(LivePanel):
     """Race two kernel configurations, two network architectures (each side has its own), or
-    two convolution backends of one tensor-product network (:meth:`race_backends`), and show
-    speedup, memory, force deviation (one network) and Q. A side's backend selector shows
-    while its network is ``nequip``.
+    two backends of one network (:meth:`race_backends`: a tensor-product network's
+    convolution backends, the engine against deepmd-kit on a Deep Potential), and show
+    speedup, memory, force deviation (one network) and Q. A side's backend selector shows,
+    with its network's backends (`workbench.runner.NETWORK_BACKENDS`), while its network has
+    them.
 
     Parameters
     ----------
@@ -70,8 +71,7 @@ class ComparePanel(LivePanel):
                          description=f"{side} network", layout={"width": "200px"})
             for side in "AB")
         self.backend_a, self.backend_b = (
-            ipw.Dropdown(options=TP_BACKENDS, value=self._settings.tp_backend,
-                         description=f"{side} backend", layout={"width": "260px"})
+            ipw.Dropdown(description=f"{side} backend", layout={"width": "260px"})
             for side in "AB")
         for arch in (self.arch_a, self.arch_b):
             arch.observe(lambda _change: self._show_backends(), names="value")
@@ -142,19 +142,33 @@ class ComparePanel(LivePanel):
 
     def _show_backends(self) -> None:
         for arch, backend in ((self.arch_a, self.backend_a), (self.arch_b, self.backend_b)):
-            backend.layout.display = None if arch.value == "nequip" else "none"
+            own = NETWORK_BACKENDS.get(arch.value)
+            backend.layout.display = None if own is not None else "none"
+            if own is not None and backend.options != own.choices:
+                backend.options = own.choices
+                backend.value = getattr(self._settings, own.setting)
 
     @property
-    def backends(self) -> tuple[str, str]:
-        """The backend of each side (e3nn for a side whose network has none)."""
-        return tuple(backend.value if arch.value == "nequip" else "e3nn"
+    def backends(self) -> tuple[str | None, str | None]:
+        """The backend of each side (None for a side whose network has none)."""
+        return tuple(backend.value if arch.value in NETWORK_BACKENDS else None
                      for arch, backend in ((self.arch_a, self.backend_a),
                                            (self.arch_b, self.backend_b)))
 
     def race_backends(self, backend_a: str = "e3nn", backend_b: str = "openequivariance") -> None:
-        """Set up a race of two backends of the nequip network: both sides ``nequip``, B with
-        A's kernel configuration, the backends as given; :meth:`run` starts it."""
-        self.arch_a.value = self.arch_b.value = "nequip"
+        """Set up a race of two backends of one network (``race_backends("engine",
+        "deepmd")`` for a Deep Potential): both sides that network, B with A's kernel
+        configuration, the backends as given; :meth:`run` starts it.
+
+        Raises
+        ------
+        ValueError
+            A backend of no network, or backends of two networks.
+        """
+        architecture = backends_of(backend_a).architecture
+        if backends_of(backend_b).architecture != architecture:
+            raise ValueError(f"{backend_a!r} and {backend_b!r} are backends of two networks")
+        self.arch_a.value = self.arch_b.value = architecture
         self.preset_b.value = self.preset_a.value
         self.backend_a.value, self.backend_b.value = backend_a, backend_b
 

@@ -21,7 +21,7 @@ from widgets.snapshot import RunState, Snapshot
 from workbench.distributed import ShardedResult, ShardedSettings, launch_sharded
 from workbench.model.architectures import ARCHITECTURES
 from workbench.model.options import KernelOptions
-from workbench.runner import PreparedRun, RunSettings, prepare_run
+from workbench.runner import NETWORK_BACKENDS, PreparedRun, RunSettings, prepare_run
 from workbench.settings_error import SettingsError
 from workbench.system import available_proteins, build_system
 
@@ -61,8 +61,9 @@ class LaunchPanel(LivePanel):
     options_source : callable, optional
         Returns the kernel switches a new run starts with (all off by default).
     backend_source : callable, optional
-        Returns the convolution backend of a tensor-product network a new run starts with
-        (``settings.tp_backend`` by default).
+        Returns the backends a new run's network starts with, by `RunSettings` field
+        (`workbench.runner.NETWORK_BACKENDS`: ``{"tp_backend": …, "dp_backend": …}``;
+        the settings' by default).
     prepare : callable, optional
         ``prepare(settings) -> PreparedRun`` for new runs (tests pass a fake engine).
     launch : callable, optional
@@ -77,14 +78,15 @@ class LaunchPanel(LivePanel):
         options_source: Callable[[], KernelOptions] | None = None,
         prepare: Callable[[RunSettings], PreparedRun] = prepare_run,
         launch: Callable[..., ShardedResult] = launch_sharded,
-        backend_source: Callable[[], str] | None = None,
+        backend_source: Callable[[], dict[str, str]] | None = None,
     ):
         super().__init__(refresh_interval=0.3)
         self.prepare = prepare
         self.launch = launch
         self.initial = copy.deepcopy(settings or default_settings())
         self.options_source = options_source or KernelOptions
-        self.backend_source = backend_source or (lambda: self.initial.tp_backend)
+        self.backend_source = backend_source or (lambda: {
+            b.setting: getattr(self.initial, b.setting) for b in NETWORK_BACKENDS.values()})
         self._callbacks: list[Callable[[BackgroundWork], None]] = []
         self._upload_dir = Path(tempfile.mkdtemp(prefix="workbench-upload-"))
         self.upload_message = ""
@@ -268,7 +270,7 @@ class LaunchPanel(LivePanel):
             model=self.model.value.strip() or None,
             architecture=self.architecture.value,
             options=self.options_source(),
-            tp_backend=self.backend_source(),
+            **self.backend_source(),
         )
 
     def label(self, field: str) -> str:

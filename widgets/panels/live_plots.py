@@ -127,7 +127,8 @@ def _band_traces(name: str, color: str, row_col: dict, show_legend: bool) -> lis
 
 def _switch_label(previous, event) -> str:
     """What a switch asked to change, and "not run" where the run fell back instead (a
-    change of a tensor-product network's backend: ``"backend e3nn→openequivariance"``)."""
+    change of the network's backend: ``"backend e3nn→openequivariance"``,
+    ``"backend engine→deepmd"``)."""
     if event.requested_backend is not None:
         return backend_change_label(previous.backend, event.requested_backend, event.backend)
     label = change_label(previous.requested, event.requested)

@@ -54,7 +54,7 @@ class LiveSwitchPanel(ipw.VBox):
         self._stop_walk = threading.Event()
         self.kernels = KernelsPanel(options=settings.options,
                                     architecture=settings.architecture or "schnet",
-                                    tp_backend=settings.tp_backend)
+                                    backends=vars(settings))
         self.plots = LivePlots(font_size=font_size)
         self.start_button = ipw.Button(description="Start", button_style="success", icon="play")
         self.stop_button = ipw.Button(
@@ -98,7 +98,7 @@ class LiveSwitchPanel(ipw.VBox):
         if self.running:
             return self.controller
         settings = replace(copy.deepcopy(self.settings), options=self.kernels.options,
-                           tp_backend=self.kernels.tp_backend)
+                           **self.kernels.backend_settings)
         kwargs = {} if self._prepare is None else {"prepare": self._prepare}
         controller = SimulationController(settings, until_stopped=True, **kwargs)
         self.controller = controller
