@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import needs_deepmd, needs_e3nn
 
 from widgets import ComparePanel, SimulationController
@@ -194,6 +195,36 @@ def test_the_compare_panel_races_the_engine_against_deepmd_kit_on_one_deep_poten
     assert "largest force deviation A↔B (start)" in panel.summary.value
     with pytest.raises(ValueError, match="'e3nn' and 'deepmd' are backends of two networks"):
         panel.race_backends("e3nn", "deepmd")
+
+
+@needs_deepmd
+def test_a_race_of_deepmd_kit_against_the_engine_compares_the_networks_forces():
+    """The demo network's forces are small beside the priors': scaled up, the deviation
+    the race shows is deepmd-kit's against the engine's on the network itself."""
+    from workbench.model.architectures import output_parameters
+    from workbench.runner import prepare_run
+
+    def prepare(settings):
+        prepared = prepare_run(settings)
+        with torch.no_grad():  # the energy is linear and homogeneous in these
+            for tensor in output_parameters(prepared.simulation.potential.network):
+                tensor.mul_(1e5)
+        return prepared
+
+    settings = RunSettings(replicas=2, steps=2, save_interval=1, model="demo", device="cpu",
+                           architecture="dp")
+    baseline = KernelOptions.baseline()
+    runner = CompareRunner(settings, baseline, baseline, steps=2, prepare=prepare,
+                           backends=("engine", "deepmd"))
+    runner.start()
+    assert runner.wait(120) is RunState.STOPPED
+    deviation = runner.snapshot().deviation_start
+    sim = runner._sides[0].sim
+    pos = sim.positions.clone().requires_grad_(True)
+    network_energy = sim.potential.energy_terms(pos, sim.graph)["dp"].sum()
+    (network_grad,) = torch.autograd.grad(network_energy, pos)
+    assert float(network_grad.abs().max()) > 0.5 * deviation.max_force  # the network's
+    assert deviation.max_abs > 0 and deviation.relative < 1e-4
 
 
 def test_a_backend_race_alternates_the_shared_networks_backend(monkeypatch):
