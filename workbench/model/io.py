@@ -7,6 +7,9 @@ the network's config under that same name, the priors and the metadata. Files wr
 before the architecture was recorded hold a ``"schnet"`` config only and load as SchNet.
 It is read back with ``torch.load(weights_only=True)``, so no arbitrary pickle is ever
 executed.
+Integer tensors (the priors' bead indices) are stored as int32 where their values fit
+(version 2; half the bytes of a large protein's pair list) and read back as int64, as
+version 1 files stored them.
 Writes are atomic (a temporary file in the same folder, then a rename).
 """
 
@@ -24,7 +27,7 @@ from workbench.model.potential import Potential
 from workbench.model.priors import PRIOR_CLASSES
 
 FORMAT = "cg-workbench-potential"
-VERSION = 1
+VERSION = 2
 
 
 class ModelFormatError(ValueError):
@@ -56,7 +59,7 @@ def potential_config(potential: Potential) -> dict:
 
 def save_potential(potential: Potential, path: str | os.PathLike) -> Path:
     """Write ``potential`` to ``path`` (see module docstring)."""
-    state = {k: v.detach().cpu() for k, v in potential.state_dict().items()}
+    state = {k: _stored(v.detach().cpu()) for k, v in potential.state_dict().items()}
     payload = {
         "format": FORMAT,
         "version": VERSION,
@@ -64,6 +67,20 @@ def save_potential(potential: Potential, path: str | os.PathLike) -> Path:
         "state_dict": state,
     }
     return atomic_save(payload, path)
+
+
+def _stored(tensor: torch.Tensor) -> torch.Tensor:
+    """int64 tensors whose values fit in int32 as int32 (`_loaded` undoes it)."""
+    if tensor.dtype == torch.int64 and tensor.numel():
+        info = torch.iinfo(torch.int32)
+        if info.min <= int(tensor.min()) and int(tensor.max()) <= info.max:
+            return tensor.to(torch.int32)
+    return tensor
+
+
+def _loaded(tensor: torch.Tensor) -> torch.Tensor:
+    """A stored tensor as the potential holds it: int32 back to int64."""
+    return tensor.to(torch.int64) if tensor.dtype == torch.int32 else tensor
 
 
 def load_potential(path: str | os.PathLike, map_location: str = "cpu") -> Potential:
@@ -93,7 +110,7 @@ def load_potential(path: str | os.PathLike, map_location: str = "cpu") -> Potent
         )
     try:
         config = json.loads(payload["config"])
-        state = payload["state_dict"]
+        state = {k: _loaded(v) for k, v in payload["state_dict"].items()}
         if "architecture" in config:
             name = config["architecture"]
         else:  # written before architectures were recorded: SchNet or prior-only
