@@ -110,17 +110,19 @@ class SlotStatistics(NamedTuple):
     ----------
     mean, std : Tensor, float32 [T, 4]
         ``mu`` and ``sigma`` per centre type (the model's ``env_mean``, ``env_std``).
-    empty : Tensor, float32 [T * T, M1]
+    empty : Tensor, float32 [T * T, M1], optional
         ``G0``: row ``t_i T + t_j``, the table's embedding of an empty slot for type ``t_j``
-        around a centre of type ``t_i``, at ``x = -mu_{t_i,0} / sigma_{t_i,0}``.
-    lists : Tensor, float32 [T, M1]
+        around a centre of type ``t_i``, at ``x = -mu_{t_i,0} / sigma_{t_i,0}``. None (with
+        ``lists``) where ``mu`` is zero: an empty slot's row ``-mu / sigma`` is then zero and
+        adds nothing, and the kernels skip the slots' work.
+    lists : Tensor, float32 [T, M1], optional
         ``L``: row ``t``, ``sum_u sel_u G0[t T + u]``.
     """
 
     mean: torch.Tensor
     std: torch.Tensor
-    empty: torch.Tensor
-    lists: torch.Tensor
+    empty: torch.Tensor | None = None
+    lists: torch.Tensor | None = None
 
 
 @triton.jit
@@ -331,11 +333,19 @@ def _check(pos, types, table: FilterTable, spec: DescriptorSpec,
                   "lists": (types_, width)}
         for name, shape in shapes.items():
             tensor = getattr(statistics, name)
+            if tensor is None and name in ("empty", "lists"):
+                continue
             if tensor.dtype != torch.float32 or tuple(tensor.shape) != shape \
                     or not tensor.is_contiguous():
                 raise ValueError(f"dp_descriptor needs SlotStatistics.{name} contiguous "
                                  f"float32 {shape}, got {tensor.dtype} {tuple(tensor.shape)}")
-        check_no_grad("dp_descriptor", **statistics._asdict())
+        check_no_grad("dp_descriptor", **{k: v for k, v in statistics._asdict().items()
+                                          if v is not None})
+
+
+def has_empty_slots(statistics: SlotStatistics | None) -> bool:
+    """Whether the kernels add deepmd-kit's empty slots (`SlotStatistics.empty`)."""
+    return statistics is not None and statistics.empty is not None
 
 
 def _arguments(pos, types, src, csr: GraphCSR, table: FilterTable, spec: DescriptorSpec,
@@ -343,6 +353,8 @@ def _arguments(pos, types, src, csr: GraphCSR, table: FilterTable, spec: Descrip
     if statistics is None:  # the identity: x = s, R^ = R (empty and lists are not read)
         mean = torch.zeros(spec.num_types, 4, dtype=torch.float32, device=pos.device)
         statistics = SlotStatistics(mean, torch.ones_like(mean), mean, mean)
+    elif statistics.empty is None:  # no empty slots: their pointers are not read
+        statistics = statistics._replace(empty=statistics.mean, lists=statistics.mean)
     return dict(pos_ptr=pos, types_ptr=types, src_ptr=src, ptr_ptr=csr.dst_ptr,
                 perm_ptr=csr.dst_perm, c01_ptr=table.coeffs01, c23_ptr=table.coeffs23,
                 scale_ptr=table.scale23, mean_ptr=statistics.mean, std_ptr=statistics.std,
@@ -364,7 +376,8 @@ class _Descriptor(torch.autograd.Function):
             arguments, slots = _arguments(pos, types, src, csr, table, spec, statistics)
             _descriptor_fwd_kernel[(n,)](out_ptr=out, empty_ptr=slots.empty,
                                          lists_ptr=slots.lists,
-                                         EMPTY_SLOTS=statistics is not None, **arguments)
+                                         EMPTY_SLOTS=has_empty_slots(statistics),
+                                         **arguments)
         ctx.save_for_backward(pos, types, src, dst, *csr)
         ctx.table, ctx.spec, ctx.statistics = table, spec, statistics
         return out
@@ -451,11 +464,11 @@ def dp_descriptor_reference(pos, types, src, dst, csr: GraphCSR, table: FilterTa
     c2, c3 = (table.coeffs23.to(pos.dtype)[k, :, cols] * scale).unbind(-1)
     g = ((c3 * t + c2) * t + c1) * t + c0
     outer = g[:, :, None] * env[:, None, :]
-    if statistics is not None:  # less the empty slot that the edge fills
+    if has_empty_slots(statistics):  # less the empty slot that the edge fills
         outer = outer - statistics.empty.to(pos.dtype)[pair][:, :, None] * origin[types[i]][
             :, None]
     outer = torch.where(inside[:, None, None], outer, 0.0)
     a = pos.new_zeros(n + 1, width, 4).index_add(0, torch.where(valid, dst, n), outer)
-    if statistics is not None:
+    if has_empty_slots(statistics):
         a[:n] += (statistics.lists.to(pos.dtype)[:, :, None] * origin[:, None])[types[:n]]
     return a[:n] / spec.num_neighbors

@@ -77,6 +77,24 @@ def test_kernel_matches_the_reference_and_finite_differences(one_side, statistic
     assert rel_err(grad, fd) < 1e-5
 
 
+def test_statistics_of_zero_mean_need_no_empty_slots():
+    """With ``mu = 0`` an empty slot holds the zero row: the statistics without their empty
+    slots (``empty`` None, the kernels skip that work) give what the full ones give."""
+    g, types, table, spec, weight, stats = setup(seed=5, statistics=True)
+    stats = stats._replace(mean=torch.zeros_like(stats.mean))
+    without = SlotStatistics(stats.mean, stats.std)
+    a, grad = run(dp_descriptor, g, g["pos"], types, table, spec, weight, stats)
+    a_skip, grad_skip = run(dp_descriptor, g, g["pos"], types, table, spec, weight, without)
+    a_ref, grad_ref = run(dp_descriptor_reference, g, g["pos"].double(), types, table, spec,
+                          weight, without)
+    torch.testing.assert_close(a_skip, a, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(grad_skip, grad, rtol=1e-5, atol=1e-6)
+    assert rel_err(a_skip, a_ref) < 1e-5 and rel_err(grad_skip, grad_ref) < 1e-5
+    # σ still counts: the statistics are not the identity
+    a_plain, _ = run(dp_descriptor, g, g["pos"], types, table, spec, weight, None)
+    assert rel_err(a_plain, a_skip) > 1e-2
+
+
 @pytest.mark.parametrize("statistics", [False, True], ids=["plain", "statistics"])
 def test_padding_and_edges_beyond_the_cutoff_add_nothing(statistics):
     g, types, table, spec, weight, stats = setup(seed=3, statistics=statistics)

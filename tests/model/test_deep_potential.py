@@ -417,3 +417,27 @@ def test_the_demo_network_has_slots_that_change_nothing_on_the_engines_paths():
     torch.testing.assert_close(node_energies(network, pos, graph, tables),
                                node_energies(plain, pos, graph, tables), rtol=1e-12,
                                atol=1e-13)
+
+
+def test_empty_slots_are_skipped_where_they_add_nothing(monkeypatch):
+    """Identity statistics (or any with a zero mean) make every empty slot a zero row: the
+    paths skip their work and give what counting them gives; a mean set later counts."""
+    sys = tiny_system()
+    network = demo_potential(sys, architecture="dp").network.double()
+    assert not network.empty_slots_add()
+    pos = perturbed_positions(replicas=2, sigma=0.3, seed=4)
+    graph = exact_graph(pos, network.cutoff)
+    tables = KernelOptions(tabulated_filter=True)
+    with torch.no_grad():
+        network.env_std.uniform_(0.5, 1.5)  # σ still normalises
+    skipped = [node_energies(network, pos, graph, options) for options in (None, tables)]
+    monkeypatch.setattr(type(network), "empty_slots_add", lambda self: True)
+    counted = [node_energies(network, pos, graph, options) for options in (None, tables)]
+    monkeypatch.undo()
+    for a, b in zip(skipped, counted, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+    with torch.no_grad():
+        network.env_mean[:, 0] = 0.05  # the cached answer follows the buffer
+    assert network.empty_slots_add()
+    shifted = node_energies(network, pos, graph)
+    assert not torch.allclose(shifted, skipped[0])

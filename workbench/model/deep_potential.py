@@ -400,6 +400,8 @@ class CGDeepPotential(nn.Module):
         super().__init__()
         self.backend = backend
         self._deepmd = None
+        self._slot_mean_key = None  # (env_mean's storage, version) of `_empty_slots_add`
+        self._slots_add = False
         self.config = config = config or DeepPotentialConfig()
         types = config.embedding_size
         self.pair_nets = types if config.type_one_side else types * types
@@ -620,6 +622,19 @@ class CGDeepPotential(nn.Module):
         return self.embedding_of(x, self.pair_network(centre, slot), table, static,
                                  half), origin
 
+    def empty_slots_add(self) -> bool:
+        """Whether deepmd-kit's empty slots add anything to ``A_i``: with ``sel``, and a
+        centre type whose mean row ``μ`` is not zero (an empty slot holds ``R̂⁰ = −μ/σ``).
+        The identity statistics (a demo model, one whose statistics were never set) add
+        nothing, so its paths skip the empty slots' work. Read on the host once per change
+        of ``env_mean`` (at the first evaluation, before any capture)."""
+        if self.config.sel is None:
+            return False
+        key = (self.env_mean.data_ptr(), self.env_mean._version)
+        if key != self._slot_mean_key:
+            self._slot_mean_key, self._slots_add = key, bool(self.env_mean.any())
+        return self._slots_add
+
     def slot_lists(self, embedded: torch.Tensor) -> torch.Tensor:
         """``Σ_t sel_t G_{t_i t}(R̂⁰[0])``: the embeddings of a full list of empty slots per
         centre type (``embedded`` of `empty_slots`, shape (T², M1)); shape (T, M1)."""
@@ -656,7 +671,7 @@ class CGDeepPotential(nn.Module):
         env = self.normalised_environment(env, t_dst)
         g = self.embedding_of(env[:, 0], self.pair_network(t_dst, t_src), table, static, half)
         rows = g[:, :, None] * env[:, None]
-        if self.config.sel is None:
+        if not self.empty_slots_add():  # (an edge beyond the cutoff has a zero row)
             a = pos.new_zeros(pos.shape[0], g.shape[-1], 4).index_add_(0, dst, rows)
         else:  # a full list of empty slots, less one per edge within the cutoff
             embedded, origin = self.empty_slots(table, static, half)
@@ -714,10 +729,12 @@ class CGDeepPotential(nn.Module):
                               config.type_one_side, config.num_neighbors, table.lower,
                               table.width)
         statistics = None
-        if config.sel is not None:
+        if self.empty_slots_add():
             embedded, _ = self.empty_slots(table)
             statistics = SlotStatistics(self.env_mean.float(), self.env_std.float(),
                                         embedded.float(), self.slot_lists(embedded).float())
+        elif config.sel is not None:  # the statistics' σ only: empty slots add nothing
+            statistics = SlotStatistics(self.env_mean.float(), self.env_std.float())
         return self.contract(dp_descriptor(pos, types, src, dst, csr, table.table, spec,
                                            statistics))
 
