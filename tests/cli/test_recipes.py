@@ -76,7 +76,7 @@ def test_a_missing_recipe_is_a_usage_error(tmp_path, capsys):
 
 def test_every_shipped_recipe_parses_and_its_options_go_together():
     assert {path.stem for path in RECIPES} == {"cln025", "2jof", "1yrf", "1enh", "2a3d",
-                                               "cln025-dp"}
+                                               "cln025-dp", "cln025-painn", "cln025-egnn"}
     for path in RECIPES:
         args = parse_arguments(["train", "--config", str(path), "--out", "o"])
         # <protein>.yaml, or <protein>-<architecture>.yaml for a line of another network
@@ -86,16 +86,23 @@ def test_every_shipped_recipe_parses_and_its_options_go_together():
         train_options(args)  # raises SettingsError where options contradict each other
 
 
-def test_the_deep_potential_recipe_fits_one_gpu_call_and_the_fused_kernel():
-    """recipes/cln025-dp.yaml: data and training within eight minutes, a network that the
-    fused descriptor kernel runs, the CGSchNet recipe's teacher, data and priors, and the
-    displaced frames new models are trained with."""
-    from workbench.model.architectures import build_network
-    from workbench.model.deep_potential import fused_descriptor_problem
-    from workbench.model.options import KernelOptions
+#: The kernels of the long validation runs the recipes of other architectures name: the
+#: fastest path measured for their networks.
+LONG_RUN_KERNELS = "fused_message_passing+cuda_graph+fused_pair_search+fused_integrator-fp16"
 
-    args = parse_arguments(["train", "--config", str(ROOT / "recipes" / "cln025-dp.yaml"),
-                            "--out", "o"])
+# a GPU, or the Triton interpreter on a CPU (tests/conftest.py)
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def recipe_network(architecture: str) -> torch.nn.Module:
+    """The untrained network of ``recipes/cln025-<architecture>.yaml``, after checking what
+    every CLN025 recipe of another architecture shares: data and training within eight
+    minutes, the CGSchNet recipe's teacher, data and priors, the displaced frames new
+    models are trained with, and a long run on `LONG_RUN_KERNELS`."""
+    from workbench.model.architectures import build_network
+
+    path = ROOT / "recipes" / f"cln025-{architecture}.yaml"
+    args = parse_arguments(["train", "--config", str(path), "--out", "o"])
     schnet = parse_arguments(["train", "--config", str(ROOT / "recipes" / "cln025.yaml"),
                               "--out", "o"])
     assert args.wall_limit <= 8 * 60 and args.time_limit < args.wall_limit
@@ -104,14 +111,53 @@ def test_the_deep_potential_recipe_fits_one_gpu_call_and_the_fused_kernel():
         assert getattr(args, key) == getattr(schnet, key), key
     assert args.repulsion == "cutoff"  # the wall the shipped model's card records
     assert args.noise == "0.1,0.2" and args.sampler_max_force == 300  # decision 0007
-    network = build_network("dp", train_options(args).network_config)
-    fused = KernelOptions.parse("fused_message_passing+tabulated_filter")
-    # a GPU, or the Triton interpreter on a CPU (tests/conftest.py)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    assert fused_descriptor_problem(network, device, fused) is None
+    assert args.arch == architecture
+    assert f"--kernels {LONG_RUN_KERNELS} " in path.read_text()  # the comment's long run
+    return build_network(architecture, train_options(args).network_config)
+
+
+def parameter_bytes(network: torch.nn.Module) -> int:
+    """The bytes of a network's float32 parameters, most of the file it ships as."""
+    return sum(p.numel() for p in network.parameters()) * 4
+
+
+@pytest.mark.parametrize("kernels", ["fused_message_passing+tabulated_filter", LONG_RUN_KERNELS])
+def test_the_deep_potential_recipe_fits_one_gpu_call_and_the_fused_kernel(kernels):
+    """recipes/cln025-dp.yaml: a network that the fused descriptor kernel runs."""
+    from workbench.model.deep_potential import fused_descriptor_problem
+    from workbench.model.options import KernelOptions
+
+    network = recipe_network("dp")
+    assert fused_descriptor_problem(network, DEVICE, KernelOptions.parse(kernels)) is None
     assert network.config.embedding_widths[-1] == 32 and network.config.type_one_side
     # the file it ships as stays small (one embedding network per neighbour type)
-    assert sum(p.numel() for p in network.parameters()) * 4 < 0.7e6
+    assert parameter_bytes(network) < 0.7e6
+
+
+@pytest.mark.parametrize("kernels", ["fused_message_passing", LONG_RUN_KERNELS])
+def test_the_painn_recipe_fits_one_gpu_call_the_size_budget_and_the_fused_kernel(kernels):
+    """recipes/cln025-painn.yaml: a network that the fused message kernel runs, in FP32 and
+    in the long run's 16-bit operands, and a file of at most 0.35 MB with the priors."""
+    from workbench.model.options import KernelOptions
+    from workbench.model.painn import fused_message_problem
+
+    network = recipe_network("painn")
+    assert fused_message_problem(network, DEVICE, KernelOptions.parse(kernels)) is None
+    assert network.config.hidden == 32 and network.config.cutoff == 10.0
+    assert parameter_bytes(network) < 0.32e6  # the priors take about 0.03 MB more
+
+
+@pytest.mark.parametrize("kernels", ["fused_message_passing", LONG_RUN_KERNELS])
+def test_the_egnn_recipe_fits_one_gpu_call_the_size_budget_and_the_fused_kernel(kernels):
+    """recipes/cln025-egnn.yaml: a network that the fused edge kernel runs, in FP32 and in
+    the long run's 16-bit operands, and a file of at most 0.35 MB with the priors."""
+    from workbench.model.egnn import fused_edge_problem
+    from workbench.model.options import KernelOptions
+
+    network = recipe_network("egnn")
+    assert fused_edge_problem(network, DEVICE, KernelOptions.parse(kernels)) is None
+    assert network.config.edge_width == 64 and network.config.cutoff == 10.0
+    assert parameter_bytes(network) < 0.32e6  # the priors take about 0.03 MB more
 
 
 def test_a_mapping_in_a_recipe_is_the_option_written_as_json(tmp_path):

@@ -65,6 +65,15 @@ def test_a_card_of_another_architecture_lists_its_config(tmp_path):
     assert "| embedding | type |" in page and "CGSchNet blocks" not in page
 
 
+def test_a_card_without_a_validation_says_so_under_its_heading(tmp_path):
+    card = {key: value for key, value in CARD.items() if key != "validation"}
+    page = model_section(card, Path("cln025-v1.pt"), tmp_path, tmp_path)
+    heading = "### Validation against the teacher\n\n"
+    assert heading + "Not validated yet: a run of this model" in page
+    assert "Not validated yet" not in model_section(CARD, Path("cln025-v1.pt"), tmp_path,
+                                                    tmp_path)
+
+
 def test_a_deep_potential_card_renders_as_a_line_of_its_own(tmp_path):
     """A Deep Potential shipped beside the protein's CGSchNet (``cln025-dp-v1``): its own
     anchor and title, its config keys (unset ones left out, switches as a recipe writes

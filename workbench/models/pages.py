@@ -182,13 +182,18 @@ def model_section(card: dict, model_file: Path, page_dir: Path, root: Path) -> s
     lines += _recipe(card)
     validation = card.get("validation") or {}
     lines += ["### Validation against the teacher", ""]
-    for name in sorted(key for key in validation if key.startswith("long_run")):
+    long_runs = sorted(key for key in validation if key.startswith("long_run"))
+    for name in long_runs:
         lines += _long_run(name, validation[name], page_dir, root)
-    for result in validation.get("results") or []:
+    short_runs = validation.get("results") or []
+    for result in short_runs:
         temperatures = validation.get("temperatures")
         lines += [f"#### short runs from native ({_value(validation.get('replicas'))} replicas, "
                   f"{_value(validation.get('steps'))} steps, {_value(temperatures)} K)", ""]
         lines += _table([(label, result.get(key)) for key, label in _LONG_RUN_ROWS])
+    if not long_runs and not short_runs:
+        lines += ["Not validated yet: a run of this model against the teacher's "
+                  "(`workbench validate`) is not in its card.", ""]
     defects = card.get("known_defects") or []
     if defects:
         lines += ["### Known defects", "", *(f"- {text}" for text in defects), ""]
