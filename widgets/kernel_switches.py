@@ -134,7 +134,7 @@ def usable_options(
         "are off."]
     brought = bring_needed(implemented, device, architecture)
     if brought:
-        notes.append(brought_notice(brought))
+        notes.append(brought_notice(brought, architecture, implemented))
     note = " ".join(notes) or None
     if implemented.is_baseline or device.type == "cuda":
         return (options, None) if note is None else (implemented, note)
