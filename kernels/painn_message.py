@@ -42,6 +42,17 @@ the only per-edge memory; `kernels.segment_reduce.edge_vectors_to_positions` sum
 onto destinations and ``-v`` onto sources (no atomics). Weights and basis parameters get no
 gradient.
 
+Table variant (``TABLE``, `painn_message` given a `kernels.tabulated.FilterTable` of 3H
+columns instead of the packed network): ``w_e`` depends on the length alone, so both
+kernels read it and ``w'`` from the block's cubic Hermite table (`_table_eval`, the
+evaluation of `kernels.tabulated`'s kernels; per channel block ``H`` columns of the
+``12 * 3H``-byte row pair of the edge's interval) instead of the basis, the envelope and the
+filter GEMMs: no ``tl.dot`` at all, forward or backward. Everything else (geometry,
+gathers, sums, the per-edge vectors) is the same code. The table holds the enveloped filter
+up to its left limit at the cutoff; lanes at or beyond it are masked (they load no table
+row and add exactly zero, as mlcg's identity envelope, which jumps to zero there, does).
+Forces are exactly minus the gradient of the tabulated energy.
+
 Padding: edges outside every CSR segment (see `kernels.csr`) are never visited; edges at or
 beyond the cutoff have ``C = C' = 0``, so they add nothing to the sums or to any gradient.
 """
@@ -239,7 +250,8 @@ def _filter(S: tl.constexpr, basis, dbasis, cf, dcf, w_ptr, b_ptr, d, valid, c01
 
 # One node per program. Compiled for sm_90 at H = 128, K = 64 (tests/kernels/hopper_compile.py),
 # the backward's six filter GEMMs per tile spill registers with 4 warps (984 bytes of stack
-# per thread, 288 with 8 warps), hence 8-warp candidates. Not yet timed on a GPU.
+# per thread, 288 with 8 warps), hence 8-warp candidates; the table variant's backward
+# spills 104 bytes with 4 warps, its forward none (142 registers). Not yet timed on a GPU.
 _CONFIGS = pick_configs([_cfg(16, 4), _cfg(16, 8), _cfg(32, 8)], _cfg(16, 4))
 
 

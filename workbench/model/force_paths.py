@@ -221,7 +221,8 @@ def force_path(network: nn.Module | None, device: torch.device, options: KernelO
     CGSchNet's or CGDeepPotential's tables in PyTorch) or ``"reference"``.
 
     A network other than CGSchNet is on the Triton path only with one of its own Triton
-    kernels on (CGEGNN's and CGPaiNN's ``fused_message_passing``, CGDeepPotential's fused
+    kernels on (CGEGNN's and CGPaiNN's ``fused_message_passing``, CGPaiNN's
+    ``tabulated_filter``, CGDeepPotential's fused
     descriptor, CGTensorProduct's ``fused_update``); otherwise its PyTorch tables, if on, or
     its reference path compute the forces whatever the step's techniques.
     """

@@ -39,6 +39,16 @@ memory; FP32 operands as three-TF32 products, or float16 / bfloat16 operands wit
 ``mlp_precision``; FP32 sums. Its backward gives exact gradients for positions, ``x`` and
 ``μ`` (forces are ``−∂E/∂r`` through the whole model), none for weights: training uses
 the reference path.
+
+With ``KernelOptions.tabulated_filter`` the same kernel reads each block's filter
+``φ(ρ) = (W_f rbf(ρ) + b_f) C(ρ)`` [3H], a function of the length alone, and its slope from
+a cubic Hermite table (`filter_tables`: CGSchNet's table builder and spacing,
+`workbench.model.fused_schnet.build_filter_tables`, values and exact slopes in float64,
+rebuilt when a weight changes) instead of the basis and the filter GEMMs. Forces are
+``−∂E/∂r`` of the tabulated model. The tables are read by the message kernel only, so
+``tabulated_filter`` brings ``fused_message_passing`` (`workbench.model.force_paths.
+TECHNIQUE_NEEDS`; a direct call with the tables alone runs the kernel too); it has no
+PyTorch path, and where the kernel cannot run the reference path runs.
 """
 
 from __future__ import annotations
@@ -237,7 +247,8 @@ class CGPaiNN(nn.Module):
 
     The message step of each block runs on the reference path, or as one Triton kernel per
     block with ``KernelOptions.fused_message_passing`` (`kernels.painn_message`; forces
-    exact, weights get no gradient there), see `forward`.
+    exact, weights get no gradient there), its filter read from a table with
+    ``tabulated_filter``, see `forward`.
 
     Parameters
     ----------
@@ -348,10 +359,11 @@ class CGPaiNN(nn.Module):
             ``fused_message_passing`` runs each block's message step as one Triton kernel
             (`kernels.painn_message`; GEMM operands in ``mlp_precision``) where it can run
             (`fused_message_problem`); otherwise the reference path runs, with a one-time
-            ``RuntimeWarning`` saying why. Techniques CGPaiNN has no kernels for (all but
-            ``fused_message_passing`` and the MD step's own,
-            `workbench.model.force_paths.STEP_TECHNIQUES`) are ignored with a one-time
-            warning.
+            ``RuntimeWarning`` saying why. ``tabulated_filter`` runs the same kernel (with
+            or without ``fused_message_passing``) reading each block's filter from its
+            table (`filter_tables`). Techniques CGPaiNN has no kernels for (all but those
+            two and the MD step's own, `workbench.model.force_paths.STEP_TECHNIQUES`) are
+            ignored with a one-time warning.
 
         Returns
         -------
