@@ -257,8 +257,8 @@ def settle_options(options: KernelOptions, device: torch.device,
     Returns
     -------
     list of str
-        A notice naming what the network has no kernels for, one naming what
-        ``cuda_graph`` brought (`bring_needed`), one naming what fell back on this
+        A notice naming what the network has no kernels for, one naming what a technique
+        or ``cuda_graph`` brought (`bring_needed`), one naming what fell back on this
         device, and one naming the PyTorch tables path when it runs.
     """
     notices = []
