@@ -42,12 +42,24 @@ the only per-edge memory; `kernels.segment_reduce.edge_vectors_to_positions` sum
 onto destinations and ``-v`` onto sources (no atomics). Weights and basis parameters get no
 gradient.
 
+Table variant (``TABLE``, `painn_message` given a `kernels.tabulated.FilterTable` of 3H
+columns instead of the packed network): ``w_e`` depends on the length alone, so both
+kernels read it and ``w'`` from the block's cubic Hermite table (`_table_eval`, the
+evaluation of `kernels.tabulated`'s kernels; per channel block ``H`` columns of the
+``12 * 3H``-byte row pair of the edge's interval) instead of the basis, the envelope and the
+filter GEMMs: no ``tl.dot`` at all, forward or backward. Everything else (geometry,
+gathers, sums, the per-edge vectors) is the same code. The table holds the enveloped filter
+up to its left limit at the cutoff; lanes at or beyond it are masked (they load no table
+row and add exactly zero, as mlcg's identity envelope, which jumps to zero there, does).
+Forces are exactly minus the gradient of the tabulated energy.
+
 Padding: edges outside every CSR segment (see `kernels.csr`) are never visited; edges at or
 beyond the cutoff have ``C = C' = 0``, so they add nothing to the sums or to any gradient.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -74,6 +86,7 @@ from kernels.radial_basis import (
     radial_reference_terms,
 )
 from kernels.segment_reduce import edge_vectors_to_positions
+from kernels.tabulated import FilterTable, _table_eval, evaluate_table
 
 __all__ = ["PaiNNFilterParams", "pack_painn_filter", "painn_message", "painn_message_reference",
            "NORM_EPS", "NORM_SHIFT"]
@@ -148,20 +161,16 @@ def pack_painn_filter(A, a, dtype=torch.float32) -> PaiNNFilterParams:
 
 
 @triton.jit
-def _edge_frame(pos_ptr, perm_ptr, other_ptr, owner, p0, end, mu_ptr, gamma_ptr, K, alpha,
-                basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL: tl.constexpr,
-                ENV_LOWER: tl.constexpr, ENV_IN_BASIS: tl.constexpr,
-                ENV_ON_FILTER: tl.constexpr, OWNER_IS_DST: tl.constexpr, KP: tl.constexpr,
+def _edge_frame(pos_ptr, perm_ptr, other_ptr, owner, p0, end, OWNER_IS_DST: tl.constexpr,
                 BLOCK_E: tl.constexpr):
     """The tile of a segment's edges at CSR positions ``p0 ..`` (before ``end``): their ids,
-    other ends, geometry, basis and filter envelope.
+    other ends and geometry.
 
     ``owner`` ([BLOCK_E] int64) is the program's node, the destination (``OWNER_IS_DST``)
     or the source of every edge; ``other_ptr`` holds the other end. Returns ``(e, other,
-    pmask, rx, ry, rz, s, inv_d, basis, dbasis, cf, dcf)``: ``r = r_dst - r_src``, ``s =
-    sqrt(|r|^2 + eps)``, ``inv_d = 1/d`` with ``d = s - shift`` (1 where ``d <= 0``, as the
-    reference's direction), the basis and its derivative ``[BLOCK_E, KP]`` and the filter
-    envelope ``C``, ``C'``, zero on masked rows (so they add nothing to any sum).
+    pmask, rx, ry, rz, s, d, inv_d)``: ``r = r_dst - r_src``, ``s = sqrt(|r|^2 + eps)``,
+    ``d = s - shift`` and ``inv_d = 1/d`` (1 where ``d <= 0``, as the reference's
+    direction), all [BLOCK_E].
     """
     p = p0 + tl.arange(0, BLOCK_E)
     pmask = p < end
@@ -174,15 +183,23 @@ def _edge_frame(pos_ptr, perm_ptr, other_ptr, owner, p0, end, mu_ptr, gamma_ptr,
     s = tl.sqrt_rn(rx * rx + ry * ry + rz * rz + 1e-16)  # NORM_EPS
     d = s - 1e-8  # NORM_SHIFT
     inv_d = tl.where(d > 0, 1.0 / d, 1.0)
+    return e, other, pmask, rx, ry, rz, s, d, inv_d
+
+
+@triton.jit
+def _edge_basis(d, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b, env_upper,
+                env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
+                ENV_IN_BASIS: tl.constexpr, ENV_ON_FILTER: tl.constexpr, KP: tl.constexpr):
+    """The basis and its derivative ``[BLOCK_E, KP]`` at the lengths ``d`` [BLOCK_E], and the
+    filter envelope ``C``, ``C'`` [BLOCK_E, 1], zero on rows not in ``pmask`` (so they add
+    nothing to any sum)."""
     c, dc = edge_envelope(d, env_a, env_b, env_upper, env_lower, ENV_LOWER, ENV_IN_BASIS, True)
     basis, dbasis = radial_features(d, c, dc, mu_ptr, gamma_ptr, K, alpha, basis_lower, KP,
                                     EXP_NORMAL, ENV_IN_BASIS)
     if not ENV_ON_FILTER:  # identity envelope: 1 inside the cutoff
         c = tl.where(d < env_upper, 1.0, 0.0)
         dc = tl.zeros(d.shape, tl.float32)
-    cf = tl.where(pmask, c, 0.0)
-    dcf = tl.where(pmask, dc, 0.0)
-    return e, other, pmask, rx, ry, rz, s, inv_d, basis, dbasis, cf, dcf
+    return basis, dbasis, tl.where(pmask, c, 0.0)[:, None], tl.where(pmask, dc, 0.0)[:, None]
 
 
 @triton.jit
@@ -202,20 +219,73 @@ def _filter_block(basis, w, b_ptr, S: tl.constexpr, H: tl.constexpr, DT: tl.cons
     return mma(basis, w, DT, PREC) + tl.load(b_ptr + S * H + tl.arange(0, H))[None, :]
 
 
+@triton.jit
+def _filter(S: tl.constexpr, basis, dbasis, cf, dcf, w_ptr, b_ptr, d, valid, c01_ptr,
+            c23_ptr, scale_ptr, inv_h, num_intervals, H: tl.constexpr, KP: tl.constexpr,
+            DT: tl.constexpr, PREC: tl.constexpr, TABLE: tl.constexpr,
+            DERIV: tl.constexpr):
+    """Channel block ``S`` of the enveloped filter, ``w = (e(d) A_S^T + a_S) C(d)``, and
+    (``DERIV``) its derivative ``w'``, [BLOCK_E, H] each.
+
+    ``TABLE``: both read from the block's cubic Hermite table (`kernels.tabulated`, columns
+    ``S H .. S H + H`` of its 3H, at the lengths ``d``; zero where not ``valid``), and
+    ``basis`` .. ``dcf``, ``w_ptr``, ``b_ptr`` are not read. Otherwise the filter GEMM of
+    `_filter_block` on ``basis`` (and, with ``DERIV``, the product of ``dbasis`` with the
+    same weight tile) times the envelope ``cf``, ``dcf`` of `_edge_basis`; ``d`` ..
+    ``num_intervals`` are not read. Without ``DERIV`` the second value is ``w`` again.
+    """
+    if TABLE:
+        cols = S * H + tl.arange(0, H)[None, :]
+        w, dw = _table_eval(c01_ptr, c23_ptr, tl.load(scale_ptr + cols), d, valid, inv_h,
+                            num_intervals, cols, 3 * H)
+    else:
+        wt = _filter_weight(w_ptr, S, H, KP, DT, PREC)  # one load, two products
+        f = _filter_block(basis, wt, b_ptr, S, H, DT, PREC)
+        w = f * cf
+        dw = w
+        if DERIV:
+            dw = mma(dbasis, wt, DT, PREC) * cf + f * dcf
+    return w, dw
+
+
 # One node per program. Compiled for sm_90 at H = 128, K = 64 (tests/kernels/hopper_compile.py),
 # the backward's six filter GEMMs per tile spill registers with 4 warps (984 bytes of stack
-# per thread, 288 with 8 warps), hence 8-warp candidates. Not yet timed on a GPU.
+# per thread, 288 with 8 warps), hence 8-warp candidates; the table variant's backward
+# spills 104 bytes with 4 warps, its forward none (142 registers). Not yet timed on a GPU.
 _CONFIGS = pick_configs([_cfg(16, 4), _cfg(16, 8), _cfg(32, 8)], _cfg(16, 4))
 
 
-@autotune(_CONFIGS, ["num_nodes", "H", "KP", "PREC"])
+@triton.jit
+def _tile_filter_inputs(d, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
+                        env_upper, env_lower, EXP_NORMAL: tl.constexpr,
+                        ENV_LOWER: tl.constexpr, ENV_IN_BASIS: tl.constexpr,
+                        ENV_ON_FILTER: tl.constexpr, KP: tl.constexpr, TABLE: tl.constexpr):
+    """What `_filter` reads of a tile: ``(valid, basis, dbasis, cf, dcf)``. With ``TABLE``
+    the lanes inside the cutoff (``valid``; the table is zero beyond it, so the rest load no
+    row) and no basis (``d`` stands in for the four, unread: a compiled function returns
+    tensors); otherwise the lanes in the segment and `_edge_basis`."""
+    if TABLE:  # one return: the compiler wants one return type
+        valid = pmask & (d < env_upper)
+        basis, dbasis, cf, dcf = d, d, d, d
+    else:
+        valid = pmask
+        basis, dbasis, cf, dcf = _edge_basis(d, pmask, mu_ptr, gamma_ptr, K, alpha,
+                                             basis_lower, env_a, env_b, env_upper, env_lower,
+                                             EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS,
+                                             ENV_ON_FILTER, KP)
+    return valid, basis, dbasis, cf, dcf
+
+
+@autotune(_CONFIGS, ["num_nodes", "H", "KP", "PREC", "TABLE"])
 @triton.jit
 def _message_fwd_kernel(pos_ptr, x_ptr, vec_ptr, src_ptr, ptr_ptr, perm_ptr, w_ptr, b_ptr,
-                        dq_ptr, dmu_ptr, num_nodes, mu_ptr, gamma_ptr, K, alpha, basis_lower,
-                        env_a, env_b, env_upper, env_lower, EXP_NORMAL: tl.constexpr,
+                        c01_ptr, c23_ptr, scale_ptr, inv_h, num_intervals, dq_ptr, dmu_ptr,
+                        num_nodes, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
+                        env_upper, env_lower, EXP_NORMAL: tl.constexpr,
                         ENV_LOWER: tl.constexpr, ENV_IN_BASIS: tl.constexpr,
                         ENV_ON_FILTER: tl.constexpr, H: tl.constexpr, KP: tl.constexpr,
-                        DT: tl.constexpr, PREC: tl.constexpr, BLOCK_E: tl.constexpr):
+                        DT: tl.constexpr, PREC: tl.constexpr, TABLE: tl.constexpr,
+                        BLOCK_E: tl.constexpr):
     """Summed PaiNN messages of the destination node owned by this program.
 
     Parameters
@@ -231,15 +301,24 @@ def _message_fwd_kernel(pos_ptr, x_ptr, vec_ptr, src_ptr, ptr_ptr, perm_ptr, w_p
     ptr_ptr, perm_ptr : pointers to int32 [N + 1], [E]
         Destination-grouped CSR (`kernels.csr.GraphCSR.dst_ptr`, ``dst_perm``).
     w_ptr : pointer to DT [3, KP, H]
-        Packed filter weights (`PaiNNFilterParams.w`).
+        Packed filter weights (`PaiNNFilterParams.w`); not read with ``TABLE``.
     b_ptr : pointer to float32 [3, H]
-        Filter bias.
+        Filter bias; not read with ``TABLE``.
+    c01_ptr, c23_ptr, scale_ptr : pointers to float32 [G-1, 2, 3H], float16 [G-1, 2, 3H],
+    float32 [3H]
+        The block's filter table (`kernels.tabulated.FilterTable`: ``coeffs01``,
+        ``coeffs23``, ``scale23``); read with ``TABLE`` only.
+    inv_h : float
+        ``1 / spacing`` of the table (``TABLE``).
+    num_intervals : int
+        ``G - 1`` of the table (``TABLE``).
     dq_ptr, dmu_ptr : pointers to float32 [N, H], [N, 3, H]
         Outputs, one row written per program.
     num_nodes : int
         N, the number of programs (an autotuning key).
     mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b, env_upper, env_lower
-        Basis and envelope parameters (`RadialSpec.kernel_args`).
+        Basis and envelope parameters (`RadialSpec.kernel_args`); with ``TABLE`` only
+        ``env_upper``, the cutoff, is read.
     EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS, ENV_ON_FILTER : constexpr bool
         Basis family and envelopes (`RadialSpec.kernel_args`).
     H : constexpr int
@@ -250,6 +329,8 @@ def _message_fwd_kernel(pos_ptr, x_ptr, vec_ptr, src_ptr, ptr_ptr, perm_ptr, w_p
         GEMM operand type (float32, float16, bfloat16).
     PREC : constexpr str
         FP32 product mode ("tf32", "tf32x3", "ieee"; `kernels.cfconv.PRECISIONS`).
+    TABLE : constexpr bool
+        Read the filter from the table instead of the basis and the filter GEMMs.
     BLOCK_E : constexpr int
         Edges per tile.
     """
@@ -263,23 +344,23 @@ def _message_fwd_kernel(pos_ptr, x_ptr, vec_ptr, src_ptr, ptr_ptr, perm_ptr, w_p
     acc_y = tl.zeros([H], dtype=tl.float32)
     acc_z = tl.zeros([H], dtype=tl.float32)
     for p0 in range(start, end, BLOCK_E):
-        _, j, pmask, rx, ry, rz, _, inv_d, basis, _, cf, _ = _edge_frame(
-            pos_ptr, perm_ptr, src_ptr, owner, p0, end, mu_ptr, gamma_ptr, K, alpha,
-            basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
-            ENV_IN_BASIS, ENV_ON_FILTER, True, KP, BLOCK_E)
-        rows = pmask[:, None]
+        _, j, pmask, rx, ry, rz, _, d, inv_d = _edge_frame(pos_ptr, perm_ptr, src_ptr, owner,
+                                                           p0, end, True, BLOCK_E)
+        valid, basis, dbasis, cf, dcf = _tile_filter_inputs(
+            d, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b, env_upper,
+            env_lower, EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS, ENV_ON_FILTER, KP, TABLE)
+        rows = valid[:, None]
         xrow = x_ptr + j[:, None] * (3 * H) + h[None, :]
         vrow = vec_ptr + j[:, None] * (3 * H) + h[None, :]
-        cf = cf[:, None]
-        w = _filter_weight(w_ptr, 0, H, KP, DT, PREC)
-        acc_q += tl.sum(_filter_block(basis, w, b_ptr, 0, H, DT, PREC) * cf
-                        * tl.load(xrow, mask=rows, other=0.0), axis=0)
-        w = _filter_weight(w_ptr, 1, H, KP, DT, PREC)
-        m_r = (_filter_block(basis, w, b_ptr, 1, H, DT, PREC) * cf
-               * tl.load(xrow + H, mask=rows, other=0.0))
-        w = _filter_weight(w_ptr, 2, H, KP, DT, PREC)
-        m_mu = (_filter_block(basis, w, b_ptr, 2, H, DT, PREC) * cf
-                * tl.load(xrow + 2 * H, mask=rows, other=0.0))
+        w, _ = _filter(0, basis, dbasis, cf, dcf, w_ptr, b_ptr, d, valid, c01_ptr, c23_ptr,
+                       scale_ptr, inv_h, num_intervals, H, KP, DT, PREC, TABLE, False)
+        acc_q += tl.sum(w * tl.load(xrow, mask=rows, other=0.0), axis=0)
+        w, _ = _filter(1, basis, dbasis, cf, dcf, w_ptr, b_ptr, d, valid, c01_ptr, c23_ptr,
+                       scale_ptr, inv_h, num_intervals, H, KP, DT, PREC, TABLE, False)
+        m_r = w * tl.load(xrow + H, mask=rows, other=0.0)
+        w, _ = _filter(2, basis, dbasis, cf, dcf, w_ptr, b_ptr, d, valid, c01_ptr, c23_ptr,
+                       scale_ptr, inv_h, num_intervals, H, KP, DT, PREC, TABLE, False)
+        m_mu = w * tl.load(xrow + 2 * H, mask=rows, other=0.0)
         acc_x += tl.sum(m_r * (rx * inv_d)[:, None]
                         + m_mu * tl.load(vrow, mask=rows, other=0.0), axis=0)
         acc_y += tl.sum(m_r * (ry * inv_d)[:, None]
@@ -293,23 +374,24 @@ def _message_fwd_kernel(pos_ptr, x_ptr, vec_ptr, src_ptr, ptr_ptr, perm_ptr, w_p
     tl.store(dmu_ptr + row * (3 * H) + 2 * H + h, acc_z)
 
 
-@autotune(_CONFIGS, ["num_nodes", "H", "KP", "PREC"])
+@autotune(_CONFIGS, ["num_nodes", "H", "KP", "PREC", "TABLE"])
 @triton.jit
 def _message_bwd_kernel(pos_ptr, x_ptr, vec_ptr, gq_ptr, gmu_ptr, dst_ptr, ptr_ptr, perm_ptr,
-                        w_ptr, b_ptr, gx_ptr, gvec_ptr, v_ptr, num_nodes, mu_ptr, gamma_ptr, K,
-                        alpha, basis_lower, env_a, env_b, env_upper, env_lower,
+                        w_ptr, b_ptr, c01_ptr, c23_ptr, scale_ptr, inv_h, num_intervals,
+                        gx_ptr, gvec_ptr, v_ptr, num_nodes, mu_ptr, gamma_ptr, K, alpha,
+                        basis_lower, env_a, env_b, env_upper, env_lower,
                         EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                         ENV_IN_BASIS: tl.constexpr, ENV_ON_FILTER: tl.constexpr,
                         H: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr,
-                        PREC: tl.constexpr, BLOCK_E: tl.constexpr):
+                        PREC: tl.constexpr, TABLE: tl.constexpr, BLOCK_E: tl.constexpr):
     """Gradients of the source node owned by this program, and each of its edges' position
     gradient vector.
 
     Parameters
     ----------
-    pos_ptr, x_ptr, vec_ptr, w_ptr, b_ptr, num_nodes, mu_ptr ... ENV_ON_FILTER, H, KP, DT,
-    PREC, BLOCK_E
-        As for `_message_fwd_kernel`.
+    pos_ptr, x_ptr, vec_ptr, w_ptr, b_ptr, c01_ptr, c23_ptr, scale_ptr, inv_h,
+    num_intervals, num_nodes, mu_ptr ... ENV_ON_FILTER, H, KP, DT, PREC, TABLE, BLOCK_E
+        As for `_message_fwd_kernel` (``TABLE``: ``w`` and ``w'`` from the table's cubic).
     gq_ptr, gmu_ptr : pointers to float32 [N, H], [N, 3, H]
         Incoming gradients ``dL/d(dq)``, ``dL/d(dmu)``, read at destinations.
     dst_ptr : pointer to int64 [E]
@@ -340,11 +422,12 @@ def _message_bwd_kernel(pos_ptr, x_ptr, vec_ptr, gq_ptr, gmu_ptr, dst_ptr, ptr_p
     acc_y = tl.zeros([H], dtype=tl.float32)
     acc_z = tl.zeros([H], dtype=tl.float32)
     for p0 in range(start, end, BLOCK_E):
-        e, i, pmask, rx, ry, rz, s, inv_d, basis, dbasis, cf, dcf = _edge_frame(
-            pos_ptr, perm_ptr, dst_ptr, owner, p0, end, mu_ptr, gamma_ptr, K, alpha,
-            basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
-            ENV_IN_BASIS, ENV_ON_FILTER, False, KP, BLOCK_E)
-        rows = pmask[:, None]
+        e, i, pmask, rx, ry, rz, s, d, inv_d = _edge_frame(pos_ptr, perm_ptr, dst_ptr, owner,
+                                                           p0, end, False, BLOCK_E)
+        valid, basis, dbasis, cf, dcf = _tile_filter_inputs(
+            d, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b, env_upper,
+            env_lower, EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS, ENV_ON_FILTER, KP, TABLE)
+        rows = valid[:, None]
         ux = rx * inv_d  # the direction n_e
         uy = ry * inv_d
         uz = rz * inv_d
@@ -358,31 +441,26 @@ def _message_bwd_kernel(pos_ptr, x_ptr, vec_ptr, gq_ptr, gmu_ptr, dst_ptr, ptr_p
         gz = tl.load(grow + 2 * H, mask=rows, other=0.0)
         g_r = gx * nx + gy * ny + gz * nz  # dL/d(dmu^R)
         g_m = gx * mux + gy * muy + gz * muz  # dL/d(dmu^mu)
-        cf = cf[:, None]
-        dcf = dcf[:, None]
         # channel block 0 (dq)
-        w = _filter_weight(w_ptr, 0, H, KP, DT, PREC)  # one load, two products
-        f = _filter_block(basis, w, b_ptr, 0, H, DT, PREC)
-        df = mma(dbasis, w, DT, PREC)
-        acc_q += tl.sum(gq * f * cf, axis=0)
-        gd = tl.sum(gq * xq * (df * cf + f * dcf), axis=1)
+        w, dw = _filter(0, basis, dbasis, cf, dcf, w_ptr, b_ptr, d, valid, c01_ptr, c23_ptr,
+                        scale_ptr, inv_h, num_intervals, H, KP, DT, PREC, TABLE, True)
+        acc_q += tl.sum(gq * w, axis=0)
+        gd = tl.sum(gq * xq * dw, axis=1)
         # channel block 1 (dmu^R)
-        w = _filter_weight(w_ptr, 1, H, KP, DT, PREC)  # one load, two products
-        f = _filter_block(basis, w, b_ptr, 1, H, DT, PREC)
-        df = mma(dbasis, w, DT, PREC)
-        acc_r += tl.sum(g_r * f * cf, axis=0)
-        gd += tl.sum(g_r * xr * (df * cf + f * dcf), axis=1)
-        m_r = f * cf * xr
+        w, dw = _filter(1, basis, dbasis, cf, dcf, w_ptr, b_ptr, d, valid, c01_ptr, c23_ptr,
+                        scale_ptr, inv_h, num_intervals, H, KP, DT, PREC, TABLE, True)
+        acc_r += tl.sum(g_r * w, axis=0)
+        gd += tl.sum(g_r * xr * dw, axis=1)
+        m_r = w * xr
         gnx = tl.sum(gx * m_r, axis=1)  # dL/dn_e
         gny = tl.sum(gy * m_r, axis=1)
         gnz = tl.sum(gz * m_r, axis=1)
         # channel block 2 (dmu^mu)
-        w = _filter_weight(w_ptr, 2, H, KP, DT, PREC)  # one load, two products
-        f = _filter_block(basis, w, b_ptr, 2, H, DT, PREC)
-        df = mma(dbasis, w, DT, PREC)
-        acc_m += tl.sum(g_m * f * cf, axis=0)
-        gd += tl.sum(g_m * xm * (df * cf + f * dcf), axis=1)
-        m_mu = f * cf * xm
+        w, dw = _filter(2, basis, dbasis, cf, dcf, w_ptr, b_ptr, d, valid, c01_ptr, c23_ptr,
+                        scale_ptr, inv_h, num_intervals, H, KP, DT, PREC, TABLE, True)
+        acc_m += tl.sum(g_m * w, axis=0)
+        gd += tl.sum(g_m * xm * dw, axis=1)
+        m_mu = w * xm
         acc_x += tl.sum(gx * m_mu, axis=0)
         acc_y += tl.sum(gy * m_mu, axis=0)
         acc_z += tl.sum(gz * m_mu, axis=0)
@@ -400,13 +478,40 @@ def _message_bwd_kernel(pos_ptr, x_ptr, vec_ptr, gq_ptr, gmu_ptr, dst_ptr, ptr_p
     tl.store(gvec_ptr + row + 2 * H + h, acc_z)
 
 
-def _check_inputs(pos, x, vec, src, dst, csr: GraphCSR, params: PaiNNFilterParams,
+def _hidden(params: PaiNNFilterParams | FilterTable) -> int:
+    """H of a packed filter network or of a filter table (3H columns)."""
+    return params.num_features // 3 if isinstance(params, FilterTable) else params.hidden
+
+
+def _check_filter(params: PaiNNFilterParams | FilterTable, spec: RadialSpec) -> None:
+    """ValueError for a filter that does not fit ``spec`` or the kernels."""
+    if not isinstance(params, FilterTable):
+        if params.num_basis != spec.num_basis:
+            raise ValueError(f"painn_message: the filter expects K={params.num_basis}, the "
+                             f"basis has {spec.num_basis}")
+        return
+    H = params.num_features // 3
+    if params.num_features != 3 * H or H < 16 or H & (H - 1):
+        raise ValueError(f"painn_message needs a table of 3H columns, H a power of two >= 16; "
+                         f"got {params.num_features} columns")
+    if not math.isclose(params.cutoff, spec.cutoff_upper, rel_tol=1e-6):
+        raise ValueError(f"painn_message: the table ends at {params.cutoff}, the cutoff is "
+                         f"{spec.cutoff_upper}")
+    for name, dtype in (("coeffs01", torch.float32), ("coeffs23", torch.float16),
+                        ("scale23", torch.float32)):
+        t = getattr(params, name)
+        if t.dtype != dtype or not t.is_contiguous():
+            raise ValueError(f"painn_message: table {name} must be contiguous {dtype} (build "
+                             f"it with build_filter_table)")
+    check_no_grad("painn_message", coeffs01=params.coeffs01, coeffs23=params.coeffs23,
+                  scale23=params.scale23)
+
+
+def _check_inputs(pos, x, vec, src, dst, csr: GraphCSR, params: PaiNNFilterParams | FilterTable,
                   spec: RadialSpec, precision: str) -> None:
     """ValueError for any input `painn_message` cannot take."""
-    H, n = params.hidden, csr.num_nodes
-    if params.num_basis != spec.num_basis:
-        raise ValueError(f"painn_message: the filter expects K={params.num_basis}, the basis "
-                         f"has {spec.num_basis}")
+    H, n = _hidden(params), csr.num_nodes
+    _check_filter(params, spec)
     if precision not in PRECISIONS:
         raise ValueError(f"painn_message precision must be one of {PRECISIONS}, "
                          f"got {precision!r}")
@@ -428,9 +533,20 @@ def _check_inputs(pos, x, vec, src, dst, csr: GraphCSR, params: PaiNNFilterParam
                          f"{tuple(dst.shape)}")
 
 
-def _kernel_args(params: PaiNNFilterParams, spec: RadialSpec, precision: str) -> dict:
-    return dict(w_ptr=params.w, b_ptr=params.bias, H=params.hidden, KP=params.w.shape[1],
-                DT=torch_to_tl_dtype(params.dtype), PREC=precision, **spec.kernel_args())
+def _kernel_args(params: PaiNNFilterParams | FilterTable, spec: RadialSpec,
+                 precision: str) -> dict:
+    """The kernels' filter and basis arguments: the packed network (the table's pointers
+    stand in for it, unread), or a table (``TABLE``; the network's likewise)."""
+    if isinstance(params, FilterTable):
+        return dict(w_ptr=params.coeffs01, b_ptr=params.scale23, c01_ptr=params.coeffs01,
+                    c23_ptr=params.coeffs23, scale_ptr=params.scale23,
+                    inv_h=1.0 / params.spacing, num_intervals=params.num_intervals,
+                    H=_hidden(params), KP=16, DT=tl.float32, PREC=precision, TABLE=True,
+                    **spec.kernel_args())
+    return dict(w_ptr=params.w, b_ptr=params.bias, c01_ptr=params.bias, c23_ptr=params.bias,
+                scale_ptr=params.bias, inv_h=0.0, num_intervals=0, H=params.hidden,
+                KP=params.w.shape[1], DT=torch_to_tl_dtype(params.dtype), PREC=precision,
+                TABLE=False, **spec.kernel_args())
 
 
 class _PaiNNMessage(torch.autograd.Function):
@@ -438,7 +554,7 @@ class _PaiNNMessage(torch.autograd.Function):
     def forward(ctx, pos, x, vec, src, dst, csr, params, spec, precision):
         _check_inputs(pos, x, vec, src, dst, csr, params, spec, precision)
         pos, x, vec = pos.contiguous(), x.contiguous(), vec.contiguous()
-        n, H = csr.num_nodes, params.hidden
+        n, H = csr.num_nodes, _hidden(params)
         args = _kernel_args(params, spec, precision)
         dq = torch.empty(n, H, dtype=torch.float32, device=x.device)
         dmu = torch.empty(n, 3, H, dtype=torch.float32, device=x.device)
@@ -469,8 +585,9 @@ class _PaiNNMessage(torch.autograd.Function):
         return grad_pos, grad_x, grad_vec, None, None, None, None, None, None
 
 
-def painn_message(pos, x, mu, src, dst, csr: GraphCSR, params: PaiNNFilterParams,
-                  spec: RadialSpec, precision: str = "tf32x3"):
+def painn_message(pos, x, mu, src, dst, csr: GraphCSR,
+                  params: PaiNNFilterParams | FilterTable, spec: RadialSpec,
+                  precision: str = "tf32x3"):
     """Fused PaiNN message block: summed scalar and vector messages per node (Triton).
 
     Parameters
@@ -488,16 +605,21 @@ def painn_message(pos, x, mu, src, dst, csr: GraphCSR, params: PaiNNFilterParams
     csr : GraphCSR
         Both CSR layouts of these edges (`kernels.csr.build_csr`); padding edges are in no
         segment and contribute nothing. Any graph (symmetry is not assumed).
-    params : PaiNNFilterParams
-        Packed filter network (`pack_painn_filter`); its dtype selects FP32 or 16-bit GEMM
-        operands.
+    params : PaiNNFilterParams or FilterTable
+        Packed filter network (`pack_painn_filter`; its dtype selects FP32 or 16-bit GEMM
+        operands), or the block's enveloped filter ``w(d)`` tabulated (3H columns,
+        `kernels.tabulated.build_filter_table`, ending at ``spec.cutoff_upper``): the
+        kernels then read ``w`` and ``w'`` from its cubic instead of computing the basis and
+        the GEMMs, and edges at or beyond the cutoff load nothing.
     spec : RadialSpec
         Basis and envelopes; without `RadialSpec.envelope_on_filter` the filter's envelope
         is 1 inside ``spec.cutoff_upper`` and 0 at and beyond it (mlcg's identity cutoff).
+        With a table only the cutoff is read.
     precision : {"tf32x3", "tf32", "ieee"}
         Product mode of the FP32 GEMMs (`kernels.cfconv.PRECISIONS`): three TF32 products
         (about FP32's accuracy, the default), one TF32 product of rounded operands, or
-        CUDA-core FMA; ignored by 16-bit weights. Sums onto nodes are FP32 in every mode.
+        CUDA-core FMA; ignored by 16-bit weights and by a table. Sums onto nodes are FP32 in
+        every mode.
 
     Returns
     -------
@@ -511,32 +633,38 @@ def painn_message(pos, x, mu, src, dst, csr: GraphCSR, params: PaiNNFilterParams
     Raises
     ------
     ValueError
-        Shapes or dtypes that do not fit ``params``, a basis of another size, or an unknown
-        precision.
+        Shapes or dtypes that do not fit ``params``, a basis of another size, a table that
+        ends elsewhere than the cutoff, or an unknown precision.
     """
     return _PaiNNMessage.apply(pos, x, mu, src, dst, csr, params, spec, precision)
 
 
-def painn_message_reference(pos, x, mu, src, dst, csr: GraphCSR, params: PaiNNFilterParams,
-                            spec: RadialSpec, precision: str = "ieee"):
+def painn_message_reference(pos, x, mu, src, dst, csr: GraphCSR,
+                            params: PaiNNFilterParams | FilterTable, spec: RadialSpec,
+                            precision: str = "ieee"):
     """PyTorch reference of `painn_message` (materialises E x 3H; computes in ``pos.dtype``).
 
     Plain autograd, so it also differentiates float64 inputs for finite-difference checks.
-    Uses the packed weights (rounded to 16 bits if packed so) in ``pos.dtype``; ``precision``
-    is accepted for the same signature and changes nothing.
+    Uses the packed weights (rounded to 16 bits if packed so) in ``pos.dtype``, or the
+    table's stored cubic (`kernels.tabulated.evaluate_table`) evaluated in ``pos.dtype``;
+    ``precision`` is accepted for the same signature and changes nothing.
     """
     valid = valid_edge_mask(csr)
-    n, dtype, H = csr.num_nodes, pos.dtype, params.hidden
+    n, dtype, H = csr.num_nodes, pos.dtype, _hidden(params)
     s, t = torch.where(valid, src, 0), torch.where(valid, dst, 0)
     unit = torch.tensor([1.0, 0.0, 0.0], dtype=dtype, device=pos.device)
     r = torch.where(valid[:, None], pos[t] - pos[s], unit)
     dist = torch.sqrt((r * r).sum(1) + NORM_EPS) - NORM_SHIFT
     normdir = r / torch.where(dist > 0, dist, torch.ones_like(dist))[:, None]
-    basis, env = radial_reference_terms(dist, spec)
-    env = env * (dist < spec.cutoff_upper)  # the identity envelope ends at the cutoff too
-    w = params.w[:, : params.num_basis].to(dtype)  # [3, K, H]
-    filt = torch.einsum("ek,skh->esh", basis, w) + params.bias.to(dtype)
-    m = filt * env[:, None, None] * x.to(dtype)[s].reshape(-1, 3, H)
+    if isinstance(params, FilterTable):  # enveloped, zero beyond the cutoff
+        filt = evaluate_table(params, dist).reshape(-1, 3, H)
+    else:
+        basis, env = radial_reference_terms(dist, spec)
+        env = env * (dist < spec.cutoff_upper)  # the identity envelope ends at the cutoff too
+        w = params.w[:, : params.num_basis].to(dtype)  # [3, K, H]
+        filt = (torch.einsum("ek,skh->esh", basis, w) + params.bias.to(dtype)) * env[:, None,
+                                                                                      None]
+    m = filt * x.to(dtype)[s].reshape(-1, 3, H)
     dmu = m[:, 1, None, :] * normdir[:, :, None] + m[:, 2, None, :] * mu.to(dtype)[s]
     seg = torch.where(valid, dst, n)
     dq = torch.zeros(n + 1, H, dtype=dtype, device=pos.device).index_add(0, seg, m[:, 0])

@@ -2,12 +2,13 @@
 
 Each network architecture implements its own techniques
 (`workbench.model.force_paths.implemented_techniques`: CGSchNet all, CGEGNN and CGPaiNN
-their fused message kernel, CGTensorProduct its radial MLPs' kernel (``fused_update``), with
-captured steps, and the step's techniques); the others are switched off
-with a message. The fused kernels need a CUDA GPU. When a requested set of switches cannot
-run, the run keeps the PyTorch reference path (a CGSchNet's tabulated filters, which also
-run in PyTorch, stay on) and the user gets one clear message, whether the reason is known
-in advance (no GPU, a technique the network lacks), or the engine raises or warns.
+their fused message kernel (CGPaiNN's also reading its filter tables), CGTensorProduct its
+radial MLPs' kernel (``fused_update``), with captured steps, and the step's techniques); the
+others are switched off with a message. The fused kernels need a CUDA GPU. When a
+requested set of switches cannot run, the run keeps the PyTorch reference path (a
+CGSchNet's tabulated filters, which also run in PyTorch, stay on) and the user gets one
+clear message, whether the reason is known in advance (no GPU, a technique the network
+lacks), or the engine raises or warns.
 A network with run-time backends (`workbench.runner.NETWORK_BACKENDS`: a tensor-product
 network's convolution backend, who evaluates a Deep Potential) switches its backend the
 same way, refused with the reason where it cannot run.
@@ -134,7 +135,7 @@ def usable_options(
         "are off."]
     brought = bring_needed(implemented, device, architecture)
     if brought:
-        notes.append(brought_notice(brought))
+        notes.append(brought_notice(brought, architecture, implemented))
     note = " ".join(notes) or None
     if implemented.is_baseline or device.type == "cuda":
         return (options, None) if note is None else (implemented, note)

@@ -56,12 +56,14 @@ EGNN_VARIANT = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=True, ACT="s
                     KP=32, DT=tl.float32, PREC="tf32x3", BLOCK_E=16)
 EGNN_16 = dict(EGNN, wr_ptr="*fp16", w2t_ptr="*fp16")
 PAINN = dict(RADIAL, x_ptr="*fp32", vec_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i32",
-             perm_ptr="*i32", w_ptr="*fp32", b_ptr="*fp32", dq_ptr="*fp32", dmu_ptr="*fp32",
-             num_nodes="i32")
+             perm_ptr="*i32", w_ptr="*fp32", b_ptr="*fp32", c01_ptr="*fp32", c23_ptr="*fp32",
+             scale_ptr="*fp32", inv_h="fp32", num_intervals="i32", dq_ptr="*fp32",
+             dmu_ptr="*fp32", num_nodes="i32")
 PAINN_BWD = dict(PAINN, gq_ptr="*fp32", gmu_ptr="*fp32", dst_ptr="*i64", gx_ptr="*fp32",
                  gvec_ptr="*fp32", v_ptr="*fp32")
 PAINN_VARIANT = dict(EXP_NORMAL=True, ENV_LOWER=False, ENV_IN_BASIS=True, ENV_ON_FILTER=True,
-                     H=128, KP=64, DT=tl.float32, PREC="tf32x3", BLOCK_E=16)
+                     H=128, KP=64, DT=tl.float32, PREC="tf32x3", TABLE=False, BLOCK_E=16)
+PAINN_TABLE = dict(PAINN_VARIANT, KP=16, TABLE=True)  # the filter from its table
 DP = {"pos_ptr": "*fp32", "types_ptr": "*i64", "src_ptr": "*i64", "ptr_ptr": "*i32",
       "perm_ptr": "*i32", "c01_ptr": "*fp32", "c23_ptr": "*fp16", "scale_ptr": "*fp32",
       "mean_ptr": "*fp32", "std_ptr": "*fp32", "empty_ptr": "*fp32", "lists_ptr": "*fp32",
@@ -106,6 +108,10 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "PaiNN message backward, fp16 operands": (
         _message_bwd_kernel, dict(PAINN_BWD, w_ptr="*fp16"),
         [dict(PAINN_VARIANT, DT=tl.float16)]),
+    "PaiNN message forward, table": (
+        _message_fwd_kernel, dict(PAINN, c23_ptr="*fp16"), [PAINN_TABLE]),
+    "PaiNN message backward, table": (
+        _message_bwd_kernel, dict(PAINN_BWD, c23_ptr="*fp16"), [PAINN_TABLE]),
     "DP descriptor forward": (  # plain, one-side, deepmd-kit's lists (sel)
         _descriptor_fwd_kernel, DP,
         [dict(DP_PAIRS, EMPTY_SLOTS=False), dict(DP_PAIRS, F=25 * 64, ONE_SIDE=True,

@@ -105,6 +105,10 @@ def test_every_autotuned_launch_has_a_key_the_disk_cache_can_write(device, launc
     mu = torch.randn(sym["num_nodes"] + 1, 3, H, device=device, requires_grad=True)
     dq, dmu = painn_message(pos, x, mu, sym["src"], sym["dst"], sym["csr"], painn, spec)
     torch.autograd.grad(dq.sum() + dmu.sum(), x)
+    widths = torch.arange(1, 3 * H + 1, dtype=torch.float64, device=device)  # its table
+    painn = tabulate_filter(lambda d: torch.exp(-0.1 * widths * d[:, None]), 61, 6.0, device)
+    dq, dmu = painn_message(pos, x, mu, sym["src"], sym["dst"], sym["csr"], painn, spec)
+    torch.autograd.grad(dq.sum() + dmu.sum(), x)
     # the EGNN edge block, forward and backward
     params = pack_edge_mlp(A1, torch.zeros(16, device=device), A2, b2)
     xa = torch.randn(sym["num_nodes"] + 1, 16, device=device, requires_grad=True)

@@ -1,5 +1,8 @@
 """Fused PaiNN message block: FP32 values and gradients against the float64 reference,
-finite differences, padding and edges beyond the cutoff, 16-bit operands, argument checks."""
+finite differences, padding and edges beyond the cutoff, 16-bit operands, argument checks;
+each with the filter network or its table (``TABLE``)."""
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,6 +15,8 @@ from kernels import (
     painn_message,
     painn_message_reference,
 )
+from kernels.radial_basis import radial_reference_terms
+from kernels.tabulated import tabulate_filter
 
 OUTPUTS = ("dq", "dmu", "grad_pos", "grad_x", "grad_mu")
 
@@ -21,6 +26,22 @@ def filter_weights(K=8, H=16, seed=1, device="cpu"):
     g = torch.Generator().manual_seed(seed)
     return (torch.randn(3 * H, K, generator=g).to(device) / K**0.5,
             (torch.randn(3 * H, generator=g) * 0.3).to(device))
+
+
+def painn_filter(spec: RadialSpec, table: bool, K=8, H=16, seed=1, device="cpu"):
+    """A random block filter (`filter_weights`) packed, or (``table``) its enveloped filter
+    ``w(d) = (e(d) A^T + a) C(d)`` tabulated from float64 at 0.01 A spacing (up to its left
+    limit at the cutoff: the identity envelope's jump is the kernels' cutoff test)."""
+    A, a = filter_weights(K, H, seed, device)
+    if not table:
+        return pack_painn_filter(A, a)
+
+    def w(d):
+        basis, env = radial_reference_terms(d, spec)
+        return (basis @ A.double().T + a.double()) * env[:, None]
+
+    points = round(spec.cutoff_upper / 0.01) + 1
+    return tabulate_filter(w, points, spec.cutoff_upper, device=device)
 
 
 def identity_filter_envelope(spec: RadialSpec) -> RadialSpec:
@@ -58,12 +79,15 @@ def _reference(g, x, mu, params, spec, grads):
                 spec, grads)
 
 
+@pytest.mark.parametrize("table", [False, True], ids=["network", "table"])
 @pytest.mark.parametrize("spec_name,precision,H", [
     ("gauss_env", "ieee", 16), ("expnorm", "tf32x3", 32), ("expnorm_lower", "ieee", 16),
     ("identity", "tf32x3", 16)])
-def test_painn_message_fp32_matches_reference(device, spec_name, precision, H):
+def test_painn_message_fp32_matches_reference(device, spec_name, precision, H, table):
+    """Against the float64 reference of the same filter: the packed network's, or the
+    table's stored cubic evaluated in float64."""
     g, spec, x, mu, grads = _setup(device, spec_name, H=H)
-    params = pack_painn_filter(*filter_weights(H=H, device=device))
+    params = painn_filter(spec, table, H=H, device=device)
     got = _run(painn_message, g, g["pos"], x, mu, params, spec, grads, precision)
     ref = _reference(g, x, mu, params, spec, grads)
     for name, a, b in zip(OUTPUTS, got, ref, strict=True):
@@ -96,11 +120,14 @@ def test_painn_message_16bit_operands_match_reference(device, dtype, bound):
         assert rel_err(a, b) < bound, name
 
 
-def test_painn_message_position_gradient_finite_differences(device):
+@pytest.mark.parametrize("table", [False, True], ids=["network", "table"])
+def test_painn_message_position_gradient_finite_differences(device, table):
     """Kernel gradient against central differences of the float64 reference (envelope,
-    basis and direction derivatives: many edges sit close to the cutoff)."""
+    basis and direction derivatives: many edges sit close to the cutoff). With a table, the
+    reference evaluates the stored cubic: the kernel's forces are exactly minus the
+    gradient of the tabulated energy."""
     g, spec, x, mu, grads = _setup(device, "gauss_env", seed=1)
-    params = pack_painn_filter(*filter_weights(seed=2, device=device))
+    params = painn_filter(spec, table, seed=2, device=device)
     gp = _run(painn_message, g, g["pos"], x, mu, params, spec, grads)[2]
     x64, mu64 = x.double(), mu.double()
     gq, gmu = (t.double() for t in grads)
@@ -113,15 +140,17 @@ def test_painn_message_position_gradient_finite_differences(device):
     assert rel_err(gp, central_differences(energy, g["pos"].double())) < 1e-5
 
 
+@pytest.mark.parametrize("table", [False, True], ids=["network", "table"])
 @pytest.mark.parametrize("spec_name", ["gauss", "identity"])
 def test_painn_message_padding_and_edges_beyond_the_cutoff_contribute_nothing(device,
-                                                                              spec_name):
+                                                                              spec_name,
+                                                                              table):
     """Edges in the CSR at or beyond the envelope's radius and padding slots change nothing:
     the same sums and gradients as the graph of the edges within it; NaN padding rows are
     never read. ``identity``: the filter's envelope is 1 up to the cutoff, so only the
-    cutoff itself removes the far edges."""
+    cutoff itself removes the far edges (a table is zero from the cutoff on)."""
     g, spec, x, mu, grads = _setup(device, spec_name, cutoff=8.0, drop=0)  # edges up to 8 Å
-    params = pack_painn_filter(*filter_weights(device=device))
+    params = painn_filter(spec, table, device=device)
     n = g["num_nodes"]
     pos = g["pos"].clone()
     pos[n] = float("nan")
@@ -162,4 +191,11 @@ def test_painn_message_argument_checks(device):
         painn_message(g["pos"][:5], x, mu, *edges, spec)
     with pytest.raises(ValueError, match="src and dst"):
         painn_message(g["pos"], x, mu, g["src"][:-1], g["dst"][:-1], *edges[2:], spec)
+    table = painn_filter(spec, True, device=device)
+    with pytest.raises(ValueError, match="table ends at 6.0, the cutoff is 5.0"):
+        painn_message(g["pos"], x, mu, *edges[:3], table, radial_specs(cutoff=5.0)["gauss"])
+    narrow = painn_filter(spec, True, H=16, device=device)
+    narrow = replace(narrow, coeffs01=narrow.coeffs01[..., :40].contiguous(), num_features=40)
+    with pytest.raises(ValueError, match="3H columns"):
+        painn_message(g["pos"], x, mu, *edges[:3], narrow, spec)
     assert get_op("painn_message", use_triton=False) is painn_message_reference

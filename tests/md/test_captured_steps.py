@@ -272,8 +272,8 @@ def test_egnn_and_painn_steps_are_captured_only_on_their_fused_path(architecture
     monkeypatch.setattr(sim, "device", torch.device("cuda"))  # past the device and
     monkeypatch.setattr(torch.cuda.CUDAGraph, "register_generator_state",  # PyTorch checks
                         lambda *_: None, raising=False)
-    kernels = "fused_message_passing, tabulated_filter" if architecture == "dp" else \
-        "fused_message_passing"
+    kernels = "fused_message_passing, tabulated_filter" if architecture in ("dp", "painn") \
+        else "fused_message_passing"
     assert f"need its kernels ({kernels})" in captured_steps_problem(sim)
     sim.options.fused_message_passing = True
     problem = captured_steps_problem(sim)

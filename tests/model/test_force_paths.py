@@ -60,9 +60,11 @@ def demo_network(architecture):
 
 def test_each_architecture_implements_its_own_techniques():
     assert implemented_techniques("schnet") == KernelOptions.techniques()
-    for architecture in ("painn", "egnn"):
-        assert implemented_techniques(architecture) == (
-            "fused_message_passing", "cuda_graph", "fused_pair_search", "fused_integrator")
+    assert implemented_techniques("egnn") == (
+        "fused_message_passing", "cuda_graph", "fused_pair_search", "fused_integrator")
+    assert implemented_techniques("painn") == (
+        "fused_message_passing", "tabulated_filter", "cuda_graph", "fused_pair_search",
+        "fused_integrator")
     assert implemented_techniques("nequip") == ("fused_update", "fused_pair_search",
                                                 "fused_integrator")
     assert implemented_techniques("dp") == ("fused_message_passing", "tabulated_filter",
@@ -91,7 +93,7 @@ def test_a_cpu_runs_other_networks_on_their_reference_path(architecture, no_trit
     options = KernelOptions.all_on("fp16", tabulated_filter=True, cuda_graph=True)
     notices = settle_options(options, CPU, net)
     assert options == KernelOptions() and force_path(net, CPU, options) == "reference"
-    assert "tabulated_filter" in notices[0] and "no fused kernels" in notices[0]
+    assert "pair_filter" in notices[0] and "no fused kernels" in notices[0]
     assert "fused_pair_search" in notices[1] and "fell back" in notices[1]
 
 
@@ -128,12 +130,12 @@ def test_painn_keeps_its_message_kernel_and_its_precision(no_schnet_problem):
     net = demo_network("painn")
     options = KernelOptions.all_on("bf16", tabulated_filter=True, cuda_graph=True)
     notices = settle_options(options, CPU, net)
-    assert options == KernelOptions(fused_message_passing=True, fused_pair_search=True,
-                                    fused_integrator=True, cuda_graph=True,
-                                    mlp_precision="bf16")
+    assert options == KernelOptions(fused_message_passing=True, tabulated_filter=True,
+                                    fused_pair_search=True, fused_integrator=True,
+                                    cuda_graph=True, mlp_precision="bf16")
     assert notices == [
         "CGPaiNN has no fused kernels for fused_radial_basis, csr_aggregation, fused_update, "
-        "tabulated_filter, pair_filter: switched off, its PyTorch reference path runs."]
+        "pair_filter: switched off, its PyTorch reference path runs."]
     assert force_path(net, CPU, options) == "triton"
     steps_only = KernelOptions(fused_integrator=True, mlp_precision="bf16")
     assert "mlp_precision=bf16" in settle_options(steps_only, CPU, net)[0]
@@ -232,6 +234,38 @@ def test_captured_steps_bring_the_message_kernel_on_a_gpu():
     alone = KernelOptions(cuda_graph=True)
     assert bring_needed(alone, CPU, "schnet") == [] and not alone.fused_message_passing
     assert bring_needed(alone, gpu, None) == []  # prior-only steps capture as they are
+
+
+def test_painn_tables_bring_its_message_kernel_on_any_device():
+    """CGPaiNN's tables are read by its message kernel: ``tabulated_filter`` alone brings
+    ``fused_message_passing`` (on a CPU without Triton both then fall back together)."""
+    from workbench.model import force_paths
+
+    for device in (CPU, torch.device("cuda")):  # only the type is read
+        options = KernelOptions(tabulated_filter=True)
+        assert force_paths.bring_needed(options, device, "painn") == ["fused_message_passing"]
+        assert options == KernelOptions(fused_message_passing=True, tabulated_filter=True)
+        notice = force_paths.brought_notice(["fused_message_passing"], "painn", options)
+        assert notice.startswith("tabulated_filter brings fused_message_passing: CGPaiNN")
+    for architecture in ("schnet", "dp", "egnn"):  # tables of their own, or none
+        options = KernelOptions(tabulated_filter=True)
+        assert force_paths.bring_needed(options, CPU, architecture) == []
+    graph_only = KernelOptions(cuda_graph=True)
+    assert force_paths.bring_needed(graph_only, torch.device("cuda"), "painn") == [
+        "fused_message_passing"]
+    assert force_paths.brought_notice(["fused_message_passing"], "painn", graph_only) == (
+        force_paths.brought_notice(["fused_message_passing"]))  # captured steps brought it
+
+
+@interpreter_only
+def test_settled_painn_tables_run_in_its_message_kernel(no_schnet_problem):
+    net = demo_network("painn")
+    options = KernelOptions(tabulated_filter=True)
+    notices = settle_options(options, CPU, net)
+    assert options == KernelOptions(fused_message_passing=True, tabulated_filter=True)
+    assert notices == ["tabulated_filter brings fused_message_passing: CGPaiNN runs "
+                       "tabulated_filter inside the kernels of fused_message_passing."]
+    assert force_path(net, CPU, options) == "triton"
 
 
 def test_settled_options_say_what_captured_steps_brought(monkeypatch):

@@ -82,9 +82,13 @@ def test_switches_follow_the_network_architecture(monkeypatch):
     for architecture, name in (("egnn", "CGEGNN"), ("painn", "CGPaiNN")):
         applied, message = usable_options(asked, gpu, architecture)
         assert applied == KernelOptions(fused_message_passing=True, fused_pair_search=True,
-                                        fused_integrator=True, mlp_precision="fp16")
+                                        fused_integrator=True, mlp_precision="fp16",
+                                        tabulated_filter=architecture == "painn")
         assert message.startswith(f"{name} has no fused kernels for fused_radial_basis")
         assert "mlp_precision" not in message  # the message kernel reads it
+    applied, message = usable_options(KernelOptions(tabulated_filter=True), gpu, "painn")
+    assert applied == KernelOptions(fused_message_passing=True, tabulated_filter=True)
+    assert message.startswith("tabulated_filter brings fused_message_passing")
     assert usable_options(asked, gpu, "schnet") == (asked, None)
     applied, message = usable_options(KernelOptions(cuda_graph=True), gpu, "painn")
     assert applied == KernelOptions(cuda_graph=True, fused_message_passing=True)

@@ -260,12 +260,13 @@ def test_the_kernels_panel_offers_what_the_network_implements():
     assert "CGEGNN: its fused kernels are fused_message_passing;" in panel.absent_note.value
     assert "CUDA graphs" not in panel.absent_note.value
     panel.set_architecture("painn")
-    assert shown_toggles(panel) == {"fused_message_passing", "cuda_graph", "fused_pair_search",
-                                    "fused_integrator"}
+    assert shown_toggles(panel) == {"fused_message_passing", "tabulated_filter", "cuda_graph",
+                                    "fused_pair_search", "fused_integrator"}
     assert not panel.precision.disabled and panel.options == KernelOptions(
         fused_message_passing=True, fused_pair_search=True, fused_integrator=True,
         mlp_precision="fp16")
-    assert "CGPaiNN: its fused kernels are fused_message_passing;" in panel.absent_note.value
+    assert ("CGPaiNN: its fused kernels are fused_message_passing, tabulated_filter;"
+            in panel.absent_note.value)
     panel.all_on.click()  # only what PaiNN implements
     assert panel.options == KernelOptions(fused_message_passing=True, fused_pair_search=True,
                                           fused_integrator=True, mlp_precision="fp16")
@@ -300,8 +301,9 @@ def test_the_launch_architecture_reaches_the_run_and_the_kernel_switches(fake_ru
     assert workbench.kernels.architecture == "egnn"
     workbench.launch.architecture.value = "painn"
     assert workbench.kernels.architecture == "painn"
-    assert shown_toggles(workbench.kernels) == {"fused_message_passing", "cuda_graph",
-                                                "fused_pair_search", "fused_integrator"}
+    assert shown_toggles(workbench.kernels) == {"fused_message_passing", "tabulated_filter",
+                                                "cuda_graph", "fused_pair_search",
+                                                "fused_integrator"}
     assert workbench.launch.settings().architecture == "painn"
     controller = workbench.start()
     controller.wait(5)

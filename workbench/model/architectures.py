@@ -59,8 +59,10 @@ ARCHITECTURES: dict[str, Architecture] = {
     "schnet": Architecture("workbench.model.schnet", "SchNetConfig", "CGSchNet",
                            ("fused_radial_basis", "fused_message_passing", "csr_aggregation",
                             "fused_update", "tabulated_filter", "cuda_graph", "pair_filter")),
+    # its tables are read by its message kernel: tabulated_filter brings
+    # fused_message_passing (`workbench.model.force_paths.TECHNIQUE_NEEDS`)
     "painn": Architecture("workbench.model.painn", "PaiNNConfig", "CGPaiNN",
-                          ("fused_message_passing", "cuda_graph")),
+                          ("fused_message_passing", "tabulated_filter", "cuda_graph")),
     "egnn": Architecture("workbench.model.egnn", "EGNNConfig", "CGEGNN",
                          ("fused_message_passing", "cuda_graph")),
     # its convolution backends are a switch of the network (`CGTensorProduct.backend`);

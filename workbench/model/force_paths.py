@@ -1,7 +1,9 @@
 """Which force path a run's `KernelOptions` get on its device and network, told to the user.
 
 Each architecture implements its own techniques (`workbench.model.architectures`,
-`Architecture.fused`: CGSchNet all of them, CGEGNN and CGPaiNN ``fused_message_passing``,
+`Architecture.fused`: CGSchNet all of them, CGEGNN ``fused_message_passing``, CGPaiNN
+``fused_message_passing`` and ``tabulated_filter`` (its message kernel reading the filter
+from a table, so the table brings the kernel: `TECHNIQUE_NEEDS`),
 CGTensorProduct ``fused_update`` (its radial MLPs; its convolution backends are a switch
 of its own); CGDeepPotential
 ``fused_message_passing``, its descriptor kernel, and its tables, which run in PyTorch);
@@ -66,6 +68,12 @@ FUSED_PROBLEMS = {
     "dp": ("workbench.model.deep_potential", "fused_descriptor_problem"),
     "nequip": ("workbench.model.tensor_product", "fused_radial_problem"),
 }
+
+#: Techniques that run inside another technique's kernels, by architecture: asked for
+#: without it, they bring it (`bring_needed`). CGPaiNN's filter tables are read by its
+#: message kernel (`kernels.painn_message`); without the kernel there is nothing to read
+#: them.
+TECHNIQUE_NEEDS = {"painn": {"tabulated_filter": "fused_message_passing"}}
 
 NO_TRITON = "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
 
@@ -136,7 +144,12 @@ def drop_unimplemented(options: KernelOptions, architecture: str | None) -> list
 
 def bring_needed(options: KernelOptions, device: torch.device,
                  architecture: str | None) -> list[str]:
-    """Switch on (in place) what a requested technique needs to pay off; the names.
+    """Switch on (in place) what a requested technique needs to run or to pay off; the
+    names.
+
+    A technique that runs inside another's kernels brings it, on any device
+    (`TECHNIQUE_NEEDS`: a CGPaiNN's ``tabulated_filter`` brings ``fused_message_passing``;
+    where the kernels cannot run, both fall back together).
 
     Captured steps (``cuda_graph``) need the network's edge tensors out of memory (one of
     `CAPTURED_PATHS`): captured on the reference path, a step runs them at the neighbour
@@ -158,7 +171,13 @@ def bring_needed(options: KernelOptions, device: torch.device,
     list of str
         The techniques switched on.
     """
-    if not options.cuda_graph or device.type != "cuda" or architecture is None:
+    if architecture is None:
+        return []
+    for name, needed in TECHNIQUE_NEEDS.get(architecture, {}).items():
+        if getattr(options, name) and not getattr(options, needed):
+            setattr(options, needed, True)
+            return [needed]
+    if not options.cuda_graph or device.type != "cuda":
         return []
     own = implemented_techniques(architecture)
     if "fused_message_passing" not in own or any(
@@ -168,8 +187,17 @@ def bring_needed(options: KernelOptions, device: torch.device,
     return ["fused_message_passing"]
 
 
-def brought_notice(brought: list[str]) -> str:
-    """The user's notice that ``cuda_graph`` brought ``brought`` (`bring_needed`)."""
+def brought_notice(brought: list[str], architecture: str | None = None,
+                   options: KernelOptions | None = None) -> str:
+    """The user's notice of what `bring_needed` brought to ``options`` (afterwards) for a
+    network of ``architecture``: what a technique of them runs inside (`TECHNIQUE_NEEDS`),
+    else what ``cuda_graph`` needs."""
+    needs = [name for name, needed in TECHNIQUE_NEEDS.get(architecture, {}).items()
+             if needed in brought and options is not None and getattr(options, name)]
+    if needs:
+        return (f"{', '.join(needs)} brings {', '.join(brought)}: "
+                f"{network_name(architecture)} runs {', '.join(needs)} inside the kernels of "
+                f"{', '.join(brought)}.")
     return (f"cuda_graph brings {', '.join(brought)}: captured steps need the edge tensors "
             "out of memory (captured on the reference path they were slower than eager "
             "steps).")
@@ -193,7 +221,8 @@ def force_path(network: nn.Module | None, device: torch.device, options: KernelO
     CGSchNet's or CGDeepPotential's tables in PyTorch) or ``"reference"``.
 
     A network other than CGSchNet is on the Triton path only with one of its own Triton
-    kernels on (CGEGNN's and CGPaiNN's ``fused_message_passing``, CGDeepPotential's fused
+    kernels on (CGEGNN's and CGPaiNN's ``fused_message_passing``, CGPaiNN's
+    ``tabulated_filter``, CGDeepPotential's fused
     descriptor, CGTensorProduct's ``fused_update``); otherwise its PyTorch tables, if on, or
     its reference path compute the forces whatever the step's techniques.
     """
@@ -228,8 +257,8 @@ def settle_options(options: KernelOptions, device: torch.device,
     Returns
     -------
     list of str
-        A notice naming what the network has no kernels for, one naming what
-        ``cuda_graph`` brought (`bring_needed`), one naming what fell back on this
+        A notice naming what the network has no kernels for, one naming what a technique
+        or ``cuda_graph`` brought (`bring_needed`), one naming what fell back on this
         device, and one naming the PyTorch tables path when it runs.
     """
     notices = []
@@ -240,7 +269,7 @@ def settle_options(options: KernelOptions, device: torch.device,
                        f"{', '.join(absent)}: switched off, its PyTorch reference path runs.")
     brought = bring_needed(options, device, architecture)
     if brought:
-        notices.append(brought_notice(brought))
+        notices.append(brought_notice(brought, architecture, options))
     problem = None if options.is_baseline else fused_problem(network, device, options)
     if problem is not None:
         keep = PYTORCH_TECHNIQUES.get(architecture, frozenset())

@@ -233,28 +233,50 @@ def filter_tables(schnet, packed: PackedWeights, device: torch.device) -> list:
     return packed.tables
 
 
-def build_filter_tables(schnet, device: torch.device) -> list:
-    """Cubic Hermite tables of ``W_b(d) = MLP_b(basis(d)) C_b(d)`` for every block ``b``.
+def build_filter_tables(network, device: torch.device, block_filters=None) -> list:
+    """Cubic Hermite tables of every block's filter, ``W_b(d) = MLP_b(basis(d)) C_b(d)`` of
+    a CGSchNet (or ``block_filters``'), on a grid of spacing ``TABLE_SPACING`` up to the
+    network's cutoff.
 
-    Evaluated in float64 on a copy of the model; slopes are exact (forward-mode AD), so
-    the derivatives of the basis and of the envelope are in the table.
+    Parameters
+    ----------
+    network : nn.Module
+        A CGSchNet, or any network with a ``cutoff`` (Å) that ``block_filters`` reads.
+    device : torch.device
+        Where the tables are built and kept.
+    block_filters : callable, optional
+        ``block_filters(model) -> list of fn``: per block, ``fn(d)`` maps float64 lengths
+        ``[G]`` to the block's filter ``[G, F]`` (differentiable, pointwise in ``d``), read
+        from ``model``, a float64 copy of ``network``. Default: `schnet_block_filters`.
+
+    Returns
+    -------
+    list of kernels.FilterTable
+        One per block. Evaluated in float64 on the copy; slopes are exact (forward-mode AD),
+        so the derivatives of the basis and of the envelope are in the tables.
     """
     import copy
 
     from kernels.tabulated import tabulate_filter
 
-    model = copy.deepcopy(schnet).double()
-    points = int(round(schnet.cutoff / TABLE_SPACING)) + 1
-    tables = []
-    for block in model.interaction_blocks:
+    model = copy.deepcopy(network).double()
+    points = int(round(network.cutoff / TABLE_SPACING)) + 1
+    with torch.no_grad():
+        return [tabulate_filter(fn, points, network.cutoff, device=device)
+                for fn in (block_filters or schnet_block_filters)(model)]
 
-        def filter_fn(d, block=block):
-            envelope = torch.where(d < model.cutoff, block.conv.cutoff(d), torch.zeros_like(d))
-            return block.conv.filter_network(model.rbf_layer(d)) * envelope[:, None]
 
-        with torch.no_grad():
-            tables.append(tabulate_filter(filter_fn, points, schnet.cutoff, device=device))
-    return tables
+def schnet_block_filters(schnet) -> list:
+    """Each interaction block's filter ``d -> MLP_b(basis(d)) C_b(d)`` ([G] -> [G, F]) of a
+    CGSchNet, zero at and beyond the cutoff (`build_filter_tables`)."""
+
+    def block_filter(block):
+        def filter_fn(d):
+            envelope = torch.where(d < schnet.cutoff, block.conv.cutoff(d), torch.zeros_like(d))
+            return block.conv.filter_network(schnet.rbf_layer(d)) * envelope[:, None]
+        return filter_fn
+
+    return [block_filter(block) for block in schnet.interaction_blocks]
 
 
 def real_edge_graph(schnet, pos: torch.Tensor, graph: Graph):

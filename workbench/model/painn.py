@@ -39,6 +39,16 @@ memory; FP32 operands as three-TF32 products, or float16 / bfloat16 operands wit
 ``mlp_precision``; FP32 sums. Its backward gives exact gradients for positions, ``x`` and
 ``μ`` (forces are ``−∂E/∂r`` through the whole model), none for weights: training uses
 the reference path.
+
+With ``KernelOptions.tabulated_filter`` the same kernel reads each block's filter
+``φ(ρ) = (W_f rbf(ρ) + b_f) C(ρ)`` [3H], a function of the length alone, and its slope from
+a cubic Hermite table (`filter_tables`: CGSchNet's table builder and spacing,
+`workbench.model.fused_schnet.build_filter_tables`, values and exact slopes in float64,
+rebuilt when a weight changes) instead of the basis and the filter GEMMs. Forces are
+``−∂E/∂r`` of the tabulated model. The tables are read by the message kernel only, so
+``tabulated_filter`` brings ``fused_message_passing`` (`workbench.model.force_paths.
+TECHNIQUE_NEEDS`; a direct call with the tables alone runs the kernel too); it has no
+PyTorch path, and where the kernel cannot run the reference path runs.
 """
 
 from __future__ import annotations
@@ -54,6 +64,7 @@ from workbench.model.force_paths import STEP_TECHNIQUES
 from workbench.model.fused_schnet import (
     PRECISION_DTYPES,
     PackedLayers,
+    build_filter_tables,
     cached_packing,
     kernel_device_problem,
     radial_spec_of,
@@ -236,7 +247,8 @@ class CGPaiNN(nn.Module):
 
     The message step of each block runs on the reference path, or as one Triton kernel per
     block with ``KernelOptions.fused_message_passing`` (`kernels.painn_message`; forces
-    exact, weights get no gradient there), see `forward`.
+    exact, weights get no gradient there), its filter read from a table with
+    ``tabulated_filter``, see `forward`.
 
     Parameters
     ----------
@@ -347,10 +359,11 @@ class CGPaiNN(nn.Module):
             ``fused_message_passing`` runs each block's message step as one Triton kernel
             (`kernels.painn_message`; GEMM operands in ``mlp_precision``) where it can run
             (`fused_message_problem`); otherwise the reference path runs, with a one-time
-            ``RuntimeWarning`` saying why. Techniques CGPaiNN has no kernels for (all but
-            ``fused_message_passing`` and the MD step's own,
-            `workbench.model.force_paths.STEP_TECHNIQUES`) are ignored with a one-time
-            warning.
+            ``RuntimeWarning`` saying why. ``tabulated_filter`` runs the same kernel (with
+            or without ``fused_message_passing``) reading each block's filter from its
+            table (`filter_tables`). Techniques CGPaiNN has no kernels for (all but those
+            two and the MD step's own, `workbench.model.force_paths.STEP_TECHNIQUES`) are
+            ignored with a one-time warning.
 
         Returns
         -------
@@ -365,18 +378,22 @@ class CGPaiNN(nn.Module):
         self._check_inputs(pos, types, graph)
         if options is not None:
             own = {"cuda_graph"}  # the simulation's: it captures whole steps
-            if options.fused_message_passing:  # the kernel's switch and GEMM precision
-                own |= {"fused_message_passing", f"mlp_{options.mlp_precision}"}
+            # the table is read by the message kernel: tabulated_filter brings it
+            fused = options.fused_message_passing or options.tabulated_filter
+            if fused:  # the kernel's switches and GEMM precision
+                own |= {"fused_message_passing", "tabulated_filter",
+                        f"mlp_{options.mlp_precision}"}
             missing = [name for name in options.enabled()
                        if name not in STEP_TECHNIQUES and name not in own]
             if missing:
                 warn_fallback_once(f"CGPaiNN has no fused kernels for {', '.join(missing)}")
-            if options.fused_message_passing:
+            if fused:
                 problem = fused_message_problem(self, pos.device, options)
                 if problem is None and pos.dtype != torch.float32:
                     problem = f"the PaiNN message kernel takes float32 positions, not {pos.dtype}"
                 if problem is None:
-                    return self._fused_forward(pos, types, graph, options.mlp_precision)
+                    return self._fused_forward(pos, types, graph, options.mlp_precision,
+                                               options.tabulated_filter)
                 warn_fallback_once(problem)
         d, normdir, src, dst = self.edge_geometry(pos, graph.src, graph.dst, graph.valid)
         rbf = self.rbf_layer(d)
@@ -388,13 +405,16 @@ class CGPaiNN(nn.Module):
         return self.output_network(q).squeeze(-1)
 
     def _fused_forward(
-        self, pos: torch.Tensor, types: torch.Tensor, graph: Graph, precision: str
+        self, pos: torch.Tensor, types: torch.Tensor, graph: Graph, precision: str,
+        tabulated: bool = False,
     ) -> torch.Tensor:
         """`forward` with each block's message step in `kernels.painn_message` (filter GEMM
-        operands in ``precision``: ``"fp32"``, ``"fp16"`` or ``"bf16"``)."""
+        operands in ``precision``: ``"fp32"``, ``"fp16"`` or ``"bf16"``; or, ``tabulated``,
+        each block's filter read from its table, `filter_tables`)."""
         from kernels import painn_message
 
-        packed = packed_filters(self, precision)
+        packed = (filter_tables(self, pos.device) if tabulated
+                  else packed_filters(self, precision))
         src, dst, csr, _ = real_edge_graph(self, pos, graph)
         q = self.embedding_layer(types)
         mu = q.new_zeros(q.shape[0], 3, q.shape[1])
@@ -430,3 +450,33 @@ def packed_filters(model: CGPaiNN, precision: str) -> PackedLayers:
         return PackedLayers(key, spec, filters)
 
     return cached_packing(model, "_packed_filters", precision, pack)
+
+
+def painn_block_filters(model: CGPaiNN) -> list:
+    """Each interaction block's enveloped filter ``d -> (rbf(d) A^T + a) C(d)`` ([G] ->
+    [G, 3H]) of a CGPaiNN, for `workbench.model.fused_schnet.build_filter_tables`.
+
+    Not cut at the cutoff: at ``r_c`` the tables hold the filter's left limit (mlcg's
+    identity envelope jumps to zero there; the cosine is zero with zero slope), and the
+    kernel's cutoff test gives zero at and beyond it, as `CGPaiNN.envelope` does.
+    """
+
+    def block_filter(block):
+        def filter_fn(d):
+            return block.filter_network(model.rbf_layer(d)) * block.cutoff(d)[:, None]
+        return filter_fn
+
+    return [block_filter(block) for block in model.interaction_blocks]
+
+
+def filter_tables(model: CGPaiNN, device: torch.device) -> PackedLayers:
+    """The basis description and each block's filter as a cubic Hermite table of 3H columns
+    (`workbench.model.fused_schnet.build_filter_tables`: spacing ``TABLE_SPACING``, float64
+    values and exact slopes), built on ``device`` and cached until a parameter changes."""
+    blocks = model.interaction_blocks
+
+    def pack(key):
+        spec = radial_spec_of(model.rbf_layer, blocks[0].cutoff, model.cutoff)
+        return PackedLayers(key, spec, build_filter_tables(model, device, painn_block_filters))
+
+    return cached_packing(model, "_filter_tables", ("tables", str(device)), pack)
