@@ -340,3 +340,29 @@ def energy_and_forces(model, pos, graph=None, options=None):
     energy = node_energies(model, pos, graph, options).sum(-1)
     (grad,) = torch.autograd.grad(energy.sum(), pos)
     return energy.detach(), -grad
+
+
+def gpu_force_error(model: torch.nn.Module, options, replicas: int = 16) -> float:
+    """Relative RMS force error of ``model`` with ``options`` against the same model in
+    float64, on the GPU at the benchmarks' shape: 1ENH × ``replicas``, native positions
+    plus 0.3 Å of noise (seed 0). A RuntimeWarning, the sign of a fallback, fails the test:
+    a path that did not run would test nothing."""
+    import warnings
+
+    from benchmarks.bench_egnn import forces, rel_rms
+
+    torch.manual_seed(0)
+    sys = build_system("1enh")
+    model = model.cuda()
+    native = sys.native_positions.to(device="cuda", dtype=torch.float32)
+    pos = (native[None] + 0.3 * torch.randn(replicas, *native.shape, device="cuda")).reshape(
+        -1, 3)
+    graph = NeighborList(sys.n_beads, model.cutoff, skin=0.0).update(
+        pos.reshape(replicas, -1, 3))
+    types = sys.bead_types.cuda().repeat(replicas)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        _, f = forces(model, pos, types, graph, options)
+    _, f64 = forces(model.double(), pos.double(), types, graph)
+    return rel_rms(f, f64)
+

@@ -7,16 +7,12 @@ run on a GPU."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
+from helpers import gpu_force_error
 
-from benchmarks.bench_egnn import forces, rel_rms
 from workbench.model.deep_potential import CGDeepPotential, DeepPotentialConfig
 from workbench.model.options import KernelOptions
-from workbench.neighbors import NeighborList
-from workbench.system import build_system
 
 pytestmark = pytest.mark.gpu
 
@@ -26,18 +22,8 @@ pytestmark = pytest.mark.gpu
                                               ("bf16", 1e-2)])
 def test_deep_potential_fast_path_force_error_against_float64(fused, precision, bound):
     torch.manual_seed(0)
-    system = build_system("1enh")
-    model = CGDeepPotential(DeepPotentialConfig()).cuda()
-    native = system.native_positions.to(device="cuda", dtype=torch.float32)
-    pos = (native[None] + 0.3 * torch.randn(16, *native.shape, device="cuda")).reshape(-1, 3)
-    graph = NeighborList(system.n_beads, model.cutoff, skin=0.0).update(pos.reshape(16, -1, 3))
-    types = system.bead_types.cuda().repeat(16)
     options = KernelOptions(tabulated_filter=True, fused_message_passing=fused,
                             mlp_precision=precision)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)  # a fallback would test nothing
-        _, f = forces(model, pos, types, graph, options)
-    _, f64 = forces(model.double(), pos.double(), types, graph)
-    err = rel_rms(f, f64)
+    err = gpu_force_error(CGDeepPotential(DeepPotentialConfig()), options)
     print(f"{precision} {'fused' if fused else 'tables'}: DP force error {err:.2e} of the RMS")
     assert err <= bound

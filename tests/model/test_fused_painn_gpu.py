@@ -7,16 +7,12 @@ is off by order one). Not yet run on a GPU."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
+from helpers import gpu_force_error
 
-from benchmarks.bench_egnn import forces, rel_rms
 from workbench.model.options import KernelOptions
 from workbench.model.painn import CGPaiNN, PaiNNConfig
-from workbench.neighbors import NeighborList
-from workbench.system import build_system
 
 pytestmark = pytest.mark.gpu
 
@@ -27,18 +23,8 @@ def test_fused_painn_force_error_against_float64(precision, bound, tables):
     """``tables``: the filters read from their tables (``tabulated_filter``), held to the
     bound of CGSchNet's tables (two CLN025 replicas on the CPU: 3.8e-5)."""
     torch.manual_seed(0)
-    system = build_system("1enh")
-    model = CGPaiNN(PaiNNConfig()).cuda()
-    native = system.native_positions.to(device="cuda", dtype=torch.float32)
-    pos = (native[None] + 0.3 * torch.randn(16, *native.shape, device="cuda")).reshape(-1, 3)
-    graph = NeighborList(system.n_beads, model.cutoff, skin=0.0).update(pos.reshape(16, -1, 3))
-    types = system.bead_types.cuda().repeat(16)
     options = KernelOptions(fused_message_passing=True, tabulated_filter=tables,
                             mlp_precision=precision)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)  # a fallback would test nothing
-        _, f = forces(model, pos, types, graph, options)
-    _, f64 = forces(model.double(), pos.double(), types, graph)
-    err = rel_rms(f, f64)
+    err = gpu_force_error(CGPaiNN(PaiNNConfig()), options)
     print(f"{precision}{' tables' * tables}: PaiNN force error {err:.2e} of the force RMS")
     assert err <= bound
