@@ -70,14 +70,16 @@ def small_config(**overrides) -> SchNetConfig:
     return SchNetConfig(**{**SMALL_SCHNET, **overrides})
 
 
+def seeded(build: Callable, seed: int):
+    """``build()`` under ``torch.manual_seed(seed)``, the global RNG left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
 def small_schnet(seed: int = 0, **overrides) -> CGSchNet:
     """A randomly initialised small CGSchNet (fixed seed, global RNG left as it was)."""
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        return CGSchNet(small_config(**overrides))
-    finally:
-        torch.random.set_rng_state(state)
+    return seeded(lambda: CGSchNet(small_config(**overrides)), seed)
 
 
 def schnet_potential(

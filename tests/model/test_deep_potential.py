@@ -18,6 +18,7 @@ from helpers import (
     perturbed_positions,
     random_rotation,
     relative_error,
+    seeded,
     tiny_system,
 )
 
@@ -41,12 +42,8 @@ SMALL = {"cutoff": 6.0, "cutoff_smooth": 4.0, "embedding_widths": [4, 8, 16],
 
 def small_dp(seed: int = 0, dtype=torch.float64, **overrides) -> CGDeepPotential:
     """A small CGDeepPotential with a fixed seed (the global RNG left as it was)."""
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        return CGDeepPotential(DeepPotentialConfig(**{**SMALL, **overrides})).to(dtype)
-    finally:
-        torch.random.set_rng_state(state)
+    config = DeepPotentialConfig(**{**SMALL, **overrides})
+    return seeded(lambda: CGDeepPotential(config).to(dtype), seed)
 
 
 def node_energies(model, pos, graph=None, options=None, types=None):

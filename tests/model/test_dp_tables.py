@@ -6,7 +6,13 @@ model, clamping beyond the table, and rebuilding when the weights change."""
 from __future__ import annotations
 
 import torch
-from helpers import exact_graph, finite_difference_forces, perturbed_positions, relative_error
+from helpers import (
+    exact_graph,
+    finite_difference_forces,
+    perturbed_positions,
+    relative_error,
+    seeded,
+)
 from helpers import tiny_system as tiny
 
 from workbench.model.deep_potential import CGDeepPotential, DeepPotentialConfig
@@ -27,12 +33,8 @@ CPU = torch.device("cpu")
 
 
 def small_dp(seed: int = 0, dtype=torch.float64, **overrides) -> CGDeepPotential:
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        return CGDeepPotential(DeepPotentialConfig(**{**SMALL, **overrides})).to(dtype)
-    finally:
-        torch.random.set_rng_state(state)
+    config = DeepPotentialConfig(**{**SMALL, **overrides})
+    return seeded(lambda: CGDeepPotential(config).to(dtype), seed)
 
 
 def types_of(replicas: int) -> torch.Tensor:

@@ -15,6 +15,7 @@ from helpers import (
     perturbed_positions,
     random_rotation,
     relative_error,
+    seeded,
 )
 
 from workbench.model.egnn import CGEGNN, EGNNConfig, fused_edge_problem
@@ -27,12 +28,7 @@ SMALL = {"hidden": 16, "edge_width": 16, "layers": 2, "num_rbf": 8, "cutoff": 6.
 
 def small_egnn(seed: int = 0, **overrides) -> CGEGNN:
     """A small CGEGNN with a fixed seed (the global RNG left as it was)."""
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        return CGEGNN(EGNNConfig(**{**SMALL, **overrides}))
-    finally:
-        torch.random.set_rng_state(state)
+    return seeded(lambda: CGEGNN(EGNNConfig(**{**SMALL, **overrides})), seed)
 
 
 # -- forces ----------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from helpers import (
     random_cloud,
     random_rotation,
     relative_error,
+    seeded,
     tiny_system,
 )
 from mlcg_standins import builders, install_standins
@@ -53,9 +54,7 @@ TYPES = torch.tensor([1, 2, 3, 4, 5, 1, 2, 3, 0])
 
 def small_painn(seed: int = 0, dtype=torch.float64, **overrides) -> CGPaiNN:
     """A small CGPaiNN whose weights are large enough for the vector features to matter."""
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    def build():
         model = CGPaiNN(PaiNNConfig(**{**SMALL, **overrides}))
         with torch.no_grad():
             for name, tensor in model.named_parameters():
@@ -63,8 +62,8 @@ def small_painn(seed: int = 0, dtype=torch.float64, **overrides) -> CGPaiNN:
                 if name.endswith("bias"):
                     tensor.mul_(0.3)
         return model.to(dtype)
-    finally:
-        torch.random.set_rng_state(state)
+
+    return seeded(build, seed)
 
 
 def positions(replicas: int = 2, dtype=torch.float64, seed: int = 3) -> torch.Tensor:

@@ -23,6 +23,7 @@ from helpers import (  # noqa: E402
     perturbed_positions,
     random_rotation,
     relative_error,
+    seeded,
     tiny_system,
 )
 
@@ -45,12 +46,8 @@ SMALL = {"irreps": "8x0e + 4x1o", "lmax": 2, "blocks": 2, "num_rbf": 6, "radial_
 
 def small_nequip(seed: int = 0, dtype=torch.float64, **overrides) -> CGTensorProduct:
     """A small CGTensorProduct with a fixed seed (the global RNG left as it was)."""
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        return CGTensorProduct(TensorProductConfig(**{**SMALL, **overrides})).to(dtype)
-    finally:
-        torch.random.set_rng_state(state)
+    config = TensorProductConfig(**{**SMALL, **overrides})
+    return seeded(lambda: CGTensorProduct(config).to(dtype), seed)
 
 
 @pytest.fixture(autouse=True)
