@@ -8,6 +8,7 @@ import io
 import pytest
 import torch
 from helpers import brute_force_edges, edge_set, perturbed_positions, random_cloud, tiny_system
+from torch.overrides import TorchFunctionMode
 
 from workbench.neighbors import CELL_MARGIN, Graph, NeighborList, NeighborListOverflow
 from workbench.system.topology import bonded_exclusions
@@ -346,3 +347,36 @@ def test_static_cell_graph_gives_the_dense_static_edges(max_block):
     crowded = pos.clone()
     crowded[:, :40] = pos[:, :1] + 0.01 * pos[:, :40]
     assert int(cells.static_graph(crowded, room)[1]) > room
+
+
+class _HostReads(TorchFunctionMode):
+    """Records every read of a tensor's value by the host (what a captured CUDA graph
+    cannot do: ``cudaErrorStreamCaptureUnsupported``)."""
+
+    READS = {"__bool__", "__int__", "__float__", "__index__", "item", "tolist"}
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.READS:
+            self.reads.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("cell_list_above", [None, 0])  # dense blocks; cell list
+def test_static_graph_reads_nothing_back_after_its_set_up(cell_list_above):
+    """What a captured step replays: after the first call with a number of slots (which
+    may choose a layout on the host), a call reads no tensor value back to the host."""
+    n = 40
+    pos = random_cloud(replicas=2, n=n, box=15.0, seed=3, dtype=torch.float32)
+    settings = {} if cell_list_above is None else {"cell_list_above": cell_list_above}
+    nl = NeighborList(n, CUTOFF, skin=0.5, exclusions=torch.tensor([[0, 1]]), **settings)
+    assert nl.dense is (cell_list_above is None)
+    slots = nl.slots_needed(pos) + 5
+    first, _ = nl.static_graph(pos, slots)  # the eager set-up
+    with _HostReads() as mode:
+        again, needed = nl.static_graph(pos + 0.01, slots)
+    assert mode.reads == []
+    assert int(needed) <= slots and again.num_edges == first.num_edges == 2 * slots

@@ -84,12 +84,16 @@ class CellGrid:
     offsets : torch.Tensor, shape (27, 3), int64
         The cell offsets of a neighbourhood, on the grid's device (nothing is copied to
         the device inside a captured step).
+    count : int
+        Number of cells, the product of ``dims``, kept on the host (reading it from
+        ``dims`` would synchronise, which a captured step cannot do).
     """
 
     origin: torch.Tensor
     edge: float
     dims: torch.Tensor
     offsets: torch.Tensor
+    count: int
 
     @classmethod
     def around(cls, pos: torch.Tensor, radius: float, pad: float = 0.0) -> CellGrid:
@@ -102,13 +106,9 @@ class CellGrid:
         edge = radius + CELL_MARGIN
         while math.prod(int(x / edge) + 1 for x in span) > CELLS_PER_BEAD * len(flat) + 27:
             edge *= 1.25
-        dims = torch.tensor([int(x / edge) + 1 for x in span], device=pos.device)
-        return cls(low, edge, dims, _NEIGHBOUR_CELLS.to(pos.device))
-
-    @property
-    def count(self) -> int:
-        """Number of cells."""
-        return int(self.dims.prod())
+        shape = [int(x / edge) + 1 for x in span]
+        return cls(low, edge, torch.tensor(shape, device=pos.device),
+                   _NEIGHBOUR_CELLS.to(pos.device), math.prod(shape))
 
     def cells(self, pos: torch.Tensor) -> torch.Tensor:
         """Cell ``(a, b, c)`` of each bead ``(..., 3)``, int64 (no host synchronisation)."""
