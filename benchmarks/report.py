@@ -235,7 +235,7 @@ def render(records: list[dict]) -> str:
             peak = "–" if r.get("peak_memory_gb") is None else f"{r['peak_memory_gb']:.2f}"
             edges = r.get("edges_per_replica")
             lines.append(
-                f"| {r['protein']} | {r['beads']} | {r['replicas']:,} | "
+                f"| {r['protein']} | {r['beads']:,} | {r['replicas']:,} | "
                 f"{network_label(r)} | `{r['label']}` | "
                 f"{r['model']} | {r['timestep_mol_per_s']:,.0f} | {r['ns_per_day']:,.0f} | "
                 f"{peak} | {'–' if edges is None else f'{edges:,.0f}'} | {r['date']} | "

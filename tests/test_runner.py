@@ -145,7 +145,7 @@ def test_the_shipped_schnet_model_gives_way_to_the_demo_model_of_another_archite
 # -- systems of several copies ------------------------------------------------------------
 def test_a_run_of_copies_says_what_its_metrics_mean_and_what_is_off():
     settings = RunSettings(protein="cln025*2", mapping="ca", replicas=1, steps=1, device="cpu",
-                           options=KernelOptions(fused_pair_search=True),
+                           options=KernelOptions(fused_pair_search=True, cuda_graph=True),
                            neighbors=NeighborSettings(cell_list_above=0))
     prepared = prepare_run(settings)
     notices = " ".join(prepared.notices)
@@ -154,7 +154,8 @@ def test_a_run_of_copies_says_what_its_metrics_mean_and_what_is_off():
     assert "Neighbour search: a cell list (20 beads per replica, above 0;" in notices
     assert ("fused_pair_search off: the system has 20 beads per replica, above the 0 up to "
             "which the neighbour search uses dense n × n blocks") in notices
-    assert not settings.options.fused_pair_search
+    assert "cuda_graph off: the system has 20 beads per replica" in notices
+    assert not settings.options.fused_pair_search and not settings.options.cuda_graph
     prepared.advance(1)
     assert not prepared.simulation.frozen.any()
 

@@ -25,9 +25,10 @@ within the cutoff afresh at every call into static arrays (a fixed number of slo
 per replica) and returns, as a device tensor, how many slots it needed, so the
 caller can detect an overflow after the fact without a host synchronisation.
 :meth:`NeighborList.searched_graph` does the same with the Triton pair search
-(`kernels.pair_search_csr`), which also builds both CSR layouts; it needs an n × n mask
-per replica and refuses a list that uses the cell list (:meth:`NeighborList.dense_problem`),
-whose :meth:`NeighborList.static_graph` is a cell list of fixed layout instead.
+(`kernels.pair_search_csr`), which also builds both CSR layouts. Both need the dense
+search and refuse a list that uses the cell list (:meth:`NeighborList.dense_problem`):
+rebuilt at every step, a cell list costs more than the launches a captured step saves
+(decision 0022).
 """
 
 from __future__ import annotations
@@ -54,9 +55,6 @@ CELL_MARGIN = 0.01
 #: Largest number of cells per bead: a cell edge is grown beyond the radius (which only
 #: adds candidates) when the bounding box would need more.
 CELLS_PER_BEAD = 8
-#: Beads a cell of the static cell-list search holds, as a multiple of the most found in
-#: one cell when its layout was chosen.
-CELL_HEADROOM = 1.25
 #: The 27 cell offsets of a cell's neighbourhood (itself included), shape (27, 3).
 _NEIGHBOUR_CELLS = torch.cartesian_prod(*[torch.tensor([-1, 0, 1])] * 3)
 
@@ -96,13 +94,13 @@ class CellGrid:
     count: int
 
     @classmethod
-    def around(cls, pos: torch.Tensor, radius: float, pad: float = 0.0) -> CellGrid:
+    def around(cls, pos: torch.Tensor, radius: float) -> CellGrid:
         """Cells of edge ``radius + CELL_MARGIN`` (grown while there would be more than
-        `CELLS_PER_BEAD` per bead) over the bounding box of ``pos`` (``(..., 3)``) widened
-        by ``pad`` Å on every side (host synchronisation)."""
+        `CELLS_PER_BEAD` per bead) over the bounding box of ``pos`` (``(..., 3)``) (host
+        synchronisation)."""
         flat = pos.reshape(-1, 3)
-        low = flat.amin(0) - pad
-        span = (flat.amax(0) + pad - low).tolist()
+        low = flat.amin(0)
+        span = (flat.amax(0) - low).tolist()
         edge = radius + CELL_MARGIN
         while math.prod(int(x / edge) + 1 for x in span) > CELLS_PER_BEAD * len(flat) + 27:
             edge *= 1.25
@@ -342,8 +340,6 @@ class NeighborList:
         else:
             exclusions = None
         self._excluded: torch.Tensor | None = None  # sorted keys i * n + j (cell list)
-        # (slots per replica, grid, beads per cell) of the static cell-list search
-        self._static_cells: tuple[int, CellGrid, int] | None = None
         self._allowed: torch.Tensor | None = None  # n × n mask (dense search)
         if not self.dense:
             if exclusions is not None:
@@ -361,14 +357,15 @@ class NeighborList:
 
     # -- building -----------------------------------------------------------------
     def dense_problem(self) -> str | None:
-        """Why this list has no Triton pair search (:meth:`searched_graph`, which needs the
-        n × n mask of a dense list), or None when it has one."""
+        """Why this list has no static graphs (:meth:`static_graph`, :meth:`searched_graph`:
+        captured steps and the Triton pair search, which need the dense search), or None
+        when it has them."""
         if self.dense:
             return None
         return (f"the system has {self.n_beads:,} beads per replica, above the "
                 f"{self.cell_list_above:,} up to which the neighbour search uses dense n × n "
-                "blocks (what the Triton pair search needs); the cell-list search runs "
-                "instead (docs/large-systems.md)")
+                "blocks (what the Triton pair search and captured steps need); the "
+                "cell-list search runs instead (docs/large-systems.md)")
 
     def _blocks(self, pos: torch.Tensor, radius: float):
         """Yield ``(start, within)`` per chunk of replicas: ``within[r, i, j]`` is True when
@@ -408,11 +405,9 @@ class NeighborList:
         """Pairs within ``cutoff + margin`` in arrays of static length, without host sync.
 
         Built from scratch at every call (what a captured CUDA graph replays each step,
-        so no skin bookkeeping is needed). Above ``cell_list_above`` beads a cell list of
-        fixed layout finds the pairs (:meth:`_static_cell_graph`: each range of beads owns
-        its share of a replica's slots). Otherwise each chunk of ``c`` replicas owns
-        ``c * slots_per_replica`` consecutive slots, filled in (dst, src) order, the
-        rest padding (``src = dst = R·n``). Real edges appear in the same relative order
+        so no skin bookkeeping is needed), from dense distance blocks: each chunk of ``c``
+        replicas owns ``c * slots_per_replica`` consecutive slots, filled in (dst, src)
+        order, the rest padding (``src = dst = R·n``). Real edges appear in the same relative order
         as in :meth:`build`, so segment reductions see the same summation order.
 
         Parameters
@@ -432,7 +427,7 @@ class NeighborList:
             ``slots_per_replica`` means edges were lost and the step must be redone.
         """
         if not self.dense:
-            return self._static_cell_graph(pos.detach(), slots_per_replica, margin)
+            raise ValueError(f"no static graph: {self.dense_problem()}")
         r_count, n, _ = pos.shape
         num_nodes = r_count * n
         srcs, dsts, needed = [], [], []
@@ -493,9 +488,7 @@ class NeighborList:
     def slots_needed(self, pos: torch.Tensor, margin: float = FIXED_MARGIN) -> int:
         """Largest per-replica edge count within ``cutoff + margin`` now (host value)."""
         if not self.dense:
-            excluded = self._device_exclusions(pos.device)
-            return max(len(cell_list_pairs(p, self.cutoff + margin, excluded, self.max_block)[0])
-                       for p in pos.detach())
+            raise ValueError(f"no static graph: {self.dense_problem()}")
         counts = [w.flatten(1).sum(1).amax() for _, w in self._blocks(pos, self.cutoff + margin)]
         return int(torch.stack(counts).amax())
 
@@ -504,71 +497,6 @@ class NeighborList:
         if self._excluded is not None and self._excluded.device != device:
             self._excluded = self._excluded.to(device)
         return self._excluded
-
-    def _static_cell_graph(
-        self, pos: torch.Tensor, slots_per_replica: int, margin: float
-    ) -> tuple[Graph, torch.Tensor]:
-        """:meth:`static_graph` of a list above `CELL_LIST_ABOVE` beads: a cell list with a
-        fixed grid and a fixed number of beads per cell, both chosen (host synchronisation)
-        at the first call with a new ``slots_per_replica`` (the eager warm-up before a
-        capture); a crowded cell reports more slots needed, which makes the caller grow the
-        slots and so choose them again. Each range of beads owns its share of the slots."""
-        r_count, n, _ = pos.shape
-        radius = self.cutoff + margin
-        excluded = self._device_exclusions(pos.device)
-        if self._static_cells is None or self._static_cells[0] != slots_per_replica:
-            grid = CellGrid.around(pos, radius, pad=radius)
-            most = max(int(torch.bincount(_cell_number(grid.cells(p), grid.dims)).amax())
-                       for p in pos)
-            self._static_cells = (slots_per_replica, grid, math.ceil(CELL_HEADROOM * most) + 1)
-        _, grid, per_cell = self._static_cells
-        num_nodes, none = r_count * n, torch.iinfo(torch.int64).max
-        beads = max(1, self.max_block // (27 * per_cell))
-        srcs, dsts, needed = [], [], []
-        for replica, p in enumerate(pos):
-            cell3 = grid.cells(p)
-            cell = _cell_number(cell3, grid.dims)
-            order = torch.argsort(cell, stable=True)
-            counts = torch.zeros(grid.count, dtype=torch.long, device=p.device)
-            counts.scatter_add_(0, cell, torch.ones_like(cell))
-            rank = torch.arange(n, device=p.device) - (counts.cumsum(0) - counts)[cell[order]]
-            place = torch.where(rank < per_cell, cell[order] * per_cell + rank,
-                                grid.count * per_cell)
-            table = torch.full((grid.count * per_cell + 1,), -1, dtype=torch.long,
-                               device=p.device).index_put_((place,), order)
-            table = table[:-1].view(grid.count, per_cell)
-            around, inside = grid.neighbourhood(cell3)
-            crowded = counts.amax() > per_cell
-            for first in range(0, n, beads):
-                last = min(n, first + beads)
-                share = (math.ceil(slots_per_replica * last / n)
-                         - math.ceil(slots_per_replica * first / n))
-                src = torch.where(inside[first:last, :, None], table[around[first:last]], -1)
-                src = src.reshape(last - first, -1)
-                dst = torch.arange(first, last, device=p.device)[:, None]
-                real = src >= 0
-                src = src.clamp(min=0)
-                diff = p[first:last, None, :] - p[src]
-                keep = real & ((diff * diff).sum(-1) < radius * radius) & (src != dst)
-                key = dst * n + src
-                if excluded is not None and excluded.numel():
-                    at = torch.searchsorted(excluded, key).clamp_(max=excluded.numel() - 1)
-                    keep &= excluded[at] != key
-                index = torch.nonzero_static(keep.reshape(-1), size=share, fill_value=-1)[:, 0]
-                key = torch.sort(torch.where(index >= 0, key.reshape(-1)[index.clamp(min=0)],
-                                             none)).values
-                real = key != none
-                dsts.append(torch.where(real, key // n + replica * n, num_nodes))
-                srcs.append(torch.where(real, key % n + replica * n, num_nodes))
-                count = keep.sum(dtype=torch.int64)
-                grow = torch.div((count + 1) * n + last - first - 1, last - first,
-                                 rounding_mode="floor")
-                lost = (count > share) | crowded
-                needed.append(torch.where(lost, grow.clamp(min=slots_per_replica + 1),
-                                          min(slots_per_replica, n * n)))
-        src, dst = torch.cat(srcs), torch.cat(dsts)
-        graph = Graph(src, dst, num_nodes, src < num_nodes, -1, sorted_pairs=True)
-        return graph, torch.stack(needed).amax()
 
     def build(self, pos: torch.Tensor) -> None:
         """Rebuild the candidate list from positions ``(R, n, 3)``."""

@@ -612,16 +612,18 @@ def copies_notice(system: CGSystem, potential: Potential, skin: float) -> str | 
 def settle_large_system(sim: Simulation) -> list[str]:
     """The neighbour search of a system above the dense search's size
     (`workbench.neighbors.NeighborList.dense`): a notice that the cell list runs, and
-    ``fused_pair_search`` switched off (in place, in ``sim.options``) with the reason
-    (`workbench.neighbors.NeighborList.dense_problem`); none for other systems."""
+    ``fused_pair_search`` and ``cuda_graph`` switched off (in place, in ``sim.options``)
+    with the reason (`workbench.neighbors.NeighborList.dense_problem`; decision 0022);
+    none for other systems."""
     nl = sim.neighbor_list
     if nl is None or nl.dense:
         return []
     notices = [f"Neighbour search: a cell list ({nl.n_beads:,} beads per replica, above "
                f"{nl.cell_list_above:,}; docs/large-systems.md)."]
-    if sim.options.fused_pair_search:
-        sim.options.fused_pair_search = False
-        notices.append(f"fused_pair_search off: {nl.dense_problem()}.")
+    for name in ("fused_pair_search", "cuda_graph"):
+        if getattr(sim.options, name):
+            setattr(sim.options, name, False)
+            notices.append(f"{name} off: {nl.dense_problem()}.")
     return notices
 
 

@@ -137,23 +137,15 @@ def test_prior_only_potential_needs_no_neighbour_list():
     assert_same_state(eager, captured)
 
 
-def test_static_steps_of_a_system_searched_by_cells_reproduce_the_eager_trajectory():
+def test_a_system_searched_by_cells_is_not_captured():
     copies = build_system("cln025*3")
-    potential = schnet_potential(copies, seed=1)
-
-    def sim():
-        return Simulation(copies, potential, LangevinIntegrator(0.004, 1.0, 350.0),
-                          replicas=2, seed=7, options=KernelOptions(**GRAPH.to_dict()),
-                          neighbors=NeighborSettings(skin=0.5, cell_list_above=0))
-
-    eager, captured = sim(), sim()
-    assert not captured.neighbor_list.dense
-    eager_steps(eager, 5)
-    steps = CapturedSteps(captured)
-    steps.slots //= 2  # too few: the chunk is redone with more
-    steps.advance(5)
-    assert_same_state(eager, captured)
-    assert steps.captures == 2
+    sim = Simulation(copies, schnet_potential(copies, seed=1),
+                     LangevinIntegrator(0.004, 1.0, 350.0), replicas=2, seed=7,
+                     options=KernelOptions(**GRAPH.to_dict()),
+                     neighbors=NeighborSettings(skin=0.5, cell_list_above=0))
+    assert captured_steps_problem(sim).startswith("the system has 147 beads per replica, "
+                                                  "above the 0 up to which")
+    assert not sim.applied_options().cuda_graph
 
 
 def test_overflow_redoes_the_chunk_with_more_slots(potential):

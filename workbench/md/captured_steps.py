@@ -8,12 +8,13 @@ the host synchronisations of an eager step.
 What makes the step capturable:
 
 * the neighbour list is rebuilt at every step with static shapes
-  (:meth:`~workbench.neighbors.NeighborList.static_graph`: dense distance blocks, or
-  above ``CELL_LIST_ABOVE`` beads a cell list with a fixed grid and beads per cell,
+  (:meth:`~workbench.neighbors.NeighborList.static_graph`: dense distance blocks
   and ``nonzero_static`` into a fixed number of slots per replica; or, with the
   ``fused_pair_search`` switch, :meth:`~workbench.neighbors.NeighborList.searched_graph`,
   Triton passes that also build the CSR layouts), so there is no rebuild decision
-  on the host and no skin;
+  on the host and no skin. Systems above ``CELL_LIST_ABOVE`` beads per replica, whose
+  neighbours come from a cell list, are not captured (`captured_steps_problem`,
+  decision 0022);
 * the network's path has no host synchronisation: CGSchNet's on any path; CGEGNN's and
   CGPaiNN's with ``fused_message_passing`` (the only path of theirs captured);
   CGDeepPotential's with ``tabulated_filter`` or ``fused_message_passing`` (per-edge table
@@ -76,6 +77,8 @@ def captured_steps_problem(sim) -> str | None:
     from workbench.model.force_paths import fused_problem
     from workbench.model.fused_schnet import fused_path_problem
 
+    if sim.neighbor_list is not None and not sim.neighbor_list.dense:
+        return sim.neighbor_list.dense_problem()
     if sim.device.type != "cuda":
         return "whole-step capture needs a CUDA device"
     if not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
