@@ -14,7 +14,8 @@ from helpers import tiny_system
 
 from workbench.cli import main
 from workbench.model.architectures import build_network
-from workbench.model.deep_potential import DeepPotentialConfig
+from workbench.model.deep_potential import DeepPotentialConfig, structure_sel
+from workbench.model.dp_statistics import set_environment_statistics
 from workbench.model.egnn import EGNNConfig
 from workbench.model.io import load_potential
 from workbench.model.painn import PaiNNConfig
@@ -22,7 +23,7 @@ from workbench.model.potential import Potential
 from workbench.model.schnet import SchNetConfig
 from workbench.model.tensor_product import TensorProductConfig
 from workbench.teacher import teacher_potential
-from workbench.training.data import generate_teacher_data, save_teacher_data
+from workbench.training.data import generate_teacher_data, save_teacher_data, split_indices
 from workbench.training.force_matching import FitSettings, potential_labels
 from workbench.training.pipeline import TrainSettings, train_potential
 
@@ -75,6 +76,28 @@ def test_a_network_of_any_architecture_is_trained_saved_and_carded(arch, data, t
     assert card["architecture"] == on_disk["architecture"] == arch and "schnet" not in on_disk
     assert on_disk[arch] == {**CONFIGS[arch].to_dict(), "embedding": "type"}
     assert on_disk["model"].startswith(f"{name} + priors")
+
+
+def test_a_deep_potential_with_slots_is_trained_from_deepmd_kits_input_statistics(data,
+                                                                                   tmp_path):
+    sys = tiny_system()
+    sel = structure_sel(sys.native_positions, sys.bead_types, 5.0, 25, headroom=2.0)
+    config = replace(CONFIGS["dp"], sel=sel, num_neighbors=float(sum(sel)))
+    settings = TrainSettings(network=config, fit=replace(FIT, epochs=1), progress=False)
+    potential, card = train_potential(sys, teacher_potential(sys), data, settings, tmp_path)
+    record = card["dp"]["environment_statistics"]
+    present = sorted(set(sys.bead_types.tolist()))
+    assert record["types"] == present
+    # the statistics of the training frames (all of them here: fewer than the most taken)
+    train, _ = split_indices(data["positions"].shape[0], settings.validation_fraction,
+                             FIT.seed)
+    assert record["frames"] == train.numel()
+    untrained = build_network("dp", config)
+    set_environment_statistics(untrained, data["positions"][train], sys.bead_types)
+    network = potential.network
+    torch.testing.assert_close(network.env_mean, untrained.env_mean, rtol=0, atol=0)
+    assert float(network.env_mean[present, 0].min()) > 0.0
+    assert record["mean_s"] == [round(float(network.env_mean[t, 0]), 6) for t in present]
 
 
 def test_a_continued_model_keeps_its_architecture(data, tmp_path):

@@ -290,8 +290,10 @@ def train_potential(
             )
         finally:
             torch.random.set_rng_state(state)
+        statistics = _descriptor_statistics(network, data["positions"][train], types)
     else:
         network, architecture = start.network, start.architecture
+        statistics = None
     earlier_log = read_epoch_log(settings.start_from) if start else []
     selector, selection = None, None
     if settings.fit.select_every > 0 and settings.select_steps > 0:
@@ -341,6 +343,8 @@ def train_potential(
         )
         card["data"].update(settings.data_origin)
         card[architecture]["embedding"] = "bead" if _per_bead(system, types) else "type"
+        if statistics is not None:
+            card[architecture]["environment_statistics"] = statistics
         card["training"]["energy_weight"] = settings.fit.energy_weight
         card["training"]["tf32"] = settings.fit.tf32
         card["training"]["tf32_force_error"] = fit.tf32_force_error
@@ -504,6 +508,24 @@ def _starting_model(
 
 #: Values of ``TrainSettings.embedding``: the mapping's bead types, or one index per bead.
 _EMBEDDINGS = ("type", "bead")
+
+
+#: Most training frames the descriptor statistics of a Deep Potential are computed from.
+STATISTICS_FRAMES = 1000
+
+
+def _descriptor_statistics(network, positions: torch.Tensor, types: torch.Tensor) -> dict | None:
+    """A new Deep Potential with neighbour slots gets deepmd-kit's input statistics from at
+    most `STATISTICS_FRAMES` of its training frames, evenly spaced
+    (`workbench.model.dp_statistics`); what its card records of them. None for other
+    networks."""
+    from workbench.model.deep_potential import CGDeepPotential
+    from workbench.model.dp_statistics import set_environment_statistics
+
+    if not isinstance(network, CGDeepPotential) or network.config.sel is None:
+        return None
+    every = max(1, -(-positions.shape[0] // STATISTICS_FRAMES))
+    return set_environment_statistics(network, positions[::every], types)
 
 
 def _per_bead(system: CGSystem, types: torch.Tensor) -> bool:
