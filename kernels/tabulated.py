@@ -444,14 +444,15 @@ def _tab_fwd_kernel(dist_ptr, xs_ptr, src_ptr, ptr_ptr, perm_ptr, c01_ptr, c23_p
     tl.store(out_ptr + node * F + f, tl.sum(acc, axis=0))
 
 
-@autotune(pick_configs(_CONFIGS, _INTERPRET_CONFIG), ["num_nodes", "F", "ROWS"])
+@autotune(pick_configs(_CONFIGS, _INTERPRET_CONFIG), ["num_nodes", "F", "ROWS", "XS_GRAD"])
 @triton.jit(do_not_specialize=["num_edges"])
 def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, other_ptr, ptr_ptr, perm_ptr, c01_ptr,
                     c23_ptr, scale_ptr, gxs_ptr, g_ptr, num_nodes, num_edges, num_intervals,
                     inv_h, cutoff, F: tl.constexpr, FS: tl.constexpr, BLOCK_E: tl.constexpr,
-                    SLOTS_ARE_EDGES: tl.constexpr, ROWS: tl.constexpr):
-    """``grad_xs[j, f]`` and the slice's part of ``g_e = dE/dd_e`` for the edges out of ``j``
-    (grid axis 0), on one slice of ``FS`` feature columns ``f`` (axis 1).
+                    SLOTS_ARE_EDGES: tl.constexpr, ROWS: tl.constexpr,
+                    XS_GRAD: tl.constexpr):
+    """``grad_xs[j, f]`` (with ``XS_GRAD``) and the slice's part of ``g_e = dE/dd_e`` for the
+    edges out of ``j`` (grid axis 0), on one slice of ``FS`` feature columns ``f`` (axis 1).
 
     dist_ptr: float32 [E]; xs_ptr: float32/float16/bfloat16 [P', F]; gu_ptr: float32 grad_u
     [N, F]; other_ptr, ptr_ptr, perm_ptr: either ``dst`` (int64 [E]) with the source CSR
@@ -459,7 +460,9 @@ def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, other_ptr, ptr_ptr, perm_ptr, c01_
     destination CSR: node ``j``'s edges ``i -> j`` stand for their reverses ``j -> i``
     (same length, other endpoint ``i``), and the slice's part of the reverse's gradient is
     written at the edge visited; c01_ptr, c23_ptr, scale_ptr: the table, as in
-    `_tab_fwd_kernel`; gxs_ptr: grad_xs [P', F] in xs's dtype (rows < N written); g_ptr:
+    `_tab_fwd_kernel`; gxs_ptr: grad_xs [P', F] in xs's dtype (rows < N written; not read
+    without ``XS_GRAD``, when ``xs`` needs no gradient: a first block's ``lin1`` of the
+    bead types); g_ptr:
     float32 [F // FS, E], row ``s`` the sum over slice ``s``'s columns (edges in a segment
     written, 0 for d >= r_c); num_edges: E (the row stride of g); num_nodes, num_intervals,
     inv_h, cutoff, F, FS, BLOCK_E, SLOTS_ARE_EDGES, ROWS: as in `_tab_fwd_kernel`.
@@ -489,9 +492,11 @@ def _tab_bwd_kernel(dist_ptr, xs_ptr, gu_ptr, other_ptr, ptr_ptr, perm_ptr, c01_
         gu = tl.load(gu_ptr + i.to(tl.int64)[:, None] * F + f[None, :], mask=valid[:, None],
                      other=0.0)
         tl.store(g_row + e, tl.sum(gu * x * dw, axis=1), mask=pmask)
-        acc += gu * w
+        if XS_GRAD:
+            acc += gu * w
         pmask, e, i, d = pmask_n, e_n, i_n, d_n
-    tl.store(gxs_ptr + node * F + f, tl.sum(acc, axis=0).to(gxs_ptr.dtype.element_ty))
+    if XS_GRAD:
+        tl.store(gxs_ptr + node * F + f, tl.sum(acc, axis=0).to(gxs_ptr.dtype.element_ty))
 
 
 def _check(dist, xs, table: FilterTable | PairFilterRows):
@@ -579,8 +584,10 @@ class _TabulatedCFConv(torch.autograd.Function):
         F, num_edges = ctx.table.num_features, dist.numel()
         args = _table_args(dist, ctx.table, backward_slice(F, num_edges))
         shared = ctx.shared if partial_rows_fit(F, num_edges) else None
-        grad_xs = torch.empty_like(xs)  # the kernel writes rows < N; zero the rest
-        grad_xs[csr.num_nodes:].zero_()
+        grad_xs = None
+        if ctx.needs_input_grad[1]:
+            grad_xs = torch.empty_like(xs)  # the kernel writes rows < N; zero the rest
+            grad_xs[csr.num_nodes:].zero_()
         # one row per feature slice; padding edges are in no segment and stay 0 (or, on a
         # searched graph, are not summed)
         num_rows = args["F"] // args["FS"]
@@ -590,8 +597,9 @@ class _TabulatedCFConv(torch.autograd.Function):
             g = shared.block_rows(ctx.block, num_rows, num_edges, xs.device,
                                   zeroed=not ctx.slots_are_edges)
         _launch(_tab_bwd_kernel, ctx.configs[1], csr.num_nodes,
-                dict(xs_ptr=xs, gu_ptr=grad_u.contiguous().float(), gxs_ptr=grad_xs, g_ptr=g,
-                     num_edges=num_edges, **walk, **args))
+                dict(xs_ptr=xs, gu_ptr=grad_u.contiguous().float(),
+                     gxs_ptr=xs if grad_xs is None else grad_xs, g_ptr=g,
+                     num_edges=num_edges, XS_GRAD=grad_xs is not None, **walk, **args))
         if shared is not None:
             grad_dist = shared.total(csr, ctx.slots_are_edges) if ctx.block == 0 else None
         else:

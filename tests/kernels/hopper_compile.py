@@ -132,8 +132,10 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
         tabulated._tab_bwd_kernel,
         dict(TABLE, gu_ptr="*fp32", other_ptr="*i64", gxs_ptr="*fp32", g_ptr="*fp32",
              num_edges="i32"),
-        [dict(t, F=128, FS=tabulated.BACKWARD_SLICE, SLOTS_ARE_EDGES=s, ROWS=False)
-         for t in TILES for s in (False, True)]),
+        [dict(t, F=128, FS=tabulated.BACKWARD_SLICE, SLOTS_ARE_EDGES=s, ROWS=False,
+              XS_GRAD=True) for t in TILES for s in (False, True)]
+        + [dict(TILES[0], F=128, FS=tabulated.BACKWARD_SLICE, SLOTS_ARE_EDGES=True, ROWS=False,
+                XS_GRAD=False)]),
     "pair-row convolution forward": (
         tabulated._tab_fwd_kernel, dict(TABLE, **ROWS, src_ptr="*i64", out_ptr="*fp32"),
         [dict(BLOCK_E=16, F=128, FS=tabulated.FORWARD_SLICE, SLOTS_ARE_EDGES=True, ROWS=True)]),
@@ -142,7 +144,7 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
         dict(TABLE, **ROWS, gu_ptr="*fp32", other_ptr="*i64", gxs_ptr="*fp32",
              g_ptr="*fp32", num_edges="i32"),
         [dict(BLOCK_E=16, F=128, FS=tabulated.BACKWARD_SLICE, SLOTS_ARE_EDGES=True,
-              ROWS=True)]),
+              ROWS=True, XS_GRAD=True)]),
     "pair filter rows": (
         _pair_filter_kernel,
         dict(RADIAL, **FILTER, dist_ptr="*fp32", edge_ptr="*i32", count_ptr="*i32",

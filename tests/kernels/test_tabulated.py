@@ -277,6 +277,28 @@ def test_shared_length_gradient_refuses_a_block_left_out(device):
         tabulated_cfconv(dist, xs, g["src"], g["dst"], g["csr"], table, length_grad=shared)
 
 
+def test_features_without_gradient_give_the_same_position_gradient(device, monkeypatch):
+    """Features that need no gradient (a first block's, computed from the bead types
+    alone): the backward skips their gradient and returns the same position gradient."""
+    launches = []
+
+    def launch(kernel, config, num_nodes, args):
+        if kernel is tabulated._tab_bwd_kernel:
+            launches.append(args["XS_GRAD"])
+        return real_launch(kernel, config, num_nodes, args)
+
+    real_launch = tabulated._launch
+    monkeypatch.setattr(tabulated, "_launch", launch)
+    g, table, xs, gu = _setup(device)
+    _, gp, _ = _run(KERNEL, g["pos"], xs, g, table, gu)
+    pos = g["pos"].clone().requires_grad_()
+    u = tabulated_cfconv(edge_distances(pos, g["src"], g["dst"], g["csr"]), xs, g["src"],
+                         g["dst"], g["csr"], table)
+    (alone,) = torch.autograd.grad((u * gu).sum(), pos)
+    assert not xs.requires_grad and torch.equal(alone, gp)
+    assert launches == [True, False]
+
+
 def test_half_precision_features(device):
     g, table, xs, gu = _setup(device, xs_dtype=torch.float16)
     u, gp, gx = _run(KERNEL, g["pos"], xs, g, table, gu)

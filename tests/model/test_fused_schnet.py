@@ -179,3 +179,31 @@ def test_pair_rows_too_large_fall_back_to_the_per_edge_kernel(monkeypatch):
     _, f_edges = potential.energy_and_forces(pos, candidates, options)
     assert not built  # the per-edge kernel ran
     assert _rel(f_rows, f_ref) < 1e-3 and _rel(f_edges, f_ref) < 1e-3
+
+
+def test_first_block_inputs_are_kept_until_a_weight_or_the_types_change():
+    """What depends on the bead types alone (the embedding, the first block's lin1) is
+    computed once and kept while the weights and the types stay; a changed weight is seen
+    at the next evaluation."""
+    potential, pos, exact, _ = _setup()
+    options = KernelOptions(fused_update=True, tabulated_filter=True)
+
+    def check():
+        energy, forces = potential.energy_and_forces(pos, exact, options)
+        want_energy, want_forces = potential.energy_and_forces(pos, exact)
+        assert _rel(energy, want_energy) < 1e-5 and _rel(forces, want_forces) < 1e-4
+        return potential.schnet._packed_weights.first_inputs
+
+    first = check()
+    again = check()
+    assert again[2] is first[2] and again[3] is first[3]  # the same h and xs: not recomputed
+    assert not first[3].requires_grad
+    with torch.no_grad():
+        potential.schnet.embedding_layer.weight.mul_(1.5)
+    changed = check()  # matches the reference with the new embedding
+    assert changed[3] is not first[3]
+    # other replicas: other types
+    potential.energy_and_forces(pos.repeat(2, 1, 1), NeighborList(
+        pos.shape[1], potential.cutoff, skin=1.5).update(pos.repeat(2, 1, 1), exact=True),
+        options)
+    assert potential.schnet._packed_weights.first_inputs[3].shape[0] == 2 * pos.shape[1]

@@ -123,6 +123,7 @@ class PackedWeights:
     conv_inputs: list
     conv_outputs: list
     tables: list | None = None
+    first_inputs: tuple | None = None  # (types, its version, h, xs): `first_block_inputs`
 
 
 def kernel_device_problem(network, device: torch.device, options: KernelOptions,
@@ -231,6 +232,27 @@ def filter_tables(schnet, packed: PackedWeights, device: torch.device) -> list:
     if packed.tables is None:
         packed.tables = build_filter_tables(schnet, device)
     return packed.tables
+
+
+def first_block_inputs(schnet, types: torch.Tensor, packed: PackedWeights
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The embedding ``h`` of ``types`` and the first block's ``xs = lin1(h)``, both
+    ``(N, F)`` float32.
+
+    They depend on the weights and the bead types only, not on the positions, so the
+    node-kernel paths (whose packed layers give gradients for positions only) compute them
+    once, without gradient, and keep them with ``packed`` (replaced when a weight changes)
+    while ``types`` is the same tensor, unmodified (`Potential` passes the same one at
+    every step). A step then starts at the first convolution, and that convolution's
+    backward computes no gradient for ``xs``.
+    """
+    cached = packed.first_inputs
+    if cached is None or cached[0] is not types or cached[1] != types._version:
+        with torch.no_grad():
+            h = schnet.embedding_layer(types)
+            xs = _mlp_linear(h, packed.conv_inputs[0], False)
+        packed.first_inputs = cached = (types, types._version, h, xs)
+    return cached[2], cached[3]
 
 
 def build_filter_tables(network, device: torch.device, block_filters=None) -> list:
@@ -377,10 +399,16 @@ def fused_node_energies(
             rbf = rbf.index_select(0, pairs.forward)  # padding edges read the unused slot,
             env = torch.where(pairs.used, env.index_select(0, pairs.forward), 0.0)  # zero
 
-    h = schnet.embedding_layer(types)
+    if node_kernels:
+        h, first_xs = first_block_inputs(schnet, types, packed)
+    else:
+        h, first_xs = schnet.embedding_layer(types), None
     for b, block in enumerate(schnet.interaction_blocks):
         conv = block.conv
-        xs = _mlp_linear(h, packed.conv_inputs[b], False) if node_kernels else conv.lin1(h)
+        if b == 0 and first_xs is not None:
+            xs = first_xs
+        else:
+            xs = _mlp_linear(h, packed.conv_inputs[b], False) if node_kernels else conv.lin1(h)
         if tables is not None or per_pair:
             filt = (tables[b] if tables is not None
                     else pair_filter_rows(dist, layout, packed.filters[b], packed.spec))

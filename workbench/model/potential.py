@@ -128,11 +128,23 @@ class Potential(nn.Module):
             raise ValueError(f"a potential with a {self.architecture} network needs a "
                              "neighbour graph")
         r_count, n, _ = pos.shape
-        types = self.bead_types.repeat(r_count)
+        types = self._replica_types(r_count)
         if graph.valid is not None and self._reads_edges_only(pos, options):
             graph = without_empty_slots(graph)
         node_energy = self.network(pos.reshape(-1, 3), types, graph, options)
         return node_energy.reshape(r_count, n).sum(-1)
+
+    def _replica_types(self, r_count: int) -> torch.Tensor:
+        """``bead_types`` repeated for ``r_count`` replicas, shape (r_count · n,) int64: the
+        same tensor at every call while the types and the count stay, so that what a path
+        derives from the types alone can be kept (`fused_schnet.first_block_inputs`)."""
+        key = (r_count, self.bead_types.device, self.bead_types.data_ptr(),
+               self.bead_types._version)
+        cached = self.__dict__.get("_repeated_types")
+        if cached is None or cached[0] != key:
+            cached = (key, self.bead_types.repeat(r_count))
+            self.__dict__["_repeated_types"] = cached
+        return cached[1]
 
     def _reads_edges_only(self, pos: torch.Tensor, options: KernelOptions | None) -> bool:
         """Whether this evaluation reads the graph's edge arrays only (every slot, no CSR
