@@ -3,6 +3,8 @@ many replicas at once."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -187,7 +189,8 @@ class Potential(nn.Module):
                     specs.append(spec)
         if specs:
             parts.append(term_energies(pos, specs, self._term_layout(specs, pos.shape[1])))
-        return torch.stack(parts).sum(0) if parts else pos.new_zeros(pos.shape[0])
+        # one add per term, not a stack and a reduction (two kernels fewer in a captured step)
+        return functools.reduce(torch.add, parts) if parts else pos.new_zeros(pos.shape[0])
 
     def _term_layout(self, specs, n_beads: int):
         """``kernels.term_rows.term_layout`` of the priors' term lists, built once (before any
@@ -209,5 +212,6 @@ class Potential(nn.Module):
         with torch.enable_grad():
             pos = pos.detach().requires_grad_(True)
             energy = self.energy(pos, graph, options)
-            (grad,) = torch.autograd.grad(energy.sum(), pos)
+            # seeded with ones: the gradient of the sum without a reduction kernel
+            (grad,) = torch.autograd.grad(energy, pos, torch.ones_like(energy))
         return energy.detach(), -grad
