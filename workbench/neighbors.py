@@ -84,7 +84,7 @@ class CellGrid:
         the device inside a captured step).
     count : int
         Number of cells, the product of ``dims``, kept on the host (reading it from
-        ``dims`` would synchronise, which a captured step cannot do).
+        ``dims`` would synchronise with the device).
     """
 
     origin: torch.Tensor

@@ -60,7 +60,8 @@ def environment_statistics(
                          f"{tuple(positions.shape)}")
     size = config.embedding_size
     types = types.to(torch.long).cpu()
-    sums = torch.zeros(size, 5, dtype=torch.float64)  # s, s², a, a², centres
+    sums = torch.zeros(size, 4, dtype=torch.float64)  # s, s², a, a² over real slots
+    centres = torch.zeros(size, dtype=torch.float64)
     for frame in positions.detach().cpu():
         pos = frame.to(torch.float64)
         src, dst = cell_list_pairs(frame.float(), config.cutoff)
@@ -71,10 +72,10 @@ def environment_statistics(
         r = torch.linalg.vector_norm(diff, dim=-1)
         s = smooth_switch(r, config.cutoff_smooth, config.cutoff) / r
         a = diff * (s / r)[:, None]
-        rows = torch.stack([s, s * s, a.sum(-1), (a * a).sum(-1), torch.zeros_like(s)], -1)
+        rows = torch.stack([s, s * s, a.sum(-1), (a * a).sum(-1)], -1)
         sums.index_add_(0, types.index_select(0, centre), rows)
-        sums[:, 4] += torch.bincount(types, minlength=size)
-    slots = sums[:, 4] * sum(config.sel)
+        centres += torch.bincount(types, minlength=size)
+    slots = centres * sum(config.sel)  # the empty ones count, with R̃ = 0
     seen = slots > 0
     count = slots.clamp(min=1.0)
     mean_s = sums[:, 0] / count
