@@ -48,6 +48,7 @@ from workbench.runner import (
     RunSettings,
     ThroughputMeter,
     backends_of,
+    large_system_off,
     prepare_run,
 )
 from workbench.units import ns_per_day
@@ -358,6 +359,10 @@ class SimulationController(BackgroundWork):
         if backends is not None:  # what the network's backend does not run stays off
             applied, notice = backend_options(backends, sim.potential.network.backend, applied)
             message = " ".join(m for m in (message, notice) if m) or None
+        off = large_system_off(sim.neighbor_list, applied)  # a system searched by cells
+        if off:
+            applied = replace(applied, **dict.fromkeys(off, False))
+            message = " ".join([m for m in (message,) if m] + list(off.values()))
         self._switch(sim, requested, applied, message)
 
     def _apply_pending_backend(self, sim) -> None:

@@ -609,21 +609,33 @@ def copies_notice(system: CGSystem, potential: Potential, skin: float) -> str | 
             "mean of each copy's own, Q the fraction of all copies' native contacts.")
 
 
+#: Techniques a system above the dense search's size does not run (`settle_large_system`).
+LARGE_SYSTEM_OFF = ("fused_pair_search", "cuda_graph")
+
+
+def large_system_off(nl, options: KernelOptions) -> dict[str, str]:
+    """The switches of ``options`` that a neighbour list ``nl`` above the dense search's
+    size (`workbench.neighbors.NeighborList.dense`) cannot run, each with its notice
+    (`workbench.neighbors.NeighborList.dense_problem`; decision 0022); empty for other
+    lists or where they are off."""
+    if nl is None or nl.dense:
+        return {}
+    return {name: f"{name} off: {nl.dense_problem()}." for name in LARGE_SYSTEM_OFF
+            if getattr(options, name)}
+
+
 def settle_large_system(sim: Simulation) -> list[str]:
-    """The neighbour search of a system above the dense search's size
-    (`workbench.neighbors.NeighborList.dense`): a notice that the cell list runs, and
-    ``fused_pair_search`` and ``cuda_graph`` switched off (in place, in ``sim.options``)
-    with the reason (`workbench.neighbors.NeighborList.dense_problem`; decision 0022);
-    none for other systems."""
+    """The neighbour search of a system above the dense search's size: a notice that the
+    cell list runs, and `LARGE_SYSTEM_OFF` switched off (in place, in ``sim.options``)
+    with the reasons (`large_system_off`); none for other systems."""
     nl = sim.neighbor_list
     if nl is None or nl.dense:
         return []
     notices = [f"Neighbour search: a cell list ({nl.n_beads:,} beads per replica, above "
                f"{nl.cell_list_above:,}; docs/large-systems.md)."]
-    for name in ("fused_pair_search", "cuda_graph"):
-        if getattr(sim.options, name):
-            setattr(sim.options, name, False)
-            notices.append(f"{name} off: {nl.dense_problem()}.")
+    for name, notice in large_system_off(nl, sim.options).items():
+        setattr(sim.options, name, False)
+        notices.append(notice)
     return notices
 
 

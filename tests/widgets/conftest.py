@@ -32,6 +32,8 @@ class FakeSimulation:
         A real system: the replicas start at its native structure and every step moves
         each bead by up to ``jitter`` Å (so neighbours come and go); ``beads`` is ignored.
     jitter : float
+    neighbor_list : object, optional
+        What ``Simulation.neighbor_list`` would be (None: a potential without a network).
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class FakeSimulation:
         warn_fused=False,
         system=None,
         jitter=0.05,
+        neighbor_list=None,
     ):
         self.replicas = replicas
         self.device = torch.device("cpu")
@@ -60,6 +63,7 @@ class FakeSimulation:
         self._noise = torch.Generator().manual_seed(0)
         self.potential = SimpleNamespace(cutoff=10.0, architecture="schnet")
         self.graph = None
+        self.neighbor_list = neighbor_list
         self.step_seconds = step_seconds
         self.fail_at = fail_at
         self.refuse_fused = refuse_fused

@@ -3,6 +3,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -128,6 +129,26 @@ def test_switches_reach_the_simulation_at_the_next_chunk(fake_run, gpu_like):
     assert events[1].step > 0 and events[2].step > events[1].step
     switched = sim.options_seen.index(KernelOptions.all_on("bf16"))
     assert switched == events[1].step
+
+
+def test_a_system_searched_by_cells_keeps_its_graph_and_pair_search_off(fake_run, gpu_like):
+    problem = "the system has 100,068 beads per replica, above the 4,096 up to which ..."
+    cells = SimpleNamespace(dense=False, dense_problem=lambda: problem)
+    prepare, sim = fake_run(step_seconds=0.005, neighbor_list=cells)
+    controller = SimulationController(
+        settings(), until_stopped=True, prepare=prepare, chunk_seconds=0.02
+    )
+    controller.start()
+    wait_for(lambda: sim.step_count > 3)
+    controller.set_options(KernelOptions.parse("all+tables+graph"))
+    wait_for(lambda: sim.options_seen[-1].tabulated_filter)
+    controller.stop()
+    controller.wait(5)
+    ran = sim.options_seen[-1]
+    assert not ran.cuda_graph and not ran.fused_pair_search and ran.fused_update
+    message = controller.snapshot().kernel_messages[-1]
+    assert f"fused_pair_search off: {problem}." in message
+    assert message.endswith(f"cuda_graph off: {problem}.")
 
 
 def test_switches_before_the_build_become_the_starting_options(fake_run, gpu_like):
