@@ -438,18 +438,30 @@ def markdown_table(records: list[dict]) -> str:
     return "\n".join([head, *rows])
 
 
-def write_results(records: list[dict], out: str | Path, command: str) -> tuple[Path, Path]:
-    """Write ``bench.json`` and ``bench.md`` into ``out``; returns both paths."""
+def write_results(records: list[dict], out: str | Path, command: str,
+                  unfinished: int = 0) -> tuple[Path, Path]:
+    """Write ``bench.json`` and ``bench.md`` into ``out`` (each replaced whole, atomically);
+    returns both paths.
+
+    ``unfinished``: cases of the command not run yet. The benchmark writes both files after
+    every case, so a run stopped part-way (a time limit, a lost machine) keeps the cases
+    it finished; until the last case ``bench.json`` carries ``"unfinished"`` with that
+    count and ``bench.md`` says so.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     env = environment()
     payload = {"environment": env, "command": command, "records": records}
+    if unfinished:
+        payload["unfinished"] = unfinished
     json_path = out / "bench.json"
     md_path = out / "bench.md"
     atomic_write_text(json_path, json.dumps(payload, indent=2))
+    note = (f"**Not finished**: {unfinished} case(s) of the command had not run when this "
+            "was written.\n\n" if unfinished else "")
     atomic_write_text(
         md_path,
         f"GPU: {env['gpu'] or 'CPU'} · torch {env['torch']} · triton {env['triton']} · "
-        f"{env['date']}\n\nCommand: `{command}`\n\n{markdown_table(records)}\n"
+        f"{env['date']}\n\nCommand: `{command}`\n\n{note}{markdown_table(records)}\n"
     )
     return json_path, md_path

@@ -167,6 +167,20 @@ def test_a_bench_json_is_added_to_its_machines_file_once(tmp_path):
         report.add_run(results / "h100.json", results)
 
 
+def test_a_run_stopped_part_way_is_added_and_says_so(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    stopped = bench_json(tmp_path / "race", "NVIDIA H200", "workbench bench --race")
+    payload = json.loads(stopped.read_text())
+    stopped.write_text(json.dumps({**payload, "unfinished": 2}))
+    report.add_run(stopped, results)
+    assert report.read_runs(results / "h200.json")[0]["unfinished"] == 2
+    page = report.render(report.load_records(results))
+    assert ("`h200.json` run 1, race: `workbench bench --race` (stopped with 2 case(s) "
+            "not run)") in page
+    assert "| 1enh | 269 | 64 | schnet | `all` |" in page  # its finished case is shown
+
+
 def test_the_committed_page_is_the_rendering_of_the_kept_results():
     page = report.render(report.load_records(ROOT / "benchmarks" / "results"))
     assert (ROOT / "BENCHMARKS.md").read_text() == page, "run `make benchmarks-md`"

@@ -33,6 +33,38 @@ def test_bench_refuses_bad_options_before_running(extra, message, tmp_path, caps
     assert message in capsys.readouterr().err and not (tmp_path / "b").exists()
 
 
+def test_a_bench_stopped_part_way_keeps_the_cases_it_finished(tmp_path, monkeypatch, capsys):
+    """A time limit or a lost machine ends the command during its third case: the files
+    hold the first two, and say that one case had not run."""
+    from workbench import benchmark
+
+    real = benchmark.run_case
+    calls = []
+
+    def run_case(case, *args, **kwargs):
+        calls.append(case.label)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # what SIGINT or a killed step looks like from here
+        return real(case, *args, **kwargs)
+
+    monkeypatch.setattr(benchmark, "run_case", run_case)
+    out = tmp_path / "b"
+    with pytest.raises(KeyboardInterrupt):
+        main(["bench", "--proteins", "cln025", "--replicas", "2", "--configs",
+              "baseline,tabulated_filter,fused_update", "--steps", "1", "--warmup", "0",
+              "--repeats", "1", "--device", "cpu", "--out", str(out)])
+    payload = json.loads((out / "bench.json").read_text())
+    assert [r["label"] for r in payload["records"]] == ["baseline", "tabulated_filter"]
+    assert payload["unfinished"] == 1
+    assert "**Not finished**: 1 case(s) of the command had not run" in (
+        out / "bench.md").read_text()
+    # the finished command writes no count
+    assert main(["bench", "--proteins", "cln025", "--replicas", "2", "--configs", "baseline",
+                 "--steps", "1", "--warmup", "0", "--repeats", "1", "--device", "cpu",
+                 "--out", str(tmp_path / "c")]) == 0
+    assert "unfinished" not in json.loads((tmp_path / "c" / "bench.json").read_text())
+
+
 @needs_e3nn
 def test_bench_runs_each_backend_of_nequip_and_records_what_ran(tmp_path, capsys):
     out = tmp_path / "b"

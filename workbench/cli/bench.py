@@ -109,9 +109,12 @@ def run_cases(args, cases, protocol) -> int:
     """Run the benchmark cases, print each result and write the tables to ``args.out``."""
     from workbench.benchmark import markdown_table, network_label, run_case, write_results
 
+    command = "workbench " + " ".join(sys.argv[1:]) if sys.argv[1:] else "workbench bench"
     records = []
     failures = 0
-    for case in cases:
+    for done, case in enumerate(cases):
+        if done:  # what has finished is kept if the command is stopped part-way
+            write_results(records, args.out, command, unfinished=len(cases) - done)
         try:
             record = run_case(
                 case, args.device, protocol.steps, protocol.warmup, protocol.repeats,
@@ -137,7 +140,6 @@ def run_cases(args, cases, protocol) -> int:
         )
         if "profile" in record:
             print(record.pop("profile"), flush=True)
-    command = "workbench " + " ".join(sys.argv[1:]) if sys.argv[1:] else "workbench bench"
     json_path, md_path = write_results(records, args.out, command)
     print(markdown_table(records))
     print(f"wrote {json_path} and {md_path}")
