@@ -140,22 +140,33 @@ def test_a_race_of_two_architectures_gives_each_side_its_network():
                       architectures=("schnet", "transformer"))
 
 
-@needs_e3nn
-def test_the_compare_panel_races_two_backends_of_one_nequip_network():
-    panel = ComparePanel(settings=RunSettings(replicas=2, steps=2, save_interval=1,
-                                              model="demo", device="cpu"), steps=2)
-    assert panel.backend_a.layout.display == "none"  # schnet: no backends
-    panel.race_backends("e3nn", "openequivariance")
-    assert (panel.arch_a.value, panel.arch_b.value) == ("nequip", "nequip")
-    assert panel.preset_b.value == panel.preset_a.value and panel.backend_b.layout.display is None
+def _demo_compare_panel() -> ComparePanel:
+    return ComparePanel(settings=RunSettings(replicas=2, steps=2, save_interval=1,
+                                             model="demo", device="cpu"), steps=2)
+
+
+def _race_on_one_potential(panel: ComparePanel, backends: tuple[str, str]):
+    """Run the panel's backend race to its end; its snapshot, after checking that it ran
+    without error, both sides on one potential (so their forces are compared)."""
     runner = panel.run()
-    assert runner.backends == ("e3nn", "openequivariance")
+    assert runner.backends == backends
     assert runner.wait(120) is RunState.STOPPED
     panel.refresh()
     race = runner.snapshot()
     assert race.error is None
-    # one network, one potential: the forces of both backends are compared
     assert runner._sides[0].sim.potential is runner._sides[1].sim.potential
+    return race
+
+
+@needs_e3nn
+def test_the_compare_panel_races_two_backends_of_one_nequip_network():
+    panel = _demo_compare_panel()
+    assert panel.backend_a.layout.display == "none"  # schnet: no backends
+    panel.race_backends("e3nn", "openequivariance")
+    assert (panel.arch_a.value, panel.arch_b.value) == ("nequip", "nequip")
+    assert panel.preset_b.value == panel.preset_a.value and panel.backend_b.layout.display is None
+    # one network, one potential: the forces of both backends are compared
+    race = _race_on_one_potential(panel, ("e3nn", "openequivariance"))
     assert race.deviation_start is not None and race.deviation_start.max_abs == 0.0
     # no CUDA device here: B is refused with its reason, runs e3nn, and no speedup is claimed
     assert (race.a.backend, race.b.backend, race.b.requested_backend) == (
@@ -172,21 +183,14 @@ def test_the_compare_panel_races_two_backends_of_one_nequip_network():
 
 @needs_deepmd
 def test_the_compare_panel_races_the_engine_against_deepmd_kit_on_one_deep_potential():
-    panel = ComparePanel(settings=RunSettings(replicas=2, steps=2, save_interval=1,
-                                              model="demo", device="cpu"), steps=2)
+    panel = _demo_compare_panel()
     panel.race_backends("engine", "deepmd")
     assert (panel.arch_a.value, panel.arch_b.value) == ("dp", "dp")
     assert panel.backend_b.options == ("engine", "deepmd")
     assert panel.backend_b.layout.display is None
-    runner = panel.run()
-    assert runner.backends == ("engine", "deepmd")
-    assert runner.wait(120) is RunState.STOPPED
-    panel.refresh()
-    race = runner.snapshot()
-    assert race.error is None
     # one network, one potential: deepmd-kit's forces against the engine's, on identical
     # coordinates, at the start and at the end
-    assert runner._sides[0].sim.potential is runner._sides[1].sim.potential
+    race = _race_on_one_potential(panel, ("engine", "deepmd"))
     for deviation in (race.deviation_start, race.deviation_end):
         assert deviation.max_force > 0 and deviation.relative < 1e-4
     assert (race.a.network_label, race.b.network_label) == ("dp/engine", "dp/deepmd")
