@@ -251,7 +251,7 @@ def _filter(S: tl.constexpr, basis, dbasis, cf, dcf, w_ptr, b_ptr, d, valid, c01
 # One node per program. Compiled for sm_90 at H = 128, K = 64 (tests/kernels/hopper_compile.py),
 # the backward's six filter GEMMs per tile spill registers with 4 warps (984 bytes of stack
 # per thread, 288 with 8 warps), hence 8-warp candidates; the table variant's backward
-# spills 104 bytes with 4 warps, its forward none (142 registers). Not yet timed on a GPU.
+# spills 104 bytes with 4 warps, its forward none (142 registers).
 _CONFIGS = pick_configs([_cfg(16, 4), _cfg(16, 8), _cfg(32, 8)], _cfg(16, 4))
 
 

@@ -119,7 +119,7 @@ def test_config_round_trip_and_unknown_keys():
 
 # -- fused edge kernel -------------------------------------------------------------------
 @interpreter_only
-@pytest.mark.parametrize("graph_kind,saved", [("exact", "none"), ("capacity", "none"),
+@pytest.mark.parametrize("graph_kind,saved", [("exact", "activations"), ("capacity", "none"),
                                               ("capacity", "activations")])
 def test_fused_edge_kernel_matches_the_reference_path(graph_kind, saved):
     """``capacity``: padding slots and candidate edges beyond the cutoff; ``saved``: the
