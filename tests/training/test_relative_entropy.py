@@ -159,7 +159,7 @@ def test_settings_are_checked(kwargs, match):
         FitSettings(**kwargs)
 
 
-def _train(frames: EnsembleSet, min_fraction: float, epochs: int = 3):
+def _train(frames: EnsembleSet, min_fraction: float, epochs: int = 3, backoffs: int = 0):
     """Train a fresh copy of the sampler on the ensemble term alone (zero force targets,
     force weight swamped by a large ensemble weight), checking the fraction every step."""
     schnet = small_schnet(0, **TINY)
@@ -167,7 +167,7 @@ def _train(frames: EnsembleSet, min_fraction: float, epochs: int = 3):
     data = (positions, torch.zeros_like(positions))
     settings = FitSettings(epochs=epochs, batch_size=4, learning_rate=3e-3, ensemble_weight=50.0,
                            min_sample_fraction=min_fraction, ensemble_check_every=1,
-                           patience=50)
+                           patience=50, reweighting_backoffs=backoffs)
     result = train_force_matching(schnet, tiny_system().bead_types, data, data, settings,
                                   progress=False, ensemble=([frames], [frames]))
     return schnet, result
@@ -192,8 +192,29 @@ def test_training_lowers_the_relative_entropy_and_stops_where_the_frames_run_out
     # a threshold the first step already crosses: the starting weights are kept
     schnet, stopped = _train(frames, 0.999999)
     assert stopped.stopped_by_reweighting and len(stopped.history) == 1
+    assert stopped.reweighting_kept_step == 0 and stopped.reweighting_backoffs == 0
     for key, value in schnet.state_dict().items():
         assert torch.equal(value, small_schnet(0, **TINY).state_dict()[key]), key
+
+
+def test_backoffs_halve_the_rate_and_get_further_than_stopping():
+    """A threshold the first step at the full rate crosses: with backoffs, each crossing
+    restores the last passing weights and halves the rate, and training moves the weights
+    as far as the frames allow, where without them it keeps the starting weights."""
+    frames = _frames(_schnet_only(0), model_shift=0.6)
+    threshold = 0.99995
+    _, stopped = _train(frames, threshold)
+    assert stopped.stopped_by_reweighting and stopped.reweighting_kept_step == 0
+    schnet, backed = _train(frames, threshold, backoffs=8)
+    used = backed.reweighting_backoffs
+    assert 1 <= used <= 8 and backed.reweighting_kept_step > 0
+    assert backed.stopped_by_reweighting == (used == 8)
+    assert backed.history[-1]["learning_rate"] == pytest.approx(3e-3 * 0.5**used)
+    kept = Potential(tiny_system().bead_types, schnet)
+    change, fraction = validation_relative_entropy(kept, [frames], 4, "cpu")
+    assert fraction >= threshold and change < 0.0
+    with pytest.raises(ValueError, match="reweighting_backoffs must be >= 0"):
+        FitSettings(reweighting_backoffs=-1)
 
 
 def test_pipeline_and_cli_record_the_term(tmp_path, capsys):
@@ -234,9 +255,15 @@ def test_pipeline_and_cli_record_the_term(tmp_path, capsys):
     data, _ = load_teacher_data(tmp_path / "data.pt")
     centre = data["positions"][:16].mean(1) - run.positions.mean(1)[[0, 1, 0, 1]].repeat(4, 1)
     assert centre.norm(dim=-1).max() < 3.0
+    capsys.readouterr()
+    # a threshold the first check crosses, after one backoff as well: the summary says
+    # the model came out unchanged
     assert main(["train", "--generate", "--sampler", str(model), "--ensemble-weight", "0.1",
-                 "--ensemble-temperatures", "330", "--min-sample-fraction", "0",
+                 "--ensemble-temperatures", "330", "--min-sample-fraction", "0.9999999",
+                 "--ensemble-check-every", "1", "--reweighting-backoffs", "1",
                  "--val-fraction", "0.5", "--out", str(tmp_path / "d"), *common]) == 0
+    assert ("stopped: sample fraction below 0.9999999 after 1 of 1 backoffs; kept the weights "
+            "training started from: the model is unchanged") in capsys.readouterr().out
     assert term["min_sample_fraction"] == 0.0 and not term["stopped_by_reweighting"]
     assert term["check_every_steps"] == 50
     assert 0.0 < term["kept_epoch"]["ensemble_sample_fraction"] <= 1.0
@@ -246,6 +273,8 @@ def test_pipeline_and_cli_record_the_term(tmp_path, capsys):
     assert [row["epoch"] for row in rows] == [1, 2, 3, 4]
     only = json.loads((tmp_path / "d" / "cln025.json").read_text())["training"]
     assert only["relative_entropy"]["temperatures_K"] == [330.0]
+    assert only["relative_entropy"]["backoffs"] == {"allowed": 1, "used": 1}
+    assert only["relative_entropy"]["kept_step"] == 0
     capsys.readouterr()
     assert main(["train", "--generate", "--ensemble-weight", "0.1",
                  "--out", str(tmp_path / "c"), *common]) == 2

@@ -196,6 +196,12 @@ def add_parser(subparsers) -> None:
         help="with --ensemble-weight: optimiser steps between those checks",
     )
     train.add_argument(
+        "--reweighting-backoffs", type=int, default=0, metavar="N",
+        help="with --ensemble-weight and --sampler: up to N checks below "
+        "--min-sample-fraction restore the weights of the last check above it and halve the "
+        "learning rate instead of ending training",
+    )
+    train.add_argument(
         "--grad-clip", type=float, default=0.0, metavar="NORM",
         help="largest L2 norm of an optimiser step's weight gradient, larger ones scaled "
         "down (0: none; the log's grad_norm column is each epoch's median before clipping)",
@@ -561,7 +567,8 @@ def train(args, locks: contextlib.ExitStack) -> int:
             time_limit=args.time_limit, deadline=deadline, select_every=args.select_every,
             energy_weight=args.energy_weight, ensemble_weight=args.ensemble_weight,
             min_sample_fraction=args.min_sample_fraction,
-            ensemble_check_every=args.ensemble_check_every, tf32=args.tf32,
+            ensemble_check_every=args.ensemble_check_every,
+            reweighting_backoffs=args.reweighting_backoffs, tf32=args.tf32,
             grad_clip=args.grad_clip, weight_average=args.weight_average,
         ),
         validation_fraction=args.val_fraction,
@@ -599,7 +606,18 @@ def train(args, locks: contextlib.ExitStack) -> int:
         ("val force RMSE", f"{training['val_force_rmse']:.4f} kcal/mol/Å"),
         ("val energy RMSE", f"{training['val_energy_rmse']:.3f} kcal/mol (centred)"),
     ]
-    walkers = training.get("relative_entropy", {}).get("walkers")
+    entropy = training.get("relative_entropy", {})
+    if entropy.get("stopped_by_reweighting"):
+        backoffs = entropy["backoffs"]
+        kept = ("the weights training started from: the model is unchanged (a lower --lr, "
+                "more --reweighting-backoffs or --online-walkers let it move)"
+                if entropy["kept_step"] == 0 else f"the weights of optimiser step "
+                f"{entropy['kept_step']}")
+        rows.append(("reweighting", f"stopped: sample fraction below "
+                                    f"{entropy['min_sample_fraction']} after "
+                                    f"{backoffs['used']} of {backoffs['allowed']} backoffs; "
+                                    f"kept {kept}"))
+    walkers = entropy.get("walkers")
     if walkers is not None and walkers["last_walker_state"] is not None:
         last = walkers["last_walker_state"]
         rows.append(("walkers", f"{walkers['refreshes']} runs ({walkers['seconds']:.0f} s), "

@@ -110,6 +110,13 @@ class FitSettings:
         last check that passed (or those training started from).
     ensemble_check_every : int
         Optimiser steps between those checks.
+    reweighting_backoffs : int
+        With the relative-entropy term: how many checks below ``min_sample_fraction`` may,
+        instead of ending training, restore the weights of the last check that passed and
+        halve the learning rate (0: the first such check ends training). A rate that
+        leaves the sampler's frames behind within one check interval would otherwise end
+        training with the weights it started from; smaller steps get as far from the
+        sampler as its frames allow.
     tf32 : bool
         Run the optimiser steps' float32 matrix products as TF32 on tensor cores
         (``torch.set_float32_matmul_precision("high")``, CUDA only). Validation, selection
@@ -146,6 +153,7 @@ class FitSettings:
     ensemble_weight: float = 0.0
     min_sample_fraction: float = 0.5
     ensemble_check_every: int = 50
+    reweighting_backoffs: int = 0
     tf32: bool = False
     grad_clip: float = 0.0
     weight_average: float = 0.0
@@ -160,6 +168,10 @@ class FitSettings:
         if self.ensemble_check_every < 1:
             raise ValueError(
                 f"ensemble_check_every must be >= 1, got {self.ensemble_check_every}"
+            )
+        if self.reweighting_backoffs < 0:
+            raise ValueError(
+                f"reweighting_backoffs must be >= 0, got {self.reweighting_backoffs}"
             )
         if not 0.0 <= self.min_sample_fraction < 1.0:
             raise ValueError(
@@ -185,6 +197,13 @@ class FitResult:
         Stopped because the relative-entropy term's effective sample fraction fell below
         ``FitSettings.min_sample_fraction`` (the last epoch's weights are then those of the
         last check that passed).
+    reweighting_backoffs : int
+        Checks below ``FitSettings.min_sample_fraction`` that restored the last passing
+        weights and halved the learning rate (``FitSettings.reweighting_backoffs``).
+    reweighting_kept_step : int or None
+        With sampler frames: the optimiser step whose weights passed the last check, those
+        training ends with if stopped by reweighting (0: the weights it started from; None
+        without sampler frames).
     selection : list of dict
         ``{"epoch", "score"}`` of every scored epoch (empty without a selector); the kept
         epoch is then the lowest-scoring one.
@@ -200,6 +219,8 @@ class FitResult:
     stopped_early: bool = False
     stopped_by_time: bool = False
     stopped_by_reweighting: bool = False
+    reweighting_backoffs: int = 0
+    reweighting_kept_step: int | None = None
     selection: list[dict] = field(default_factory=list)
     tf32_force_error: float | None = None
     clipped_steps: int = 0
@@ -437,6 +458,8 @@ def train_force_matching(
     online_set: EnsembleSet | None = None
     step = 0
     within = _state_copy(network) if ensemble is not None else None  # last check passed
+    if ensemble is not None:
+        result.reweighting_kept_step = 0
     best_loss, best_state = math.inf, None
     selecting = selector is not None and settings.select_every > 0
     best_score, selected_state = math.inf, None
@@ -497,11 +520,16 @@ def train_force_matching(
                 if ensemble is not None and step % settings.ensemble_check_every == 0:
                     if smallest_sample_fraction(
                         potential, ensemble[1], settings.batch_size, settings.device
-                    ) < settings.min_sample_fraction:
+                    ) >= settings.min_sample_fraction:
+                        within, result.reweighting_kept_step = _state_copy(network), step
+                    else:
                         network.load_state_dict(within)
-                        result.stopped_by_reweighting = True
-                        break
-                    within = _state_copy(network)
+                        if result.reweighting_backoffs == settings.reweighting_backoffs:
+                            result.stopped_by_reweighting = True
+                            break
+                        result.reweighting_backoffs += 1
+                        for group in optimizer.param_groups:
+                            group["lr"] *= 0.5
                 if _out_of_time(settings, began, reserve):
                     result.stopped_by_time = True  # this epoch ends early, and training too
                     break

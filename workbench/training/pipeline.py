@@ -357,6 +357,9 @@ def train_potential(
                 "min_sample_fraction": settings.fit.min_sample_fraction,
                 "check_every_steps": settings.fit.ensemble_check_every,
                 "stopped_by_reweighting": fit.stopped_by_reweighting,
+                "backoffs": {"allowed": settings.fit.reweighting_backoffs,
+                             "used": fit.reweighting_backoffs},
+                "kept_step": fit.reweighting_kept_step,
                 "temperatures_K": [s.temperature for s in ensemble[0]],
                 "kept_epoch": {
                     k: fit.history[fit.best_epoch - 1][k]
