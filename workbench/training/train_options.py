@@ -49,6 +49,10 @@ class TrainOptions:
         settings are checked by `workbench.training.relative_entropy.OnlineSettings`).
     online_start : str or None
         Runs whose structures start half of the walkers.
+    reweighting_backoffs : int
+        Checks of the sampler frames' reweighting that may halve the learning rate instead
+        of ending training (`FitSettings.reweighting_backoffs`; with ``sampler`` and
+        ``ensemble_weight`` only).
     grad_clip : float
         Largest gradient norm (0: none).
     weight_average : float
@@ -83,6 +87,7 @@ class TrainOptions:
     ensemble_weight: float = 0.0
     online_walkers: int = 0
     online_start: str | None = None
+    reweighting_backoffs: int = 0
     grad_clip: float = 0.0
     weight_average: float = 0.0
     dihedral_degree: int | None = None
@@ -164,6 +169,15 @@ class TrainOptions:
         if self.online_walkers > 0 and self.ensemble_weight <= 0:
             raise SettingsError("online_walkers",
                                 "feeds the relative-entropy term: add {ensemble_weight}")
+        if self.reweighting_backoffs < 0:
+            raise SettingsError("reweighting_backoffs",
+                                f"must be >= 0, got {self.reweighting_backoffs}")
+        if self.reweighting_backoffs > 0 and (
+            self.sampler is None or self.ensemble_weight <= 0 or self.online_walkers > 0
+        ):
+            raise SettingsError("reweighting_backoffs", "acts on the check of the {sampler}'s "
+                                "reweighted frames: use it with {sampler} and "
+                                "{ensemble_weight}, without {online_walkers}")
         if self.online_start is not None and self.online_walkers <= 0:
             raise SettingsError("online_start",
                                 "gives the walkers' starting structures: add {online_walkers}")
