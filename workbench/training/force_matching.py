@@ -457,9 +457,9 @@ def train_force_matching(
     max_norm = settings.grad_clip or math.inf
     online_set: EnsembleSet | None = None
     step = 0
-    within = _state_copy(network) if ensemble is not None else None  # last check passed
+    within = None  # the weights of the last reweighting check that passed, and its step
     if ensemble is not None:
-        result.reweighting_kept_step = 0
+        within, result.reweighting_kept_step = _state_copy(network), 0
     best_loss, best_state = math.inf, None
     selecting = selector is not None and settings.select_every > 0
     best_score, selected_state = math.inf, None
