@@ -414,6 +414,8 @@ def test_run_states_counts_events_of_a_native_basin_below_the_folded_threshold(t
 def test_long_run_plot_is_optional(tmp_path, monkeypatch):
     import builtins
 
+    from PIL import Image
+
     from workbench.training.validate import plot_long_runs
 
     flipping = torch.tensor([[0.9, 0.2] * 6] * 2)
@@ -421,6 +423,7 @@ def test_long_run_plot_is_optional(tmp_path, monkeypatch):
     model = write_metrics(tmp_path / "model.csv", torch.full((2, 12), 0.55))
     assert plot_long_runs({"a": model, "b": teacher}, teacher, tmp_path / "with.png")
     assert (tmp_path / "with.png").read_bytes()[:8] == PNG_SIGNATURE
+    assert Image.open(tmp_path / "with.png").mode == "P"  # a palette of 256 colours at most
     real_import = builtins.__import__
 
     def no_matplotlib(name, *args, **kwargs):

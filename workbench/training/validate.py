@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from workbench.files import atomic_save
+from workbench.files import atomic_save, atomic_write
 from workbench.model.geometry import torsions
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
@@ -544,6 +544,28 @@ def _pyplot():
     return plt
 
 
+def _save_palette_png(fig, path: str | Path, dpi: int) -> None:
+    """Write ``fig`` as a PNG of at most 256 colours (half the bytes of a full-colour one:
+    these plots ship beside the models, in a repository with a size budget).
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+    path : str or Path
+    dpi : int
+    """
+    import io
+
+    from PIL import Image  # a requirement of matplotlib
+
+    rendered = io.BytesIO()
+    fig.savefig(rendered, format="png", dpi=dpi)
+    rendered.seek(0)
+    palette = Image.open(rendered).convert("RGB").quantize(
+        colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    atomic_write(path, lambda out: palette.save(out, format="png", optimize=True))
+
+
 def plot_validation(
     runs: dict[str, tuple[torch.Tensor, torch.Tensor]],
     temperatures: Sequence[float],
@@ -578,7 +600,7 @@ def plot_validation(
                            runs["model"][1][i].flatten().numpy(), s=2, alpha=0.3)
         axes[1, i].set(xlabel="Q (model)", ylabel="CA RMSD (Å)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _save_palette_png(fig, path, dpi=120)
     plt.close(fig)
     return True
 
@@ -629,7 +651,7 @@ def plot_long_runs(
     for axis in (hist, folded, unfolded):
         axis.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save_palette_png(fig, path, dpi=110)
     plt.close(fig)
     return True
 
