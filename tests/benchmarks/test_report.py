@@ -184,3 +184,16 @@ def test_a_run_stopped_part_way_is_added_and_says_so(tmp_path):
 def test_the_committed_page_is_the_rendering_of_the_kept_results():
     page = report.render(report.load_records(ROOT / "benchmarks" / "results"))
     assert (ROOT / "BENCHMARKS.md").read_text() == page, "run `make benchmarks-md`"
+
+
+def test_every_architecture_has_a_fused_figure_for_the_100k_bead_system():
+    """The recorded results hold, for every architecture, a fused-path run of the one
+    100,068-bead system (``1enh*372`` × 1) on a GPU (docs/large-systems.md)."""
+    from workbench.model.architectures import ARCHITECTURES
+
+    measured = {r.get("architecture") or "schnet"
+                for r in report.load_records(ROOT / "benchmarks" / "results")
+                if r["protein"] == "1enh*372" and r["replicas"] == 1
+                and r.get("force_path") == "triton" and r["gpu"] not in (None, "CPU")
+                and r["timestep_mol_per_s"] > 0}
+    assert set(ARCHITECTURES) <= measured, sorted(set(ARCHITECTURES) - measured)
