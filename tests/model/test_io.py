@@ -47,23 +47,33 @@ def test_round_trip_gives_identical_energies(tmp_path, make):
         assert torch.equal(loaded.state_dict()[key], value), key
 
 
-def test_indices_are_stored_as_int32_and_read_back_as_int64(tmp_path):
+def test_indices_are_stored_narrow_and_read_back_as_int64(tmp_path):
     potential = schnet_potential(seed=3)
     path = save_potential(potential, tmp_path / "model.pt")
     stored = torch.load(path, weights_only=True)["state_dict"]
     index_keys = [k for k, v in potential.state_dict().items() if v.dtype == torch.int64]
-    assert index_keys and all(stored[k].dtype == torch.int32 for k in index_keys)
+    assert index_keys and all(stored[k].dtype == torch.int16 for k in index_keys)
     loaded = load_potential(path)
     assert all(loaded.state_dict()[k].dtype == torch.int64 for k in index_keys)
-    # a file of version 1 (int64 indices) reads the same
-    payload = torch.load(path, weights_only=True)
-    payload["version"] = 1
-    payload["state_dict"] = {k: v.long() if v.dtype == torch.int32 else v
-                             for k, v in payload["state_dict"].items()}
-    torch.save(payload, tmp_path / "v1.pt")
-    old = load_potential(tmp_path / "v1.pt")
-    for key, value in loaded.state_dict().items():
-        assert torch.equal(old.state_dict()[key], value), key
+    # files of version 2 (int32 indices) and 1 (int64) read the same
+    for version, dtype in ((2, torch.int32), (1, torch.int64)):
+        payload = torch.load(path, weights_only=True)
+        payload["version"] = version
+        payload["state_dict"] = {k: v.to(dtype) if v.dtype == torch.int16 else v
+                                 for k, v in payload["state_dict"].items()}
+        torch.save(payload, tmp_path / f"v{version}.pt")
+        old = load_potential(tmp_path / f"v{version}.pt")
+        for key, value in loaded.state_dict().items():
+            assert torch.equal(old.state_dict()[key], value), key
+
+
+def test_an_index_beyond_int16_is_stored_as_int32(tmp_path):
+    from workbench.model.io import _loaded, _stored
+
+    wide = torch.tensor([0, 40_000], dtype=torch.int64)
+    assert _stored(wide).dtype == torch.int32
+    assert _stored(torch.tensor([-5, 32_767])).dtype == torch.int16
+    assert torch.equal(_loaded(_stored(wide)), wide)
 
 
 def test_demo_potential_round_trip(tmp_path):

@@ -7,9 +7,9 @@ the network's config under that same name, the priors and the metadata. Files wr
 before the architecture was recorded hold a ``"schnet"`` config only and load as SchNet.
 It is read back with ``torch.load(weights_only=True)``, so no arbitrary pickle is ever
 executed.
-Integer tensors (the priors' bead indices) are stored as int32 where their values fit
-(version 2; half the bytes of a large protein's pair list) and read back as int64, as
-version 1 files stored them.
+Integer tensors (the priors' bead indices) are stored in the narrowest of int16 and int32
+their values fit (version 3; version 2 stored int32 only, version 1 int64) and read back as
+int64: a quarter of the bytes of a large protein's pair list.
 Writes are atomic (a temporary file in the same folder, then a rename).
 """
 
@@ -27,7 +27,7 @@ from workbench.model.potential import Potential
 from workbench.model.priors import PRIOR_CLASSES
 
 FORMAT = "cg-workbench-potential"
-VERSION = 2
+VERSION = 3
 
 
 class ModelFormatError(ValueError):
@@ -70,17 +70,20 @@ def save_potential(potential: Potential, path: str | os.PathLike) -> Path:
 
 
 def _stored(tensor: torch.Tensor) -> torch.Tensor:
-    """int64 tensors whose values fit in int32 as int32 (`_loaded` undoes it)."""
+    """int64 tensors as the narrowest of int16 and int32 their values fit (`_loaded` undoes
+    it)."""
     if tensor.dtype == torch.int64 and tensor.numel():
-        info = torch.iinfo(torch.int32)
-        if info.min <= int(tensor.min()) and int(tensor.max()) <= info.max:
-            return tensor.to(torch.int32)
+        low, high = int(tensor.min()), int(tensor.max())
+        for dtype in (torch.int16, torch.int32):
+            info = torch.iinfo(dtype)
+            if info.min <= low and high <= info.max:
+                return tensor.to(dtype)
     return tensor
 
 
 def _loaded(tensor: torch.Tensor) -> torch.Tensor:
-    """A stored tensor as the potential holds it: int32 back to int64."""
-    return tensor.to(torch.int64) if tensor.dtype == torch.int32 else tensor
+    """A stored tensor as the potential holds it: int16 and int32 back to int64."""
+    return tensor.to(torch.int64) if tensor.dtype in (torch.int16, torch.int32) else tensor
 
 
 def load_potential(path: str | os.PathLike, map_location: str = "cpu") -> Potential:
