@@ -36,7 +36,8 @@ That is three evaluations of the edge MLP per edge (forward and two backward pas
 GEMMs per edge tile in all (two forward, seven backward).
 
 ``saved="activations"``: the forward (``STORE``) also writes each edge's pre-activations
-``z1_e``, ``z2_e`` (FP32, ``[E, 2, F]``, row ``e = perm[p]``, so any layout can read them),
+``z1_e``, ``z2_e`` (``[E, 2, F]`` in the GEMM operands' type: FP32, or float16 / bfloat16
+with 16-bit weights; row ``e = perm[p]``, so any layout can read them),
 and the backward is one launch over the destination layout (``STORED``): per tile it reads
 ``z1``, ``z2``, forms ``t2 = act(z2)``, ``act'(z2)``, ``act'(z1)`` elementwise, recomputes
 ``d, C, C', e'(d)`` from positions, and writes ``grad_xa``, ``g_e`` as above and
@@ -47,12 +48,17 @@ Why this set: ``z1`` and ``z2`` give every activation and derivative at one expo
 element, where recomputing ``z2`` needs the ``W2`` product and ``z1`` the basis product and
 the ``xb`` gather; storing ``t2, act'(z1), act'(z2)`` instead would be 12 F bytes per edge,
 not 8 F. The radial terms are K exponentials from 6 loaded floats per edge, cheaper to
-recompute than ``K + 3`` stored floats are to read. With the same ``z1``, ``z2`` as the
-recomputing path, values and gradients agree with it to the order of the sums over edges.
-Memory (FP32, per edge slot of ``src``, per layer): ``z`` 8 F bytes kept from the forward
-to the backward (512 B at F = 64), and ``dL/dz1`` 4 F bytes (256 B) only while one
-layer's backward runs; 1ENH x 64 (about 860k edges, F = 64) with 3 layers keeps
-3 x 440 MB = 1.32 GB, plus 220 MB at a time in the backward. The forward stores nothing
+recompute than ``K + 3`` stored floats are to read. With FP32 operands the stored ``z1``,
+``z2`` are those of the recomputing path, and values and gradients agree with it to the
+order of the sums over edges. With 16-bit operands they are stored rounded to the operand
+type, half the bytes: the forward's ``act(z1)`` is rounded so anyway before its product,
+and the gradients move by the rounding of ``z2`` and ``act'(z1)`` (fp16: about 2e-4
+relative in the forces, from 1.8e-4 with FP32 rows; tests/model/test_egnn.py).
+Memory (per edge slot of ``src``, per layer): ``z`` 8 F bytes (FP32) or 4 F bytes (16-bit)
+kept from the forward to the backward (512 B or 256 B at F = 64), and ``dL/dz1`` 4 F bytes
+(256 B) only while one layer's backward runs; 1ENH x 64 (about 860k edges, F = 64) with 3
+layers keeps 3 x 440 MB = 1.32 GB (FP32) or 0.66 GB (16-bit), plus 220 MB at a time in
+the backward. The forward stores nothing
 when autograd does not record or no input requires grad (energies only).
 
 In both ways ``dL/dz1_e = act'(z1_e) * ((act'(z2_e) * gu[i] C(d_e)) W2)`` is formed per
@@ -244,7 +250,8 @@ def _edge_fwd_kernel(pos_ptr, xa_ptr, xb_ptr, src_ptr, ptr_ptr, perm_ptr, wr_ptr
     destination layout (segment bounds ``[N + 1]``, edge ids grouped by destination ``[E]``);
     ``wr_ptr`` ``Wr^T [KP, F]``, ``wd_ptr`` ``wd [F]``, ``w2t_ptr`` ``W2^T [F, F]``,
     ``b2_ptr`` ``b2 [F]`` (`EdgeMLPParams`; ``DT`` the GEMM operands' type, ``PREC`` the
-    FP32 product mode); ``out_ptr`` ``u [N, F]``; ``z_ptr`` ``[E, 2, F]`` FP32, written only
+    FP32 product mode); ``out_ptr`` ``u [N, F]``; ``z_ptr`` ``[E, 2, F]`` (FP32 or ``DT``,
+    rounded to its type), written only
     with ``STORE``: ``z1_e`` and ``z2_e`` of every visited edge ``e`` at row ``e`` (any
     pointer otherwise); ``num_nodes`` N (an autotuning key); ``inv_rc2`` ``1 / r_c^2``; the
     radial arguments and constexprs as `kernels.radial_basis.RadialSpec.kernel_args`;
@@ -275,8 +282,8 @@ def _edge_fwd_kernel(pos_ptr, xa_ptr, xb_ptr, src_ptr, ptr_ptr, perm_ptr, wr_ptr
         acc += t2 * c[:, None]
         if STORE:
             z_row = z_ptr + e[:, None] * (2 * F) + f[None, :]
-            tl.store(z_row, z1, mask=pmask[:, None])
-            tl.store(z_row + F, z2, mask=pmask[:, None])
+            tl.store(z_row, z1.to(z_ptr.dtype.element_ty), mask=pmask[:, None])
+            tl.store(z_row + F, z2.to(z_ptr.dtype.element_ty), mask=pmask[:, None])
     tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
 
 
@@ -338,8 +345,9 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
             gu = tl.load(gu_ptr + i[:, None] * F + f[None, :], mask=rows, other=0.0)
         if STORED:  # the MLP's pre-activations as the forward made them; radial terms anew
             z_row = z_ptr + e[:, None] * (2 * F) + f[None, :]
-            _, dact1 = activation_f32(tl.load(z_row, mask=rows, other=0.0), ACT)
-            t2, dact2 = activation_f32(tl.load(z_row + F, mask=rows, other=0.0), ACT)
+            _, dact1 = activation_f32(tl.load(z_row, mask=rows, other=0.0).to(tl.float32), ACT)
+            t2, dact2 = activation_f32(tl.load(z_row + F, mask=rows, other=0.0).to(tl.float32),
+                                       ACT)
             d, c, dc, _, dbasis = _edge_geometry(
                 pos_ptr, i, j, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
                 env_upper, env_lower, EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS, KP)
@@ -397,7 +405,7 @@ class _EGNNEdge(torch.autograd.Function):
         args = _kernel_args(params, spec, precision, activation, F)
         out = torch.empty(n, F, dtype=torch.float32, device=xa.device)
         # rows of edges outside every segment are never written nor read
-        z = torch.empty(src.numel() if store else 0, 2, F, dtype=torch.float32,
+        z = torch.empty(src.numel() if store else 0, 2, F, dtype=params.dtype,
                         device=xa.device)
         if n:
             _edge_fwd_kernel[(n,)](pos, xa, xb, src, csr.dst_ptr, csr.dst_perm, out_ptr=out,
@@ -463,9 +471,11 @@ def egnn_edge(pos, xa, xb, src, dst, csr: GraphCSR, params: EdgeMLPParams, spec:
     saved : {"none", "activations"}
         What the forward keeps per edge for the backward (`SAVED`): nothing, the backward
         evaluating the edge MLP anew in two passes (the default), or the pre-activations
-        ``z1``, ``z2`` (``[E, 2, F]`` FP32, 8 F bytes per edge; only when autograd records
-        and ``pos``, ``xa`` or ``xb`` requires grad), the backward then a single pass that
-        evaluates nothing twice. Values and gradients agree to round-off.
+        ``z1``, ``z2`` (``[E, 2, F]`` in the GEMM dtype, 8 F bytes per edge with FP32
+        operands, 4 F with 16-bit ones; only when autograd records and ``pos``, ``xa`` or
+        ``xb`` requires grad), the backward then a single pass that evaluates nothing
+        twice. Values agree; gradients to round-off with FP32 operands, to the 16-bit
+        rounding of ``z`` otherwise.
 
     Returns
     -------

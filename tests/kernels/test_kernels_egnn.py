@@ -110,19 +110,21 @@ def test_egnn_edge_padding_and_edges_beyond_the_cutoff_contribute_nothing(device
                                              ("ieee", "fp32"), ("ieee", "fp16")])
 def test_egnn_edge_stored_activations_agree_with_recomputing(device, precision, dtype):
     """Both backward variants on one graph with padding and edges beyond the cutoff: the
-    same forward and the same destination-layout terms (``grad_xa``, ``grad_pos``: the
-    stored ``z1``, ``z2`` are those the recomputing pass evaluates); ``grad_xb`` to
-    round-off (other sums; with 16-bit operands the recomputing source-layout pass's
-    interpreted products also differ from the destination layout's in the last bits,
-    1.8e-6 measured). Without a gradient to take nothing is stored, same values."""
+    same forward; with FP32 operands the same destination-layout terms (``grad_xa``,
+    ``grad_pos``: the stored ``z1``, ``z2`` are those the recomputing pass evaluates) and
+    ``grad_xb`` to round-off (other sums). With 16-bit operands ``z1``, ``z2`` are stored
+    in the GEMM dtype, so the gradients differ by their rounding (fp16: 1.9e-4 measured),
+    within the bound of the 16-bit reference tests. Without a gradient to take nothing is
+    stored, same values."""
     g, spec, xa, xb, gu = _setup(device, "expnorm", seed=4, cutoff=8.0, drop=2)
     params = pack_edge_mlp(*edge_weights(seed=5, device=device), dtype=dtype)
     recomputed, stored = (_run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu, precision,
                                saved=saved) for saved in SAVED)
-    for name, a, b in zip(("u", "grad_pos", "grad_xa"), recomputed[:3], stored[:3],
-                          strict=True):
-        assert rel_err(b, a) < 1e-6, name
-    assert rel_err(stored[3], recomputed[3]) < (1e-6 if dtype == "fp32" else 1e-5)
+    assert rel_err(stored[0], recomputed[0]) < 1e-6, "u"
+    bounds = (1e-6, 1e-6, 1e-6) if dtype == "fp32" else (1e-3, 1e-3, 1e-3)
+    for name, a, b, bound in zip(("grad_pos", "grad_xa", "grad_xb"), recomputed[1:],
+                                 stored[1:], bounds, strict=True):
+        assert rel_err(b, a) < bound, name
     with torch.no_grad():
         u = egnn_edge(g["pos"], xa, xb, g["src"], g["dst"], g["csr"], params, spec,
                       precision, saved="activations")
