@@ -68,6 +68,20 @@ multiplied back after the product). `kernels.segment_reduce.edge_grad_to_positio
 sums ``g_e (r_i - r_j) / d`` into position gradients (no atomics). Weights and basis
 parameters get no gradient.
 
+Program layouts (``egnn_edge(..., layout=)``, `LAYOUTS`), the same for every launch above:
+``"node"`` (the default) is the one node per program described so far. ``"tiles"``: a
+program owns ``BLOCK_N`` consecutive nodes (16 or 32), whose segments lie end to end in the
+layout, ``perm[ptr[n0] : ptr[n0 + BLOCK_N]]``, and streams that range in tiles of
+``BLOCK_E`` edges (32 to 128) that run across node boundaries: no tile rows are lost to a
+segment's last partial tile (with about 65 edges per node and 16-edge tiles, one in five),
+and the GEMMs get a larger M. The owner's rows (``xa``, ``gu`` or ``xb``) are then gathered
+per edge by its key (``dst`` or ``src``; consecutive rows mostly repeat, so the cache serves
+them), and the per-node sums (``u``, ``grad_xa``, ``grad_xb``) are ``onehot @ x`` with the
+``[BLOCK_N, BLOCK_E]`` one-hot matrix of each row's node, on tensor cores as two TF32
+products of ``x``'s TF32 head and tail (`_add_to_nodes`): FP32 sums to a few ulps, in a
+fixed order, without atomics; a broadcast sum of ``[BLOCK_N, BLOCK_E, F]`` would not fit
+in registers. Values and gradients equal the one-node layout's to FP32 round-off.
+
 Padding: edges outside every CSR segment (see `kernels.csr`) are never visited; edges at or
 beyond the cutoff have ``C = C' = 0``, so they add nothing to ``u`` or to any gradient.
 """
@@ -304,8 +318,8 @@ def _owner_ids(n0, key_ptr, e, pmask, BLOCK_E: tl.constexpr, BLOCK_N: tl.constex
     return n
 
 
-def _cfg(e, w, n=1):
-    return triton.Config({"BLOCK_E": e, "BLOCK_N": n}, num_warps=w, num_stages=1)
+def _cfg(e, w, **more):
+    return triton.Config({"BLOCK_E": e, **more}, num_warps=w, num_stages=1)
 
 
 #: How the kernels' programs cover the nodes (`egnn_edge(..., layout=)`): ``"node"`` (one
@@ -316,11 +330,13 @@ LAYOUTS = ("node", "tiles")
 
 # "node": small edge tiles keep the two GEMMs' accumulators in registers (as for cfconv,
 # docs/kernels.md). "tiles": full tiles whatever the degree; the one-hot product needs
-# BLOCK_N >= 16 (tl.dot's smallest M).
+# BLOCK_N >= 16 (tl.dot's smallest M). At F = 64 on sm_90 tiles of 64 and 128 edges reach
+# the 255-register cap and spill even with 8 warps, hence 32-edge tiles too.
 _CONFIGS = {
-    "node": pick_configs([_cfg(16, 4), _cfg(32, 4), _cfg(32, 8)], _cfg(16, 4)),
-    "tiles": pick_configs([_cfg(e, w, n) for e in (64, 128) for w in (4, 8) for n in (16, 32)],
-                          _cfg(16, 4, 16)),
+    "node": pick_configs([_cfg(16, 4, BLOCK_N=1), _cfg(32, 4, BLOCK_N=1),
+                          _cfg(32, 8, BLOCK_N=1)], _cfg(16, 4, BLOCK_N=1)),
+    "tiles": pick_configs([_cfg(e, w, BLOCK_N=n) for e in (32, 64, 128) for w in (4, 8)
+                           for n in (16, 32)], _cfg(16, 4, BLOCK_N=16)),
 }
 
 
