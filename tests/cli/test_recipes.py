@@ -76,7 +76,8 @@ def test_a_missing_recipe_is_a_usage_error(tmp_path, capsys):
 
 def test_every_shipped_recipe_parses_and_its_options_go_together():
     assert {path.stem for path in RECIPES} == {"cln025", "2jof", "1yrf", "1enh", "2a3d",
-                                               "cln025-dp", "cln025-painn", "cln025-egnn"}
+                                               "cln025-dp", "cln025-painn", "cln025-egnn",
+                                               "cln025-nequip"}
     for path in RECIPES:
         args = parse_arguments(["train", "--config", str(path), "--out", "o"])
         # <protein>.yaml, or <protein>-<architecture>.yaml for a line of another network
@@ -94,11 +95,17 @@ LONG_RUN_KERNELS = "fused_message_passing+cuda_graph+fused_pair_search+fused_int
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def recipe_network(architecture: str) -> torch.nn.Module:
+#: The long validation run's kernels of the tensor-product network: OpenEquivariance's
+#: convolution (``--tp-backend openequivariance``) with the radial MLPs in 16 bits; captured
+#: steps are not offered for it (docs/tensor-product.md).
+NEQUIP_LONG_RUN_KERNELS = "fused_update+fused_pair_search+fused_integrator-fp16"
+
+
+def recipe_network(architecture: str, long_run: str = LONG_RUN_KERNELS) -> torch.nn.Module:
     """The untrained network of ``recipes/cln025-<architecture>.yaml``, after checking what
     every CLN025 recipe of another architecture shares: data and training within eight
     minutes, the CGSchNet recipe's teacher, data and priors, the displaced frames new
-    models are trained with, and a long run on `LONG_RUN_KERNELS`."""
+    models are trained with, and a long run on the kernels ``long_run``."""
     from workbench.model.architectures import build_network
 
     path = ROOT / "recipes" / f"cln025-{architecture}.yaml"
@@ -112,7 +119,7 @@ def recipe_network(architecture: str) -> torch.nn.Module:
     assert args.repulsion == "cutoff"  # the wall the shipped model's card records
     assert args.noise == "0.1,0.2" and args.sampler_max_force == 300  # decision 0007
     assert args.arch == architecture
-    assert f"--kernels {LONG_RUN_KERNELS} " in path.read_text()  # the comment's long run
+    assert f"--kernels {long_run} " in path.read_text()  # the comment's long run
     return build_network(architecture, train_options(args).network_config)
 
 
@@ -166,3 +173,22 @@ def test_a_mapping_in_a_recipe_is_the_option_written_as_json(tmp_path):
     args = parse_arguments(["train", "--config", str(recipe), "--generate", "--out", "o"])
     assert args.arch == "painn" and args.network == '{"hidden": 64, "output_widths": [32]}'
     assert train_options(args).network_config.output_widths == [32]
+
+
+@pytest.mark.parametrize("kernels", ["fused_update", NEQUIP_LONG_RUN_KERNELS])
+def test_the_nequip_recipe_fits_one_gpu_call_the_size_budget_and_the_fused_kernel(kernels):
+    """recipes/cln025-nequip.yaml: radial MLPs that the packed linear kernel runs, one
+    multiplicity for every irrep (cuEquivariance's CUDA kernel), the long run on
+    OpenEquivariance's convolution, and a file of at most 0.2 MB with the priors."""
+    from workbench.model.options import KernelOptions
+    from workbench.model.tensor_product import fused_radial_problem
+
+    network = recipe_network("nequip", NEQUIP_LONG_RUN_KERNELS)
+    assert fused_radial_problem(network, DEVICE, KernelOptions.parse(kernels)) is None
+    from e3nn import o3
+
+    assert len({mul for mul, _ in o3.Irreps(network.config.irreps)}) == 1
+    assert network.config.cutoff == 10.0
+    text = (ROOT / "recipes" / "cln025-nequip.yaml").read_text()
+    assert "--tp-backend openequivariance" in text
+    assert parameter_bytes(network) < 0.18e6  # the priors take about 0.01 MB more
