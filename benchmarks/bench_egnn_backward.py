@@ -1,29 +1,24 @@
 """One fused EGNN edge block, forward and backward, for both of its backward variants.
 
     python -m benchmarks.bench_egnn_backward [--protein 1enh] [--replicas 64] [--repeats 20]
-        [--width 64] [--cutoff 10] [--operands fp32 fp16] [--layouts node tiles]
-        [--saved none activations] [--device cuda] [--out result.json]
+        [--width 64] [--cutoff 10] [--operands fp32 fp16] [--device cuda] [--out result.json]
 
 `kernels.egnn_edge` with ``saved="none"`` (the backward evaluates the edge MLP anew, two
 launches) and ``saved="activations"`` (the forward stores the pre-activations, one backward
-launch and a segment sum; ``--saved``, both by default), each with FP32 operands (three
-TF32 products) and fp16 operands (``--operands``), and each in every program layout of
-``--layouts`` (`kernels.egnn_edge.LAYOUTS`: one destination node per program, the default,
-or runs of consecutive nodes streamed in full edge tiles). The block is the first layer of
-a randomly initialised default CGEGNN (``--width`` sets its H and F, ``--cutoff`` its graph
-radius), ``xa`` and ``xb`` made from the bead types' embeddings, on the exact graph of the
-native structure plus 0.3 Å of noise, built as `benchmarks.bench_egnn` builds it.
+launch and a segment sum), each with FP32 operands (three TF32 products) and fp16 operands
+(``--operands``). The block is the first layer of a randomly initialised default CGEGNN
+(``--width`` sets its H and F, ``--cutoff`` its graph radius), ``xa`` and ``xb`` made from
+the bead types' embeddings, on the exact graph of the native structure plus 0.3 Å of noise,
+built as `benchmarks.bench_egnn` builds it.
 
 Per variant: the forward alone (inputs requiring grad, so the stored variant stores), the
 forward and the backward to ``pos``, ``xa``, ``xb`` (CUDA events, median of ``--repeats``
 after a warm-up that autotunes), their difference, the peak memory of forward and backward
 beyond what was allocated before (``extra_peak_gb``), and the largest relative RMS
 difference of ``u`` and the three gradients from the recomputing variant of the same
-operands in the one-node layout (``rel_rms_vs_none``) and from the same variant in the
-one-node layout (``rel_rms_vs_node``). Prints a table and the JSON record (with the GPU's
-name); writes the JSON to ``--out``. On a CPU under ``TRITON_INTERPRET=1`` it runs as a
-smoke test at a small size (``--protein cln025 --replicas 1 --width 16 --cutoff 5
---repeats 1 --operands fp16 --layouts node tiles``).
+operands. Prints a table and the JSON record (with the GPU's name); writes the JSON to
+``--out``. On a CPU under ``TRITON_INTERPRET=1`` it runs as a smoke test at a small size
+(``--protein cln025 --replicas 1 --width 16 --cutoff 5 --repeats 1 --operands fp16``).
 """
 
 from __future__ import annotations
@@ -37,7 +32,7 @@ from torch import nn
 
 from benchmarks.bench_egnn import rel_rms, timed
 from kernels import egnn_edge
-from kernels.egnn_edge import LAYOUTS, SAVED
+from kernels.egnn_edge import SAVED
 from workbench.files import atomic_write_json
 from workbench.model.egnn import CGEGNN, EGNNConfig, packed_edges
 from workbench.model.fused_schnet import real_edge_graph
@@ -56,10 +51,6 @@ def arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=64, help="H and F of the network")
     parser.add_argument("--cutoff", type=float, default=EGNNConfig.cutoff, help="r_c, Å")
     parser.add_argument("--operands", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
-    parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=[LAYOUTS[0]],
-                        help="program layouts of the edge kernels, each timed")
-    parser.add_argument("--saved", nargs="+", choices=SAVED, default=list(SAVED),
-                        help="backward variants, each timed")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out")
     return parser.parse_args(argv)
@@ -91,23 +82,21 @@ def edge_block(args: argparse.Namespace) -> dict:
                 nodes=flat.shape[0], edges=graph.num_edges, edge_slots=src.numel())
 
 
-def run_block(block: dict, precision: str, saved: str, layout: str = LAYOUTS[0],
-              backward: bool = True):
+def run_block(block: dict, precision: str, saved: str, backward: bool = True):
     """``u`` (and, with ``backward``, its gradients w.r.t. ``pos``, ``xa``, ``xb`` for
-    ``dL/du = gu``) of the block with the weights packed in ``precision``, the kernels in
-    program layout ``layout``."""
+    ``dL/du = gu``) of the block with the weights packed in ``precision``."""
     model = block["model"]
     packed = packed_edges(model, precision)
     pos, xa, xb = (block[k].detach().requires_grad_() for k in ("pos", "xa", "xb"))
     u = egnn_edge(pos, xa, xb, block["src"], block["dst"], block["csr"], packed.layers[0],
-                  packed.spec, activation=model.config.activation, saved=saved, layout=layout)
+                  packed.spec, activation=model.config.activation, saved=saved)
     if not backward:
         return (u,)
     return (u.detach(), *torch.autograd.grad(u, (pos, xa, xb), block["gu"]))
 
 
 def measure(args: argparse.Namespace) -> dict:
-    """Time every (operands, layout, saved) triple; the JSON record."""
+    """Time every (operands, saved) pair; the JSON record."""
     device = torch.device(args.device)
     block = edge_block(args)
     record = {"protein": args.protein, "replicas": args.replicas, "nodes": block["nodes"],
@@ -116,22 +105,20 @@ def measure(args: argparse.Namespace) -> dict:
               "repeats": args.repeats,
               "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
               "torch": torch.__version__, "results": []}
-    variants = [(layout, saved) for layout in args.layouts for saved in args.saved]
     for precision in args.operands:
         recomputed = run_block(block, precision, "none")
-        for layout, saved in variants:
-            values = run_block(block, precision, saved, layout)
-            node = run_block(block, precision, saved)
-            row = {"operands": precision, "layout": layout, "saved": saved}
-            for name, other in (("rel_rms_vs_none", recomputed), ("rel_rms_vs_node", node)):
-                row[name] = max(rel_rms(a, b) for a, b in zip(values, other, strict=True))
-            row["forward_ms"] = timed(partial(run_block, block, precision, saved, layout,
-                                              False), args.repeats, device)
+        for saved in SAVED:
+            values = run_block(block, precision, saved)
+            row = {"operands": precision, "saved": saved,
+                   "rel_rms_vs_none": max(rel_rms(a, b) for a, b in zip(values, recomputed,
+                                                                       strict=True))}
+            row["forward_ms"] = timed(partial(run_block, block, precision, saved, False),
+                                      args.repeats, device)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
                 before = torch.cuda.memory_allocated(device)
-            row["forward_backward_ms"] = timed(partial(run_block, block, precision, saved,
-                                                       layout), args.repeats, device)
+            row["forward_backward_ms"] = timed(partial(run_block, block, precision, saved),
+                                               args.repeats, device)
             if device.type == "cuda":
                 row["extra_peak_gb"] = (torch.cuda.max_memory_allocated(device) - before) / 1e9
             row["backward_ms"] = row["forward_backward_ms"] - row["forward_ms"]
@@ -143,13 +130,13 @@ def table(record: dict) -> str:
     """The record's timings as a Markdown table."""
     lines = [f"{record['protein']} x {record['replicas']}, {record['edges']} edges, "
              f"F = {record['width']}, {record['device']}",
-             "| operands | layout | saved | forward ms | forward + backward ms | backward ms "
-             "| extra GB | rel. RMS vs none | vs node |", "|---|---|---|---|---|---|---|---|---|"]
+             "| operands | saved | forward ms | forward + backward ms | backward ms | extra GB "
+             "| rel. RMS vs none |", "|---|---|---|---|---|---|---|"]
     for r in record["results"]:
         peak = f"{r['extra_peak_gb']:.3f}" if "extra_peak_gb" in r else "-"
-        lines.append(f"| {r['operands']} | {r['layout']} | {r['saved']} | {r['forward_ms']:.3f} | "
+        lines.append(f"| {r['operands']} | {r['saved']} | {r['forward_ms']:.3f} | "
                      f"{r['forward_backward_ms']:.3f} | {r['backward_ms']:.3f} | {peak} | "
-                     f"{r['rel_rms_vs_none']:.1e} | {r['rel_rms_vs_node']:.1e} |")
+                     f"{r['rel_rms_vs_none']:.1e} |")
     return "\n".join(lines)
 
 

@@ -68,20 +68,6 @@ multiplied back after the product). `kernels.segment_reduce.edge_grad_to_positio
 sums ``g_e (r_i - r_j) / d`` into position gradients (no atomics). Weights and basis
 parameters get no gradient.
 
-Program layouts (``egnn_edge(..., layout=)``, `LAYOUTS`), the same for every launch above:
-``"node"`` (the default) is the one node per program described so far. ``"tiles"``: a
-program owns ``BLOCK_N`` consecutive nodes (16 or 32), whose segments lie end to end in the
-layout, ``perm[ptr[n0] : ptr[n0 + BLOCK_N]]``, and streams that range in tiles of
-``BLOCK_E`` edges (32 to 128) that run across node boundaries: no tile rows are lost to a
-segment's last partial tile (with about 65 edges per node and 16-edge tiles, one in five),
-and the GEMMs get a larger M. The owner's rows (``xa``, ``gu`` or ``xb``) are then gathered
-per edge by its key (``dst`` or ``src``; consecutive rows mostly repeat, so the cache serves
-them), and the per-node sums (``u``, ``grad_xa``, ``grad_xb``) are ``onehot @ x`` with the
-``[BLOCK_N, BLOCK_E]`` one-hot matrix of each row's node, on tensor cores as two TF32
-products of ``x``'s TF32 head and tail (`_add_to_nodes`): FP32 sums to a few ulps, in a
-fixed order, without atomics; a broadcast sum of ``[BLOCK_N, BLOCK_E, F]`` would not fit
-in registers. Values and gradients equal the one-node layout's to FP32 round-off.
-
 Padding: edges outside every CSR segment (see `kernels.csr`) are never visited; edges at or
 beyond the cutoff have ``C = C' = 0``, so they add nothing to ``u`` or to any gradient.
 """
@@ -99,7 +85,6 @@ from kernels._triton import (
     mma,
     next_pow2,
     pick_configs,
-    tf32_round,
     tl,
     torch_to_tl_dtype,
     triton,
@@ -118,7 +103,7 @@ from kernels.radial_basis import (
 from kernels.segment_reduce import edge_grad_to_positions, segment_sum
 
 __all__ = ["EdgeMLPParams", "pack_edge_mlp", "egnn_edge", "egnn_edge_reference", "ACTIVATIONS",
-           "SAVED", "LAYOUTS"]
+           "SAVED"]
 
 #: Activations of the edge MLP the kernels implement.
 ACTIVATIONS = ("silu", "tanh")
@@ -239,161 +224,70 @@ def _edge_tile(pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, g
     return d, c, dc, dbasis, z1, z2, t2, dact1, dact2
 
 
+def _cfg(e, w):
+    return triton.Config({"BLOCK_E": e}, num_warps=w, num_stages=1)
+
+
+# One node per program; small edge tiles keep the two GEMMs' accumulators in registers (as
+# for cfconv, docs/kernels.md).
+_CONFIGS = pick_configs([_cfg(16, 4), _cfg(32, 4), _cfg(32, 8)], _cfg(16, 4))
+
+
+@autotune(_CONFIGS, ["num_nodes", "F", "KP", "PREC", "ACT", "STORE"])
 @triton.jit
-def _program_nodes(ptr_ptr, num_nodes, F: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_E: tl.constexpr):
-    """This program's nodes ``n0 .. n0 + BLOCK_N - 1`` (those below ``num_nodes``) and
-    their edges: ``(n0, start, end, lo, hi, acc)`` with ``perm[start:end]`` the nodes'
-    segments end to end, ``lo``, ``hi`` ``[BLOCK_N]`` each node's segment bounds (the
-    scalars ``start``, ``end`` with ``BLOCK_N == 1``; nodes beyond the graph get the empty
-    segment at ``end``) and ``acc`` the zeroed FP32 accumulator `_add_to_nodes` takes."""
-    n0 = tl.program_id(0) * BLOCK_N
-    start = tl.load(ptr_ptr + n0)
-    end = tl.load(ptr_ptr + tl.minimum(n0 + BLOCK_N, num_nodes))
-    if BLOCK_N == 1:
-        lo = start
-        hi = end
-        acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
-    else:
-        nodes = n0 + tl.arange(0, BLOCK_N)
-        inside = nodes < num_nodes
-        lo = tl.load(ptr_ptr + nodes, mask=inside, other=end)
-        hi = tl.load(ptr_ptr + nodes + 1, mask=inside, other=end)
-        acc = tl.zeros([BLOCK_N, F], dtype=tl.float32)
-    return n0, start, end, lo, hi, acc
-
-
-@triton.jit
-def _add_to_nodes(acc, x, p, lo, hi, BLOCK_N: tl.constexpr):
-    """``acc`` plus the rows of ``x [BLOCK_E, F]`` (FP32; CSR positions ``p``) added onto
-    their nodes.
-
-    With ``BLOCK_N == 1`` every row is the one node's: ``acc [BLOCK_E, F]`` adds ``x`` and
-    is summed over its rows once, at the end (`_store_nodes`). Otherwise ``acc
-    [BLOCK_N, F]`` adds ``onehot @ x`` with ``onehot[k, r] = lo[k] <= p[r] < hi[k]`` (rows
-    of no node, ``p >= end``, add nothing): a tensor-core product instead of a
-    ``[BLOCK_N, BLOCK_E, F]`` broadcast sum in registers. The one-hot factor is exact in
-    TF32, and ``x`` is split into two TF32 parts ``x = big + small + O(2^-22 |x|)``, so the
-    two TF32 products give every node its FP32 sum to a few units of FP32 round-off (in a
-    fixed order: deterministic, no atomics), and the interpreter computes with exactly the
-    operands the tensor core sees."""
-    if BLOCK_N == 1:
-        acc += x
-    else:
-        onehot = ((p[None, :] >= lo[:, None]) & (p[None, :] < hi[:, None])).to(tl.float32)
-        big = tf32_round(x)
-        small = tf32_round(x - big)
-        acc += tl.dot(onehot, big, input_precision="tf32")
-        acc += tl.dot(onehot, small, input_precision="tf32")
-    return acc
-
-
-@triton.jit
-def _store_nodes(out_ptr, acc, n0, num_nodes, F: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Write the sums of `_add_to_nodes`' ``acc`` to rows ``n0 ..`` of ``out [N, F]``."""
-    f = tl.arange(0, F)
-    if BLOCK_N == 1:
-        tl.store(out_ptr + n0.to(tl.int64) * F + f, tl.sum(acc, axis=0))
-    else:
-        nodes = n0 + tl.arange(0, BLOCK_N)
-        tl.store(out_ptr + nodes.to(tl.int64)[:, None] * F + f[None, :], acc,
-                 mask=(nodes < num_nodes)[:, None])
-
-
-@triton.jit
-def _rows(x_ptr, n, rows, F: tl.constexpr):
-    """Rows ``n`` (int64 ``[BLOCK_E]``) of ``x [*, F]``, zero where ``rows`` is False."""
-    return tl.load(x_ptr + n[:, None] * F + tl.arange(0, F)[None, :], mask=rows, other=0.0)
-
-
-@triton.jit
-def _owner_ids(n0, key_ptr, e, pmask, BLOCK_E: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The node each edge of the tile belongs to in the layout (int64 ``[BLOCK_E]``): the
-    program's one node ``n0`` with ``BLOCK_N == 1``, else ``key[e]`` (the edges' ``dst``
-    or ``src`` as the layout's key)."""
-    if BLOCK_N == 1:
-        n = tl.full([BLOCK_E], n0, tl.int64)
-    else:
-        n = tl.load(key_ptr + e, mask=pmask, other=0).to(tl.int64)
-    return n
-
-
-def _cfg(e, w, **more):
-    return triton.Config({"BLOCK_E": e, **more}, num_warps=w, num_stages=1)
-
-
-#: How the kernels' programs cover the nodes (`egnn_edge(..., layout=)`): ``"node"`` (one
-#: destination node per program, its segment in tiles of 16 or 32 edges) or ``"tiles"``
-#: (``BLOCK_N`` consecutive nodes per program, their segments end to end in tiles of 64 or
-#: 128 edges that run across node boundaries; module docstring).
-LAYOUTS = ("node", "tiles")
-
-# "node": small edge tiles keep the two GEMMs' accumulators in registers (as for cfconv,
-# docs/kernels.md). "tiles": full tiles whatever the degree; the one-hot product needs
-# BLOCK_N >= 16 (tl.dot's smallest M). At F = 64 on sm_90 tiles of 64 and 128 edges reach
-# the 255-register cap and spill even with 8 warps, hence 32-edge tiles too.
-_CONFIGS = {
-    "node": pick_configs([_cfg(16, 4, BLOCK_N=1), _cfg(32, 4, BLOCK_N=1),
-                          _cfg(32, 8, BLOCK_N=1)], _cfg(16, 4, BLOCK_N=1)),
-    "tiles": pick_configs([_cfg(e, w, BLOCK_N=n) for e in (32, 64, 128) for w in (4, 8)
-                           for n in (16, 32)], _cfg(16, 4, BLOCK_N=16)),
-}
-
-
-@triton.jit
-def _edge_fwd_kernel(pos_ptr, xa_ptr, xb_ptr, src_ptr, dst_ptr, ptr_ptr, perm_ptr, wr_ptr,
-                     wd_ptr, w2t_ptr, b2_ptr, out_ptr, z_ptr, num_nodes, inv_rc2, mu_ptr,
-                     gamma_ptr, K, alpha, basis_lower, env_a, env_b, env_upper, env_lower,
+def _edge_fwd_kernel(pos_ptr, xa_ptr, xb_ptr, src_ptr, ptr_ptr, perm_ptr, wr_ptr, wd_ptr,
+                     w2t_ptr, b2_ptr, out_ptr, z_ptr, num_nodes, inv_rc2, mu_ptr, gamma_ptr, K,
+                     alpha, basis_lower, env_a, env_b, env_upper, env_lower,
                      EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                      ENV_IN_BASIS: tl.constexpr, ACT: tl.constexpr, STORE: tl.constexpr,
                      F: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
-                     BLOCK_E: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``out[i] = sum_{p in segment i} m_{perm[p]}`` for the ``BLOCK_N`` destination nodes
-    ``i`` of this program (`_program_nodes`).
+                     BLOCK_E: tl.constexpr):
+    """``out[i] = sum_{p in segment i} m_{perm[p]}`` for the destination node ``i`` of this
+    program (one program per node).
 
     Arguments: ``pos_ptr`` positions ``[P, 3]``; ``xa_ptr``, ``xb_ptr`` the node parts
-    ``[P', F]``; ``src_ptr``, ``dst_ptr`` the edges' sources and destinations ``[E]`` (the
-    destinations read with ``BLOCK_N > 1`` only); ``ptr_ptr``, ``perm_ptr`` the destination
-    layout (segment bounds ``[N + 1]``, edge ids grouped by destination ``[E]``);
+    ``[P', F]``; ``src_ptr`` the edges' sources ``[E]``; ``ptr_ptr``, ``perm_ptr`` the
+    destination layout (segment bounds ``[N + 1]``, edge ids grouped by destination ``[E]``);
     ``wr_ptr`` ``Wr^T [KP, F]``, ``wd_ptr`` ``wd [F]``, ``w2t_ptr`` ``W2^T [F, F]``,
     ``b2_ptr`` ``b2 [F]`` (`EdgeMLPParams`; ``DT`` the GEMM operands' type, ``PREC`` the
     FP32 product mode); ``out_ptr`` ``u [N, F]``; ``z_ptr`` ``[E, 2, F]`` (FP32 or ``DT``,
-    rounded to its type), written only with ``STORE``: ``z1_e`` and ``z2_e`` of every
-    visited edge ``e`` at row ``e`` (any pointer otherwise); ``num_nodes`` N (an autotuning
-    key); ``inv_rc2`` ``1 / r_c^2``; the radial arguments and constexprs as
-    `kernels.radial_basis.RadialSpec.kernel_args`; ``ACT`` the activation; ``F``, ``KP``
-    widths; ``BLOCK_E`` edges per tile; ``BLOCK_N`` nodes per program (1: ``xa[i]`` loaded
-    once; else gathered per edge and the messages summed per node by `_add_to_nodes`).
+    rounded to its type), written only
+    with ``STORE``: ``z1_e`` and ``z2_e`` of every visited edge ``e`` at row ``e`` (any
+    pointer otherwise); ``num_nodes`` N (an autotuning key); ``inv_rc2`` ``1 / r_c^2``; the
+    radial arguments and constexprs as `kernels.radial_basis.RadialSpec.kernel_args`;
+    ``ACT`` the activation; ``F``, ``KP`` widths; ``BLOCK_E`` edges per tile.
     """
     f = tl.arange(0, F)
     wr = _load_weight(wr_ptr, tl.arange(0, KP), f, F, 1, DT, PREC)
     w2t = _load_weight(w2t_ptr, f, f, F, 1, DT, PREC)
     wd = tl.load(wd_ptr + f)
     b2 = tl.load(b2_ptr + f)
-    n0, start, end, lo, hi, acc = _program_nodes(ptr_ptr, num_nodes, F, BLOCK_N, BLOCK_E)
-    if BLOCK_N == 1:  # the destination's row, once
-        xa = tl.load(xa_ptr + n0.to(tl.int64) * F + f)[None, :]
+    node = tl.program_id(0)
+    start = tl.load(ptr_ptr + node)
+    end = tl.load(ptr_ptr + node + 1)
+    row = node.to(tl.int64) * F
+    xa = tl.load(xa_ptr + row + f)[None, :]  # the destination's row, once
+    owner = tl.full([BLOCK_E], node, tl.int64)
+    acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
     for p0 in range(start, end, BLOCK_E):
         p = p0 + tl.arange(0, BLOCK_E)
         pmask = p < end
-        rows = pmask[:, None]
         e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
-        i = _owner_ids(n0, dst_ptr, e, pmask, BLOCK_E, BLOCK_N)
         j = tl.load(src_ptr + e, mask=pmask, other=0).to(tl.int64)
-        if BLOCK_N > 1:
-            xa = _rows(xa_ptr, i, rows, F)
+        xb = tl.load(xb_ptr + j[:, None] * F + f[None, :], mask=pmask[:, None], other=0.0)
         _, c, _, _, z1, z2, t2, _, _ = _edge_tile(
-            pos_ptr, xa, _rows(xb_ptr, j, rows, F), i, j, pmask, wr, wd, w2t, b2, inv_rc2,
-            mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b, env_upper, env_lower,
-            EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS, ACT, KP, DT, PREC)
-        acc = _add_to_nodes(acc, t2 * c[:, None], p, lo, hi, BLOCK_N)
+            pos_ptr, xa, xb, owner, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
+            alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
+            ENV_IN_BASIS, ACT, KP, DT, PREC)
+        acc += t2 * c[:, None]
         if STORE:
             z_row = z_ptr + e[:, None] * (2 * F) + f[None, :]
-            tl.store(z_row, z1.to(z_ptr.dtype.element_ty), mask=rows)
-            tl.store(z_row + F, z2.to(z_ptr.dtype.element_ty), mask=rows)
-    _store_nodes(out_ptr, acc, n0, num_nodes, F, BLOCK_N)
+            tl.store(z_row, z1.to(z_ptr.dtype.element_ty), mask=pmask[:, None])
+            tl.store(z_row + F, z2.to(z_ptr.dtype.element_ty), mask=pmask[:, None])
+    tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
 
 
+@autotune(_CONFIGS, ["num_nodes", "F", "KP", "PREC", "ACT", "BY_DST", "STORED"])
 @triton.jit
 def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr, perm_ptr,
                      wr_ptr, wd_ptr, w2t_ptr, w2_ptr, b2_ptr, z_ptr, g_ptr, gz1_ptr, out_ptr,
@@ -401,10 +295,8 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
                      env_upper, env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                      ENV_IN_BASIS: tl.constexpr, ACT: tl.constexpr, BY_DST: tl.constexpr,
                      STORED: tl.constexpr, F: tl.constexpr, KP: tl.constexpr,
-                     DT: tl.constexpr, PREC: tl.constexpr, BLOCK_E: tl.constexpr,
-                     BLOCK_N: tl.constexpr):
-    """``out[n] = sum_{p in segment n} dL/dz1_{perm[p]}`` for this program's ``BLOCK_N``
-    nodes ``n`` (`_program_nodes`).
+                     DT: tl.constexpr, PREC: tl.constexpr, BLOCK_E: tl.constexpr):
+    """``out[n] = sum_{p in segment n} dL/dz1_{perm[p]}`` for this program's node ``n``.
 
     ``BY_DST``: the segments are the destination layout's (``n`` is every edge's ``i``;
     ``out`` is ``grad_xa``) and ``g[e] = dL/dd_e`` is written for every visited edge; else
@@ -416,10 +308,9 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
     sums. Otherwise ``z_ptr`` and ``gz1_ptr`` are not used (any pointer).
 
     The other arguments as `_edge_fwd_kernel`'s, with: ``gu_ptr`` ``dL/du [N, F]`` FP32;
-    ``ptr_ptr``, ``perm_ptr`` the layout ``BY_DST`` selects; ``w2_ptr`` ``W2 [F, F]`` in
-    ``DT``; ``g_ptr`` ``[E]`` FP32; ``out_ptr`` ``[N, F]`` FP32; ``BLOCK_N`` nodes per
-    program (1: the node's rows of ``xa``, ``gu`` or ``xb`` loaded once; else gathered per
-    edge).
+    ``dst_ptr`` the edges' destinations ``[E]``; ``ptr_ptr``, ``perm_ptr`` the layout
+    ``BY_DST`` selects; ``w2_ptr`` ``W2 [F, F]`` in ``DT``; ``g_ptr`` ``[E]`` FP32;
+    ``out_ptr`` ``[N, F]`` FP32.
     """
     tl.static_assert(BY_DST or not STORED, "stored activations: destination layout only")
     f = tl.arange(0, F)
@@ -428,33 +319,30 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
     w2 = _load_weight(w2_ptr, f, f, F, 1, DT, PREC)
     wd = tl.load(wd_ptr + f)
     b2 = tl.load(b2_ptr + f)
-    n0, start, end, lo, hi, acc = _program_nodes(ptr_ptr, num_nodes, F, BLOCK_N, BLOCK_E)
-    if BLOCK_N == 1:  # the node's rows, once
-        row = n0.to(tl.int64) * F
-        if BY_DST:
-            xa = tl.load(xa_ptr + row + f)[None, :]
-            gu = tl.load(gu_ptr + row + f)[None, :]
-        else:
-            xb = tl.load(xb_ptr + row + f)[None, :]
+    node = tl.program_id(0)
+    start = tl.load(ptr_ptr + node)
+    end = tl.load(ptr_ptr + node + 1)
+    row = node.to(tl.int64) * F
+    owner = tl.full([BLOCK_E], node, tl.int64)
+    if BY_DST:  # the destination's rows, once
+        xa = tl.load(xa_ptr + row + f)[None, :]
+        gu = tl.load(gu_ptr + row + f)[None, :]
+    else:
+        xb = tl.load(xb_ptr + row + f)[None, :]
+    acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
     for p0 in range(start, end, BLOCK_E):
         p = p0 + tl.arange(0, BLOCK_E)
         pmask = p < end
         rows = pmask[:, None]
         e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
         if BY_DST:
-            i = _owner_ids(n0, dst_ptr, e, pmask, BLOCK_E, BLOCK_N)
+            i = owner
             j = tl.load(src_ptr + e, mask=pmask, other=0).to(tl.int64)
-            if BLOCK_N > 1:
-                gu = _rows(gu_ptr, i, rows, F)
-                if not STORED:
-                    xa = _rows(xa_ptr, i, rows, F)
         else:
             i = tl.load(dst_ptr + e, mask=pmask, other=0).to(tl.int64)
-            j = _owner_ids(n0, src_ptr, e, pmask, BLOCK_E, BLOCK_N)
-            xa = _rows(xa_ptr, i, rows, F)
-            gu = _rows(gu_ptr, i, rows, F)
-            if BLOCK_N > 1:
-                xb = _rows(xb_ptr, j, rows, F)
+            j = owner
+            xa = tl.load(xa_ptr + i[:, None] * F + f[None, :], mask=rows, other=0.0)
+            gu = tl.load(gu_ptr + i[:, None] * F + f[None, :], mask=rows, other=0.0)
         if STORED:  # the MLP's pre-activations as the forward made them; radial terms anew
             z_row = z_ptr + e[:, None] * (2 * F) + f[None, :]
             _, dact1 = activation_f32(tl.load(z_row, mask=rows, other=0.0).to(tl.float32), ACT)
@@ -465,7 +353,7 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
                 env_upper, env_lower, EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS, KP)
         else:
             if BY_DST:
-                xb = _rows(xb_ptr, j, rows, F)
+                xb = tl.load(xb_ptr + j[:, None] * F + f[None, :], mask=rows, other=0.0)
             d, c, dc, dbasis, _, _, t2, dact1, dact2 = _edge_tile(
                 pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
                 alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
@@ -477,25 +365,14 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
             gz1 = mma(gz2 / rmax[:, None], w2, DT, PREC) * (rmax[:, None] * dact1)
         else:
             gz1 = mma(gz2, w2, DT, PREC) * dact1
-        acc = _add_to_nodes(acc, gz1, p, lo, hi, BLOCK_N)
+        acc += gz1
         if BY_DST:
             dz1 = (2.0 * d * inv_rc2)[:, None] * wd[None, :] + mma(dbasis, wr, DT, PREC)
             g = tl.sum(gu * t2, axis=1) * dc + tl.sum(gz1 * dz1, axis=1)
             tl.store(g_ptr + e, g, mask=pmask)
         if STORED:
             tl.store(gz1_ptr + e[:, None] * F + f[None, :], gz1, mask=rows)
-    _store_nodes(out_ptr, acc, n0, num_nodes, F, BLOCK_N)
-
-
-# One autotuned launcher per layout, each with its configurations, of the same kernels.
-_FWD = {layout: autotune(configs, ["num_nodes", "F", "KP", "PREC", "ACT", "STORE"])(
-    _edge_fwd_kernel) for layout, configs in _CONFIGS.items()}
-_BWD = {layout: autotune(configs, ["num_nodes", "F", "KP", "PREC", "ACT", "BY_DST", "STORED"])(
-    _edge_bwd_kernel) for layout, configs in _CONFIGS.items()}
-
-
-def _grid(n):
-    return lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)
+    tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
 
 
 def _kernel_args(params: EdgeMLPParams, spec: RadialSpec, precision: str, activation: str,
@@ -522,8 +399,7 @@ def _kernel_args(params: EdgeMLPParams, spec: RadialSpec, precision: str, activa
 
 class _EGNNEdge(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, pos, xa, xb, src, dst, csr, params, spec, precision, activation, store,
-                layout):
+    def forward(ctx, pos, xa, xb, src, dst, csr, params, spec, precision, activation, store):
         pos, xa, xb = pos.contiguous(), xa.contiguous(), xb.contiguous()
         n, F = csr.num_nodes, xa.shape[1]
         args = _kernel_args(params, spec, precision, activation, F)
@@ -532,11 +408,10 @@ class _EGNNEdge(torch.autograd.Function):
         z = torch.empty(src.numel() if store else 0, 2, F, dtype=params.dtype,
                         device=xa.device)
         if n:
-            _FWD[layout][_grid(n)](pos, xa, xb, src, dst, csr.dst_ptr, csr.dst_perm,
-                                   out_ptr=out, z_ptr=z if store else out, num_nodes=n,
-                                   STORE=store, **args)
+            _edge_fwd_kernel[(n,)](pos, xa, xb, src, csr.dst_ptr, csr.dst_perm, out_ptr=out,
+                                   z_ptr=z if store else out, num_nodes=n, STORE=store, **args)
         ctx.save_for_backward(pos, xa, xb, src, dst, z, *csr)
-        ctx.args, ctx.w2, ctx.stored, ctx.layout = args, params.w2, store, layout
+        ctx.args, ctx.w2, ctx.stored = args, params.w2, store
         return out
 
     @staticmethod
@@ -550,25 +425,23 @@ class _EGNNEdge(torch.autograd.Function):
         grad_xb = torch.zeros_like(xb)
         if n and ctx.stored:  # one pass: grad_xb is the source layout's sums of dL/dz1
             gz1 = torch.empty(src.numel(), xa.shape[1], dtype=torch.float32, device=xa.device)
-            _BWD[ctx.layout][_grid(n)](pos, xa, xb, gu, src, dst, csr.dst_ptr, csr.dst_perm,
-                                       w2_ptr=ctx.w2, z_ptr=z, g_ptr=g, gz1_ptr=gz1,
-                                       out_ptr=grad_xa, num_nodes=n, BY_DST=True,
-                                       STORED=True, **ctx.args)
+            _edge_bwd_kernel[(n,)](pos, xa, xb, gu, src, dst, csr.dst_ptr, csr.dst_perm,
+                                   w2_ptr=ctx.w2, z_ptr=z, g_ptr=g, gz1_ptr=gz1,
+                                   out_ptr=grad_xa, num_nodes=n, BY_DST=True, STORED=True,
+                                   **ctx.args)
             grad_xb[:n] = segment_sum(gz1, csr.src_ptr, csr.src_perm)
         elif n:  # two passes, each evaluating the edge MLP anew
             for by_dst, ptr, perm, out in ((True, csr.dst_ptr, csr.dst_perm, grad_xa),
                                            (False, csr.src_ptr, csr.src_perm, grad_xb)):
-                _BWD[ctx.layout][_grid(n)](pos, xa, xb, gu, src, dst, ptr, perm,
-                                           w2_ptr=ctx.w2, z_ptr=g, g_ptr=g, gz1_ptr=g,
-                                           out_ptr=out, num_nodes=n, BY_DST=by_dst,
-                                           STORED=False, **ctx.args)
+                _edge_bwd_kernel[(n,)](pos, xa, xb, gu, src, dst, ptr, perm, w2_ptr=ctx.w2,
+                                       z_ptr=g, g_ptr=g, gz1_ptr=g, out_ptr=out, num_nodes=n,
+                                       BY_DST=by_dst, STORED=False, **ctx.args)
         grad_pos = edge_grad_to_positions(g, pos, src, dst, csr)
-        return grad_pos, grad_xa, grad_xb, *(None,) * 9
+        return grad_pos, grad_xa, grad_xb, *(None,) * 8
 
 
 def egnn_edge(pos, xa, xb, src, dst, csr: GraphCSR, params: EdgeMLPParams, spec: RadialSpec,
-              precision: str = "tf32x3", activation: str = "silu", saved: str = "none",
-              layout: str = "node"):
+              precision: str = "tf32x3", activation: str = "silu", saved: str = "none"):
     """Fused EGNN edge block: summed, enveloped edge-MLP messages per node (Triton).
 
     Parameters
@@ -603,12 +476,6 @@ def egnn_edge(pos, xa, xb, src, dst, csr: GraphCSR, params: EdgeMLPParams, spec:
         ``xb`` requires grad), the backward then a single pass that evaluates nothing
         twice. Values agree; gradients to round-off with FP32 operands, to the 16-bit
         rounding of ``z`` otherwise.
-    layout : {"node", "tiles"}
-        How the kernels' programs cover the nodes (`LAYOUTS`): one node per program, its
-        segment in tiles of 16 or 32 edges (the default), or runs of 16 or 32 consecutive
-        nodes per program, their segments end to end in tiles of 64 or 128 edges summed
-        per node by a one-hot product (module docstring). Same values and gradients to
-        FP32 round-off.
 
     Returns
     -------
@@ -619,24 +486,21 @@ def egnn_edge(pos, xa, xb, src, dst, csr: GraphCSR, params: EdgeMLPParams, spec:
     """
     if saved not in SAVED:
         raise ValueError(f"egnn_edge saved must be one of {SAVED}, got {saved!r}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"egnn_edge layout must be one of {LAYOUTS}, got {layout!r}")
     # (inside the autograd function, grad mode is off and needs_input_grad ignores it)
     store = (saved == "activations" and torch.is_grad_enabled()
              and any(t.requires_grad for t in (pos, xa, xb)))
     return _EGNNEdge.apply(pos, xa, xb, src, dst, csr, params, spec, precision, activation,
-                           store, layout)
+                           store)
 
 
 def egnn_edge_reference(pos, xa, xb, src, dst, csr: GraphCSR, params: EdgeMLPParams,
                         spec: RadialSpec, precision: str = "ieee", activation: str = "silu",
-                        saved: str = "none", layout: str = "node"):
+                        saved: str = "none"):
     """PyTorch reference of `egnn_edge` (materialises E x F; computes in ``pos.dtype``).
 
     Plain autograd, so it also differentiates float64 inputs for finite-difference checks.
-    Uses the packed weights (rounded to 16 bits if packed so) in ``pos.dtype``;
-    ``precision``, ``saved`` and ``layout`` are accepted for the same signature and change
-    nothing.
+    Uses the packed weights (rounded to 16 bits if packed so) in ``pos.dtype``; ``precision``
+    and ``saved`` are accepted for the same signature and change nothing.
     """
     act = torch.nn.functional.silu if activation == "silu" else torch.tanh
     valid = valid_edge_mask(csr)

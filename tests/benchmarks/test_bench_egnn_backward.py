@@ -21,6 +21,7 @@ def test_bench_egnn_backward_runs_both_variants(tmp_path, capsys):
     assert json.loads(out.read_text())["results"] == record["results"]
     assert [(r["operands"], r["saved"]) for r in record["results"]] == [
         ("fp16", saved) for saved in SAVED]
-    assert all(r["rel_rms_vs_none"] < 1e-5 and r["forward_backward_ms"] > 0
+    # the stored variant keeps z in fp16: its gradients move by that rounding
+    assert all(r["rel_rms_vs_none"] < 1e-3 and r["forward_backward_ms"] > 0
                for r in record["results"])
     assert "| fp16 | activations |" in capsys.readouterr().out

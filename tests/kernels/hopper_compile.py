@@ -49,13 +49,11 @@ FILTER = {"w1_ptr": "*fp16", "s1_ptr": "*fp32", "b1_ptr": "*fp32", "s2_ptr": "*f
           "xs_ptr": "*fp32", "feat_ptr": "*fp32", "own_ptr": "*fp32"}
 ENVELOPE = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=False, ENV_ON_FILTER=True,
                 F=128, KP=64, DT=tl.float16, PREC="tf32")
-EGNN = dict(RADIAL, xa_ptr="*fp32", xb_ptr="*fp32", src_ptr="*i64", dst_ptr="*i64",
-            ptr_ptr="*i32",
+EGNN = dict(RADIAL, xa_ptr="*fp32", xb_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i32",
             perm_ptr="*i32", wr_ptr="*fp32", wd_ptr="*fp32", w2t_ptr="*fp32", b2_ptr="*fp32",
             out_ptr="*fp32", z_ptr="*fp32", num_nodes="i32", inv_rc2="fp32")
 EGNN_VARIANT = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=True, ACT="silu", F=64,
-                    KP=32, DT=tl.float32, PREC="tf32x3", BLOCK_E=16, BLOCK_N=1)
-EGNN_TILES = [dict(BLOCK_E=e, BLOCK_N=16) for e in (64, 128)]  # layout="tiles"
+                    KP=32, DT=tl.float32, PREC="tf32x3", BLOCK_E=16)
 EGNN_16 = dict(EGNN, wr_ptr="*fp16", w2t_ptr="*fp16")
 PAINN = dict(RADIAL, x_ptr="*fp32", vec_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i32",
              perm_ptr="*i32", w_ptr="*fp32", b_ptr="*fp32", c01_ptr="*fp32", c23_ptr="*fp32",
@@ -85,29 +83,24 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
         dict(RADIAL, **FILTER, gu_ptr="*fp32", src_ptr="*i64", dst_ptr="*i64",
              order_ptr="*i32", count_ptr="*i32", w2t_ptr="*fp16", g_ptr="*fp32", E="i32"),
         [dict(ENVELOPE, PAIRS=True, BLOCK_E=16, FC=32)]),
-    # recomputing (STORE, STORED off) and stored-activation variants; one node per program,
-    # then runs of nodes in full tiles
+    # recomputing (STORE, STORED off) and stored-activation variants
     "EGNN edge forward": (_edge_fwd_kernel, EGNN,
-                          [dict(EGNN_VARIANT, STORE=store) for store in (False, True)]
-                          + [dict(EGNN_VARIANT, **t, STORE=True) for t in EGNN_TILES]),
+                          [dict(EGNN_VARIANT, STORE=store) for store in (False, True)]),
     "EGNN edge backward": (
         _edge_bwd_kernel,
-        dict(EGNN, gu_ptr="*fp32", w2_ptr="*fp32", g_ptr="*fp32", gz1_ptr="*fp32"),
+        dict(EGNN, gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp32", g_ptr="*fp32",
+             gz1_ptr="*fp32"),
         [dict(EGNN_VARIANT, BY_DST=by_dst, STORED=stored)
-         for by_dst, stored in ((True, False), (False, False), (True, True))]
-        + [dict(EGNN_VARIANT, **t, BY_DST=True, STORED=True) for t in EGNN_TILES]),
+         for by_dst, stored in ((True, False), (False, False), (True, True))]),
     "EGNN edge forward, fp16 operands": (
         _edge_fwd_kernel, dict(EGNN_16, z_ptr="*fp16"),
-        [dict(EGNN_VARIANT, DT=tl.float16, STORE=store) for store in (False, True)]
-        + [dict(EGNN_VARIANT, **t, DT=tl.float16, STORE=True) for t in EGNN_TILES]),
+        [dict(EGNN_VARIANT, DT=tl.float16, STORE=store) for store in (False, True)]),
     "EGNN edge backward, fp16 operands": (
         _edge_bwd_kernel,
-        dict(EGNN_16, z_ptr="*fp16", gu_ptr="*fp32", w2_ptr="*fp16", g_ptr="*fp32",
-             gz1_ptr="*fp32"),
+        dict(EGNN_16, z_ptr="*fp16", gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp16",
+             g_ptr="*fp32", gz1_ptr="*fp32"),
         [dict(EGNN_VARIANT, DT=tl.float16, BY_DST=True, STORED=stored)
-         for stored in (False, True)]
-        + [dict(EGNN_VARIANT, **t, DT=tl.float16, BY_DST=True, STORED=True)
-           for t in EGNN_TILES]),
+         for stored in (False, True)]),
     "PaiNN message forward": (_message_fwd_kernel, PAINN, [PAINN_VARIANT]),
     "PaiNN message backward": (_message_bwd_kernel, PAINN_BWD, [PAINN_VARIANT]),
     "PaiNN message forward, fp16 operands": (

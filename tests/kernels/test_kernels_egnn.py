@@ -1,18 +1,14 @@
 """Fused EGNN edge block: FP32 values and gradients against the float64 reference, finite
 differences, padding and edges beyond the cutoff, argument checks; each for both backward
 variants (`kernels.egnn_edge.SAVED`: the edge MLP evaluated anew, or its stored
-pre-activations), and the two variants against each other; the multi-node tile layout
-(`kernels.egnn_edge.LAYOUTS`) against the reference and the one-node layout."""
-
-from functools import partial
+pre-activations), and the two variants against each other."""
 
 import pytest
 import torch
 from kernels_testlib import central_differences, make_graph, radial_specs, rel_err, within_cutoff
 
 from kernels import RadialSpec, egnn_edge, get_op, pack_edge_mlp
-from kernels.csr import build_csr_reference
-from kernels.egnn_edge import LAYOUTS, SAVED, egnn_edge_reference
+from kernels.egnn_edge import SAVED, egnn_edge_reference
 
 
 def edge_weights(K=8, F=16, seed=1, device="cpu"):
@@ -135,36 +131,6 @@ def test_egnn_edge_stored_activations_agree_with_recomputing(device, precision, 
     assert torch.equal(u, recomputed[0])
 
 
-@pytest.mark.parametrize("saved", SAVED)
-@pytest.mark.parametrize("dtype,bound", [("fp32", 1e-5), ("fp16", 1e-3), ("bf16", 1e-2)])
-def test_egnn_edge_tiles_layout_matches_reference_and_node_layout(device, dtype, bound, saved):
-    """``layout="tiles"`` on 40 nodes (not a multiple of the 16 nodes per program), three
-    of them without edges (their edges turned into padding slots in the middle of the
-    list, the last node among them), padding slots at the end and dropped edges, and
-    segments longer than the 16-edge tile of the interpreter's configuration: against the
-    float64 reference (the bounds of the tests above) and against ``layout="node"`` (the
-    same products, sums in another order: FP32 round-off)."""
-    g, spec, xa, xb, gu = _setup(device, "gauss_env", seed=6, num_nodes=40)
-    n = g["num_nodes"]
-    lonely = torch.tensor([0, 17, n - 1], device=device)
-    cut = torch.isin(g["src"], lonely) | torch.isin(g["dst"], lonely)
-    g["src"], g["dst"] = g["src"].masked_fill(cut, n), g["dst"].masked_fill(cut, n)
-    g["csr"] = build_csr_reference(g["src"], g["dst"], n, g["num_edges"])
-    degree = g["csr"].dst_ptr.diff()
-    assert int(degree.max()) > 16 and int((degree == 0).sum()) == 3
-    params = pack_edge_mlp(*edge_weights(seed=7, device=device), dtype=dtype)
-    tiles, node = (_run(partial(egnn_edge, layout=layout), g, g["pos"], xa, xb, params, spec,
-                        gu, saved=saved) for layout in LAYOUTS[::-1])
-    ref = _run(egnn_edge_reference, g, g["pos"].double(), xa.double(), xb.double(), params,
-               spec, gu)
-    for name, a, b, r in zip(("u", "grad_pos", "grad_xa", "grad_xb"), tiles, node, ref,
-                             strict=True):
-        assert rel_err(a, r) < bound, name
-        assert rel_err(a, b) < 1e-5, name
-    assert bool((tiles[0][lonely] == 0).all())
-    assert all(bool((grad[lonely] == 0).all()) for grad in tiles[2:])
-
-
 def test_egnn_edge_argument_checks(device):
     g, spec, xa, xb, _ = _setup(device, "gauss")
     Wr, wd, W2, b2 = edge_weights(device=device)
@@ -182,8 +148,6 @@ def test_egnn_edge_argument_checks(device):
         egnn_edge(*args, no_env)
     with pytest.raises(ValueError, match="saved"):
         egnn_edge(*args, spec, saved="everything")
-    with pytest.raises(ValueError, match="layout"):
-        egnn_edge(*args, spec, layout="rows")
     with pytest.raises(ValueError, match="require grad"):
         pack_edge_mlp(Wr, wd, W2, b2.clone().requires_grad_())
     with torch.no_grad():
