@@ -32,7 +32,7 @@ from workbench.model.io import ForeignModelError, load_potential
 from workbench.model.native_priors import demo_potential
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
-from workbench.model.tensor_product import TP_BACKENDS, backend_problem
+from workbench.model.tensor_product import TP_BACKENDS, UNCAPTURED_TP_BACKENDS, backend_problem
 from workbench.model_fit import bundled_match, check_model_fits
 from workbench.models import shipped_model_file, shipped_model_path
 from workbench.run_folder import MANIFEST
@@ -223,6 +223,9 @@ class NetworkBackends:
         The backends that evaluate the network with another package's model, and the
         package (``{"deepmd": "deepmd-kit"}``): the engine's own techniques of the network
         do not apply to them (`settle_options`).
+    uncaptured : dict of str to str
+        The backends whose steps are not captured (``cuda_graph`` is switched off with them,
+        `settle_options`), each with the reason the notice gives.
     """
 
     architecture: str
@@ -234,6 +237,7 @@ class NetworkBackends:
     problem: Callable[[torch.nn.Module, str, torch.device], str | None]
     unnamed: str | None = None
     packages: dict[str, str] = field(default_factory=dict)
+    uncaptured: dict[str, str] = field(default_factory=dict)
 
     @property
     def default(self) -> str:
@@ -245,7 +249,14 @@ class NetworkBackends:
         ``backend``: another package's model (`packages`) runs none of the engine's own
         techniques of the network (`workbench.model.architectures.fused_techniques`: its
         kernels, tables and captured steps) nor its 16-bit networks; the MD step's own
-        stay. Returns the notice for the user, or None where nothing was switched off."""
+        stay. A backend of `uncaptured` runs without ``cuda_graph``. Returns the notice for
+        the user, or None where nothing was switched off."""
+        if backend in self.uncaptured:
+            if not options.cuda_graph:
+                return None
+            options.cuda_graph = False
+            return (f"{self.subject} {backend!r}: cuda_graph is switched off "
+                    f"({self.uncaptured[backend]}).")
         if backend not in self.packages:
             return None
         dropped = [name for name in fused_techniques(self.architecture)
@@ -273,7 +284,8 @@ def _evaluator_problem(network, backend: str, device: torch.device) -> str | Non
 #: The architectures with run-time backends (`NetworkBackends`), by name.
 NETWORK_BACKENDS = {backends.architecture: backends for backends in (
     NetworkBackends("nequip", "tp_backend", TP_BACKENDS, "convolution backend",
-                    "Tensor-product backend", "TP backend", _convolution_problem),
+                    "Tensor-product backend", "TP backend", _convolution_problem,
+                    uncaptured=UNCAPTURED_TP_BACKENDS),
     NetworkBackends("dp", "dp_backend", DP_BACKENDS, "evaluator", "Deep Potential backend",
                     "DP backend", _evaluator_problem, unnamed="engine",
                     packages={"deepmd": "deepmd-kit"}),
@@ -553,7 +565,8 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
         configure_cpu_process(beads=settings.replicas * system.n_beads if tables else None)
     dp_notice = choose_dp_backend(potential, settings.dp_backend, settings.options)
     path_notices = settle_options(settings.options, device, potential.network)
-    backend_notice = choose_tp_backend(potential, settings.tp_backend, device)
+    backend_notice = choose_tp_backend(potential, settings.tp_backend, device,
+                                       settings.options)
     # what the run reports is what runs, as for the kernel options
     for architecture, backends in NETWORK_BACKENDS.items():
         setattr(settings, backends.setting, potential.network.backend
@@ -639,10 +652,12 @@ def settle_large_system(sim: Simulation) -> list[str]:
     return notices
 
 
-def choose_tp_backend(potential: Potential, backend: str, device: torch.device) -> str | None:
+def choose_tp_backend(potential: Potential, backend: str, device: torch.device,
+                      options: KernelOptions | None = None) -> str | None:
     """Set the convolution backend of a tensor-product network; the notice for the user
-    when it cannot run on ``device`` (the network keeps the e3nn path) or when the network
-    is of another kind, else None."""
+    when it cannot run on ``device`` (the network keeps the e3nn path), when the network
+    is of another kind, or when ``options`` asked for captured steps the backend that runs
+    does not take (switched off in place, `NetworkBackends.uncaptured`), else None."""
     if backend == "e3nn" and potential.architecture != "nequip":
         return None
     if potential.architecture != "nequip":
@@ -650,10 +665,13 @@ def choose_tp_backend(potential: Potential, backend: str, device: torch.device) 
                 f"this run's is {potential.architecture or 'none'}, which runs as it is.")
     problem = backend_problem(backend, device)
     potential.network.backend = backend if problem is None else "e3nn"
-    if problem is None:
-        return None
-    return (f"Tensor-product backend {backend!r} unavailable ({problem}); the e3nn "
-            "reference path runs.")
+    notices = [] if problem is None else [
+        f"Tensor-product backend {backend!r} unavailable ({problem}); the e3nn reference "
+        "path runs."]
+    if options is not None:
+        notices.append(NETWORK_BACKENDS["nequip"].settle_options(potential.network.backend,
+                                                                 options))
+    return " ".join(n for n in notices if n) or None
 
 
 def choose_dp_backend(potential: Potential, backend: str,

@@ -96,9 +96,9 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 #: The long validation run's kernels of the tensor-product network: OpenEquivariance's
-#: convolution (``--tp-backend openequivariance``) with the radial MLPs in 16 bits; captured
-#: steps are not offered for it (docs/tensor-product.md).
-NEQUIP_LONG_RUN_KERNELS = "fused_update+fused_pair_search+fused_integrator-fp16"
+#: convolution (``--tp-backend openequivariance``, the backend whose steps are captured)
+#: with the radial MLPs in 16 bits.
+NEQUIP_LONG_RUN_KERNELS = LONG_RUN_KERNELS.replace("fused_message_passing", "fused_update")
 
 
 def recipe_network(architecture: str, long_run: str = LONG_RUN_KERNELS) -> torch.nn.Module:

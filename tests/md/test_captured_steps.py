@@ -289,13 +289,34 @@ def test_static_steps_of_nequip_reproduce_the_eager_trajectory():
     assert steps.captures == 2
 
 
-def test_nequip_steps_are_not_captured_and_say_why(monkeypatch):
-    # at the graph's fixed capacity its captured steps were slower than eager ones
-    sim = make_sim(network_potential("nequip"), KernelOptions(cuda_graph=True))
+def test_nequip_steps_are_captured_on_openequivariance_only(monkeypatch):
+    # captured e3nn steps evaluate every slot of the fixed capacity: slower than eager ones
+    sim = make_sim(network_potential("nequip"),
+                   KernelOptions(cuda_graph=True, fused_update=True))
     monkeypatch.setattr(sim, "device", torch.device("cuda"))  # past the device and
     monkeypatch.setattr(torch.cuda.CUDAGraph, "register_generator_state",  # PyTorch checks
                         lambda *_: None, raising=False)
-    assert captured_steps_problem(sim) == "no captured steps for nequip networks"
+    for backend in ("e3nn", "cuequivariance"):
+        sim.potential.network.backend = backend
+        assert captured_steps_problem(sim).startswith(
+            f"no captured steps for nequip networks on the {backend} backend (")
+    sim.potential.network.backend = "openequivariance"
+    problem = captured_steps_problem(sim)  # what is left is the kernels' own check
+    assert problem is None or "backend" not in problem
+
+
+def test_the_tensor_product_backends_settle_the_capture_switch():
+    from workbench.runner import NETWORK_BACKENDS
+
+    backends = NETWORK_BACKENDS["nequip"]
+    options = KernelOptions(cuda_graph=True, fused_update=True)
+    notice = backends.settle_options("e3nn", options)
+    assert options == KernelOptions(fused_update=True)
+    assert notice.startswith("Tensor-product backend 'e3nn': cuda_graph is switched off (")
+    options = KernelOptions(cuda_graph=True, fused_update=True)
+    assert backends.settle_options("openequivariance", options) is None
+    assert options.cuda_graph
+    assert backends.settle_options("e3nn", KernelOptions(fused_update=True)) is None
 
 
 def test_cpu_simulation_says_why_it_steps_eagerly(potential, monkeypatch):

@@ -65,8 +65,8 @@ def test_each_architecture_implements_its_own_techniques():
     assert implemented_techniques("painn") == (
         "fused_message_passing", "tabulated_filter", "cuda_graph", "fused_pair_search",
         "fused_integrator")
-    assert implemented_techniques("nequip") == ("fused_update", "fused_pair_search",
-                                                "fused_integrator")
+    assert implemented_techniques("nequip") == ("fused_update", "cuda_graph",
+                                                "fused_pair_search", "fused_integrator")
     assert implemented_techniques("dp") == ("fused_message_passing", "tabulated_filter",
                                             "cuda_graph", "fused_pair_search",
                                             "fused_integrator")
@@ -145,18 +145,19 @@ def test_painn_keeps_its_message_kernel_and_its_precision(no_schnet_problem):
 @interpreter_only
 @needs_e3nn
 def test_nequip_keeps_its_radial_kernel_and_its_precision(no_schnet_problem):
-    """``fused_update`` runs its radial MLPs in the packed linear kernel; its steps are not
-    captured (``cuda_graph`` is switched off and the notice says so)."""
+    """``fused_update`` runs its radial MLPs in the packed linear kernel; its steps are
+    captured (on the OpenEquivariance backend: `test_captured_steps`)."""
     from workbench.model.force_paths import bring_needed
 
     net = demo_network("nequip")
     options = KernelOptions.all_on("fp16", tabulated_filter=True, cuda_graph=True)
     notices = settle_options(options, CPU, net)
     assert options == KernelOptions(fused_update=True, fused_pair_search=True,
-                                    fused_integrator=True, mlp_precision="fp16")
+                                    fused_integrator=True, cuda_graph=True,
+                                    mlp_precision="fp16")
     assert notices == [
         "CGTensorProduct has no fused kernels for fused_radial_basis, fused_message_passing, "
-        "csr_aggregation, tabulated_filter, cuda_graph, pair_filter: switched off, its "
+        "csr_aggregation, tabulated_filter, pair_filter: switched off, its "
         "PyTorch reference path runs."]
     assert force_path(net, CPU, options) == "triton"
     graph_only = KernelOptions(cuda_graph=True)

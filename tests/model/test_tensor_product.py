@@ -157,7 +157,7 @@ def nequip_potential(seed: int = 11) -> Potential:
 
 
 def test_registry_and_potential():
-    assert ARCHITECTURES["nequip"].fused == ("fused_update",)
+    assert ARCHITECTURES["nequip"].fused == ("fused_update", "cuda_graph")
     assert architecture_of(small_nequip()) == "nequip"
     built = build_network("nequip", TensorProductConfig(**SMALL).to_dict())
     assert isinstance(built, CGTensorProduct) and built.config == TensorProductConfig(**SMALL)
@@ -235,8 +235,7 @@ def test_engine_kernel_options_are_ignored_with_a_notice(monkeypatch):
         e, _ = energy_and_forces(model, pos, options=KernelOptions.all_on(cuda_graph=True))
     assert [str(w.message) for w in caught] == [
         "fused kernels unavailable (CGTensorProduct has no fused kernels for "
-        "fused_radial_basis, fused_message_passing, csr_aggregation, cuda_graph, "
-        "pair_filter); using "
+        "fused_radial_basis, fused_message_passing, csr_aggregation, pair_filter); using "
         "the PyTorch reference path",
         "fused kernels unavailable (the packed linear kernel takes float32 weights); using "
         "the PyTorch reference path"]

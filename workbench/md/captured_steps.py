@@ -76,6 +76,7 @@ def captured_steps_problem(sim) -> str | None:
     from workbench.model.architectures import fused_techniques, network_kernels
     from workbench.model.force_paths import fused_problem
     from workbench.model.fused_schnet import fused_path_problem
+    from workbench.model.tensor_product import UNCAPTURED_TP_BACKENDS
 
     if sim.neighbor_list is not None and not sim.neighbor_list.dense:
         return sim.neighbor_list.dense_problem()
@@ -90,6 +91,10 @@ def captured_steps_problem(sim) -> str | None:
         return None
     if "cuda_graph" not in fused_techniques(architecture):
         return f"no captured steps for {architecture} networks"
+    backend = getattr(network, "backend", None)
+    if architecture == "nequip" and backend in UNCAPTURED_TP_BACKENDS:
+        return (f"no captured steps for nequip networks on the {backend} backend "
+                f"({UNCAPTURED_TP_BACKENDS[backend]})")
     kernels = network_kernels(architecture)
     if not any(getattr(sim.options, name) for name in kernels):
         # only the fused path is checked free of host synchronisation

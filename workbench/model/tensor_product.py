@@ -91,6 +91,15 @@ from workbench.neighbors import Graph
 #: Backends of the convolution, the reference first.
 TP_BACKENDS = ("e3nn", "openequivariance", "cuequivariance")
 
+#: The backends whose whole steps are not captured (``cuda_graph`` is switched off with
+#: them), and why; OpenEquivariance's are (docs/tensor-product.md, Engine techniques).
+UNCAPTURED_TP_BACKENDS = {
+    "e3nn": "captured e3nn steps evaluate every slot of the graph's fixed capacity and were "
+            "slower than eager ones (1ENH × 64, H200: 654 against 883 timestep·mol/s)",
+    "cuequivariance": "its captured steps are not measured; its eager ones are no faster than "
+                      "e3nn's",
+}
+
 #: Import name and pip name of each accelerated backend's package.
 BACKEND_PACKAGES = {
     "openequivariance": ("openequivariance", "openequivariance"),
