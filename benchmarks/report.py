@@ -160,8 +160,21 @@ def add_run(bench_json: str | Path, folder: str | Path, name: str | None = None)
             raise ValueError(f"{path} already has a run named {name!r}; give another --name")
     unfinished = {"unfinished": payload["unfinished"]} if payload.get("unfinished") else {}
     runs.append({"name": name, **{key: payload[key] for key in fields}, **unfinished})
-    path.write_text(json.dumps({"runs": runs}, indent=2, ensure_ascii=False) + "\n")
+    path.write_text(runs_text(runs))
     return path
+
+
+def runs_text(runs: list[dict]) -> str:
+    """A results file's JSON text: ``{"runs": [...]}`` with each run's fields but its records
+    on one line and each record on a line of its own (compact, and a diff shows the runs
+    and records that changed)."""
+
+    def run_text(run: dict) -> str:
+        head = json.dumps({k: v for k, v in run.items() if k != "records"}, ensure_ascii=False)
+        records = ",\n".join(json.dumps(r, ensure_ascii=False) for r in run.get("records", []))
+        return f'{head[:-1]}, "records": [\n{records}]}}'
+
+    return '{"runs": [\n' + ",\n".join(run_text(run) for run in runs) + "]}\n"
 
 
 def target_figure(target: Target, gpu: str, records: list[dict]) -> dict | None:

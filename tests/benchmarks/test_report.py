@@ -197,3 +197,18 @@ def test_every_architecture_has_a_fused_figure_for_the_100k_bead_system():
                 and r.get("force_path") == "triton" and r["gpu"] not in (None, "CPU")
                 and r["timestep_mol_per_s"] > 0}
     assert set(ARCHITECTURES) <= measured, sorted(set(ARCHITECTURES) - measured)
+
+
+def test_a_results_file_keeps_one_record_per_line(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    fixture(results)
+    five = bench_json(tmp_path / "five", "NVIDIA H100 80GB HBM3", "workbench bench --five")
+    path = report.add_run(five, results)
+    lines = path.read_text().splitlines()
+    runs = report.read_runs(path)
+    records = sum(len(run["records"]) for run in runs)
+    # the opening line, one line per run (its fields) and one per record
+    assert len(lines) == 1 + len(runs) + records
+    assert all(json.loads(line.rstrip(",").removesuffix("]}").removesuffix("]")) ==
+               record for line, record in zip(lines[2:], runs[0]["records"], strict=False))
