@@ -242,3 +242,43 @@ def test_cli_writes_a_scaled_model_with_its_record(tmp_path, capsys):
     assert "--out must differ from --model" in capsys.readouterr().err
     assert main([*args, "--overwrite", "--terms", "repulsion"]) == 2
     assert "'repulsion' cannot be scaled" in capsys.readouterr().err
+
+
+def test_sigterm_ends_the_cli_fit_with_the_last_finished_iteration(tmp_path, monkeypatch,
+                                                                   capsys):
+    """A scheduler's time limit (SIGTERM) in the second iteration: the scaled model of the
+    first is written and its record says the fit was interrupted."""
+    import os
+    import signal
+
+    from workbench.cli import main
+    from workbench.model.io import load_potential, save_potential
+
+    sys = system("cln025")
+    model_path = tmp_path / "cln025.pt"
+    potential = schnet_potential(sys)
+    potential.metadata = {"protein": "cln025", "teacher": {"epsilon": 0.1041}}
+    save_potential(potential, model_path)
+    teacher_run = tmp_path / "teacher"
+    assert main(["run", "--protein", "cln025", "--model", "teacher", "--replicas", "2",
+                 "--steps", "20", "--save-interval", "20", "--no-trajectory", "--quiet",
+                 "--device", "cpu", "--out", str(teacher_run)]) == 0
+    calls = []
+
+    def fake(system_, potential_, begin, *args, **kwargs):
+        calls.append(1)  # the teacher's sample, then one per iteration
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return fake_sample(begin, torch.ones(begin.shape[0], dtype=torch.bool), 0.1)
+
+    monkeypatch.setattr(energy_scales, "sample_frames", fake)
+    out = tmp_path / "scaled.pt"
+    handler = signal.getsignal(signal.SIGTERM)
+    assert main(["fit-scales", "--model", str(model_path), "--teacher-start", str(teacher_run),
+                 "--terms", "schnet", "--iterations", "4", "--device", "cpu",
+                 "--out", str(out)]) == 0
+    assert "interrupted: the scales of iteration 0" in capsys.readouterr().out
+    record = json.loads((tmp_path / "scaled.json").read_text())["energy_scales"]
+    assert record["interrupted"] and len(record["history"]) == 1
+    assert load_potential(out).metadata["energy_scales"] == {"schnet": 1.0}
+    assert signal.getsignal(signal.SIGTERM) is handler  # the process's own handler is back

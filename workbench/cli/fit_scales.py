@@ -7,6 +7,7 @@ from pathlib import Path
 from workbench.cli.errors import UsageError
 from workbench.cli.output import summary_table
 from workbench.cli.parser import command_parser
+from workbench.cli.stopping import terminate_as_interrupt
 from workbench.teacher import model_and_teacher
 
 
@@ -105,10 +106,12 @@ def execute(args) -> int:
               f"flipped dihedrals {row['flipped_dihedrals']:.1%}; dS/dlog s {gradient}",
               flush=True)
 
-    fit = fit_energy_scales(
-        system, potential, teacher_sample, model_starts, names, args.temperature, args.iterations,
-        steps, discard, every, args.max_step, device, args.seed + 1, args.dt, progress=report,
-    )
+    with terminate_as_interrupt():  # a scheduler's time limit keeps the last iteration too
+        fit = fit_energy_scales(
+            system, potential, teacher_sample, model_starts, names, args.temperature,
+            args.iterations, steps, discard, every, args.max_step, device, args.seed + 1,
+            args.dt, progress=report,
+        )
     scaled = fit.potential.cpu()
     record = {
         "model": str(args.model), "teacher_start": str(args.teacher_start),

@@ -5,19 +5,15 @@ replica was frozen by the safety checks, 2 bad input, 130 stopped by Ctrl-C (SIG
 stopped by SIGTERM (128 + the signal number, the shell's convention).
 
 SIGTERM, which batch schedulers send at a time limit, ends a run the way Ctrl-C does: a
-clean stop with a summary. While :func:`terminate_as_interrupt` is active it raises
-:class:`Terminated`, a ``KeyboardInterrupt``, so the same ``except`` stops the run.
+clean stop with a summary (`workbench.cli.stopping`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +27,7 @@ from workbench.cli.run_distributed import (
     run_distributed,
     wants_distributed,
 )
+from workbench.cli.stopping import exit_code, terminate_as_interrupt
 from workbench.files import atomic_write_text
 from workbench.md import NeighborSettings
 from workbench.md.reporters import MetricsReporter, TrajectoryReporter
@@ -54,38 +51,6 @@ from workbench.runner import (
     timed_steps,
 )
 from workbench.teacher import state_thresholds
-
-#: Exit code of a run stopped by SIGINT (Ctrl-C).
-EXIT_INTERRUPTED = 128 + signal.SIGINT
-#: Exit code of a run stopped by SIGTERM.
-EXIT_TERMINATED = 128 + signal.SIGTERM
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived."""
-
-
-def _raise_terminated(signum, frame):
-    raise Terminated
-
-
-@contextlib.contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """Turn SIGTERM into :class:`Terminated` in the body (main thread only; elsewhere the
-    handler cannot be set and nothing changes)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def exit_code(stop: KeyboardInterrupt) -> int:
-    """The exit code of a run stopped by ``stop``."""
-    return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
 
 
 def add_parser(subparsers) -> None:
