@@ -58,7 +58,8 @@ class BenchCase:
     """One benchmark configuration (``architecture``: the network, see
     `RunSettings.architecture`; ``tp_backend``, ``dp_backend``: the backend of a network
     that has them, `workbench.runner.NETWORK_BACKENDS`, as the `RunSettings` fields of
-    the same names; None for the default)."""
+    the same names; None for the default; ``network_config``: config keys of the demo
+    model's network, `RunSettings.network`)."""
 
     protein: str
     replicas: int
@@ -68,6 +69,17 @@ class BenchCase:
     architecture: str = "schnet"
     tp_backend: str | None = None
     dp_backend: str | None = None
+    network_config: dict | None = None
+
+    @property
+    def model_label(self) -> str:
+        """The model as a record names it: ``"shipped"`` for None, the demo model with the
+        network keys it was given (``demo {"irreps": "32x0e + 32x1o"}``), else the file."""
+        if self.model is None:
+            return "shipped"
+        if self.network_config:
+            return f"{self.model} {json.dumps(self.network_config, sort_keys=True)}"
+        return self.model
 
     @property
     def backend(self) -> str | None:
@@ -100,7 +112,7 @@ class BenchProtocol:
 def bench_cases(
     proteins: list[str], replicas: list[int], configs: list[str], model: str | None = DEMO_MODEL,
     architectures: tuple[str, ...] = ("schnet",), tp_backends: tuple[str, ...] | None = None,
-    dp_backends: tuple[str, ...] | None = None,
+    dp_backends: tuple[str, ...] | None = None, network_config: dict | None = None,
 ) -> list[BenchCase]:
     """Every architecture × backend × protein × replica count × configuration, a
     configuration being a `KernelOptions.parse` name (``tables+graph``, ``all-fp16``);
@@ -116,12 +128,16 @@ def bench_cases(
         `workbench.model.tensor_product.TP_BACKENDS`; ``dp``'s evaluators,
         `workbench.model.deep_potential.DP_BACKENDS`) runs with, one case each; None: its
         default backend, the case naming none. The other networks run once.
+    network_config : dict, optional
+        Config keys of the demo model's network (`RunSettings.network`), for every case.
 
     Raises
     ------
     SettingsError
         A replica count below 1, an architecture that is not registered, an unknown
-        backend, or backends of a network that is not among the architectures.
+        backend, backends of a network that is not among the architectures, or a
+        ``network_config`` that is not a config of every architecture or is given with a
+        model file.
     ValueError
         A configuration name that `KernelOptions.parse` does not know.
     """
@@ -151,8 +167,12 @@ def bench_cases(
         chosen = None if backends is None else asked[backends.setting]
         return [{backends.setting: b} for b in chosen] if chosen else [{}]
 
+    if network_config is not None:
+        for architecture in architectures:  # refused before anything runs
+            RunSettings(model=model, architecture=architecture, network=network_config)
     options = {config: KernelOptions.parse(config) for config in configs}
-    return [BenchCase(p, r, c, replace(options[c]), model, a, **backend)
+    return [BenchCase(p, r, c, replace(options[c]), model, a, network_config=network_config,
+                      **backend)
             for a in architectures for backend in cases_of(a)
             for p in proteins for r in replicas for c in configs]
 
@@ -274,6 +294,7 @@ def run_case(
         timestep_fs=timestep_fs,
         device=device,
         options=case.options,
+        network=case.network_config,
         **{b.setting: getattr(case, b.setting) or b.default for b in NETWORK_BACKENDS.values()},
     )
     target, _ = resolve_device(device)
@@ -301,7 +322,8 @@ def run_case(
         "beads": prepared.system.n_beads,
         "replicas": case.replicas,
         "label": case.label,
-        "model": case.model or "shipped",
+        "model": case.model_label,
+        **({"network_config": case.network_config} if case.network_config else {}),
         "architecture": sim.potential.architecture,
         "options": case.options.to_dict(),
         "timestep_mol_per_s": rate,

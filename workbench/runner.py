@@ -24,12 +24,17 @@ import torch
 
 from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
 from workbench.md.tempering import ReplicaExchange, geometric_ladder
-from workbench.model.architectures import ARCHITECTURES, RESERVED_NAMES, fused_techniques
+from workbench.model.architectures import (
+    ARCHITECTURES,
+    RESERVED_NAMES,
+    config_from_dict,
+    fused_techniques,
+)
 from workbench.model.deep_potential import DP_BACKENDS
 from workbench.model.deepmd_interop import deepmd_backend_problem, deepmd_potential, is_deepmd_file
 from workbench.model.force_paths import network_name, settle_options
 from workbench.model.io import ForeignModelError, load_potential
-from workbench.model.native_priors import demo_potential
+from workbench.model.native_priors import demo_config, demo_potential
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
 from workbench.model.tensor_product import TP_BACKENDS, UNCAPTURED_TP_BACKENDS, backend_problem
@@ -113,6 +118,11 @@ class RunSettings:
     denature_steps : int
         Steps of the chain without contact wells (`workbench.teacher.mixed_starts`, at
         ``temperature``) that make the denatured structures.
+    network : dict or None
+        Config keys of the demo model's network (``model`` :data:`DEMO_MODEL` only), the
+        architecture's demo config for the others (`workbench.model.native_priors.demo_config`):
+        ``{"irreps": "32x0e + 32x1o", "radial_width": 32}`` times a NequIP of a recipe's
+        size. None: the demo config.
     """
 
     protein: str = "cln025"
@@ -137,6 +147,7 @@ class RunSettings:
     first_replica: int = 0
     denatured_fraction: float = 0.0
     denature_steps: int = 25_000
+    network: dict | None = None
 
     def __post_init__(self):
         self.validate()
@@ -170,6 +181,16 @@ class RunSettings:
         if self.dp_backend not in DP_BACKENDS:
             raise SettingsError("dp_backend", f"must be one of {', '.join(DP_BACKENDS)}, got "
                                 f"{self.dp_backend!r}")
+        if self.network is not None:
+            if self.model != DEMO_MODEL:
+                raise SettingsError("network", f"sets the demo model's network only (model "
+                                    f"{DEMO_MODEL!r}), got model {self.model!r}")
+            architecture = self.architecture or "schnet"
+            try:
+                config_from_dict(architecture, dict(self.network))
+            except (TypeError, ValueError) as error:
+                raise SettingsError("network", f"is not a {architecture} config: {error}") \
+                    from None
         if self.structures is not None and self.model is None:
             raise SettingsError("structures", "needs {model} (an mlcg checkpoint)")
         if not 0.0 <= self.denatured_fraction <= 1.0:
@@ -398,7 +419,8 @@ def check_architecture(potential: Potential, architecture: str | None, model: st
 
 
 def choose_potential(
-    system: CGSystem, model: str | None, architecture: str | None = None
+    system: CGSystem, model: str | None, architecture: str | None = None,
+    network: dict | None = None,
 ) -> tuple[Potential, str | None]:
     """The potential for a run and a notice about it (None for a model file given).
 
@@ -410,7 +432,8 @@ def choose_potential(
     ``architecture``). A model file made for another system is refused
     (`check_model_fits`), and so is one whose network is not of ``architecture``
     (`check_architecture`); the demo model is a network of ``architecture`` (CGSchNet for
-    None, which also accepts a model of any network).
+    None, which also accepts a model of any network), its demo config with the keys of
+    ``network`` set.
     """
     variant = teacher_variant(model)
     if model == TEACHER_MODEL or variant is not None:
@@ -446,7 +469,10 @@ def choose_potential(
             )
         other_network = potential.architecture
     architecture = architecture or "schnet"
-    potential = demo_potential(system, architecture=architecture)
+    config = demo_config(system, architecture)
+    if network:
+        config = config_from_dict(architecture, {**config.to_dict(), **network})
+    potential = demo_potential(system, config, architecture=architecture)
     name = network_name(architecture)
     notice = (
         f"Untrained demo model: random {name} weights plus priors and native-contact wells "
@@ -555,7 +581,8 @@ def prepare_run(settings: RunSettings) -> PreparedRun:
             neighbors = replace(neighbors, exclude_bonded=True)
     else:
         system = build_system(settings.protein, mapping=settings.mapping)
-        potential, model_notice = choose_potential(system, settings.model, settings.architecture)
+        potential, model_notice = choose_potential(system, settings.model, settings.architecture,
+                                                   settings.network)
         denatured = round(settings.denatured_fraction * settings.replicas)
         if denatured:
             positions = mixed_starts(system, settings.temperature, settings.replicas, denatured,

@@ -25,6 +25,11 @@ from workbench.cli import main
          "--dp-backend sets the evaluator of the dp network only; add dp to --arch"),
         (["--arch", "dp", "--dp-backend", "engine,tf"],
          "--dp-backend must be a comma list of engine, deepmd"),
+        (["--arch", "nequip", "--network", "{hidden: 64}"],
+         "network is not a nequip config: unknown NequIP config keys: ['hidden']"),
+        (["--arch", "nequip", "--network", "[32]"], "--network must be a mapping"),
+        (["--model", "shipped", "--network", "{hidden: 64}"],
+         "network sets the demo model's network only"),
     ],
 )
 def test_bench_refuses_bad_options_before_running(extra, message, tmp_path, capsys):
@@ -78,6 +83,26 @@ def test_bench_runs_each_backend_of_nequip_and_records_what_ran(tmp_path, capsys
     assert "| nequip/e3nn | baseline |" in table
     assert "| nequip/e3nn (asked openequivariance) | baseline |" in table
     assert "nequip/e3nn (asked openequivariance) baseline (reference)" in capsys.readouterr().out
+
+
+def test_bench_sizes_the_demo_network_and_names_it_with_the_model(tmp_path):
+    """``--network``: the demo model with a recipe's sizes (here smaller ones), kept apart
+    from the plain demo model's records."""
+    out = tmp_path / "b"
+    network = "{irreps: 8x0e + 8x1o, radial_width: 8, blocks: 1}"
+    assert main(["bench", "--proteins", "cln025", "--replicas", "1", "--arch", "nequip",
+                 "--network", network, "--steps", "1", "--warmup", "0", "--repeats", "1",
+                 "--device", "cpu", "--out", str(out)]) == 0
+    [record] = json.loads((out / "bench.json").read_text())["records"]
+    keys = {"irreps": "8x0e + 8x1o", "radial_width": 8, "blocks": 1}
+    assert record["network_config"] == keys
+    assert record["model"] == 'demo {"blocks": 1, "irreps": "8x0e + 8x1o", "radial_width": 8}'
+    from workbench.runner import RunSettings, prepare_run
+
+    settings = RunSettings(protein="cln025", replicas=1, steps=1, device="cpu", model="demo",
+                           architecture="nequip", network=keys)
+    config = prepare_run(settings).simulation.potential.network.config
+    assert (config.irreps, config.radial_width, config.blocks) == ("8x0e + 8x1o", 8, 1)
 
 
 def test_bench_races_deepmd_kit_against_the_engine_on_the_demo_model(tmp_path, capsys):

@@ -65,6 +65,12 @@ def add_parser(subparsers) -> None:
         help="demo (the untrained demo model, which keeps each protein near its "
         "native edge count as the protocol wants), shipped, or a model file",
     )
+    bench.add_argument(
+        "--network", default=None, metavar="MAPPING",
+        help="config keys of the demo model's network as a YAML/JSON mapping, say "
+        "'{irreps: 32x0e + 32x1o, radial_width: 32}' (a recipe's sizes); unset keys keep "
+        "the demo's; unknown keys are refused; the records name them with the model",
+    )
     bench.add_argument("--device", default="auto")
     bench.add_argument("--out", default="artifacts/bench")
     bench.add_argument("--overwrite", action="store_true",
@@ -88,7 +94,8 @@ def execute(args) -> int:
     try:
         cases = bench_cases(proteins, replicas, configs,
                             None if args.model == "shipped" else args.model, architectures,
-                            _backends(args.tp_backend), _backends(args.dp_backend))
+                            _backends(args.tp_backend), _backends(args.dp_backend),
+                            _network(args.network))
     except SettingsError:
         raise
     except ValueError as error:  # a configuration name
@@ -144,3 +151,24 @@ def run_cases(args, cases, protocol) -> int:
     print(markdown_table(records))
     print(f"wrote {json_path} and {md_path}")
     return 1 if failures else 0
+
+
+def _network(text: str | None) -> dict | None:
+    """``--network`` read as YAML (JSON is YAML); None without it.
+
+    Raises
+    ------
+    UsageError
+        Not a mapping.
+    """
+    if text is None:
+        return None
+    import yaml
+
+    try:
+        given = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise UsageError(f"--network must be a YAML or JSON mapping: {error}") from None
+    if not isinstance(given, dict):
+        raise UsageError(f"--network must be a mapping of config keys, got {text!r}")
+    return given
