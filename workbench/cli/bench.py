@@ -12,6 +12,7 @@ from workbench.cli.output import folder_lock, refuse_existing
 from workbench.cli.parser import command_parser
 from workbench.model.architectures import ARCHITECTURES
 from workbench.model.deep_potential import DP_BACKENDS
+from workbench.model.network_config import config_mapping
 from workbench.model.options import PRESETS
 from workbench.model.tensor_product import TP_BACKENDS
 from workbench.settings_error import SettingsError
@@ -154,7 +155,8 @@ def run_cases(args, cases, protocol) -> int:
 
 
 def _network(text: str | None) -> dict | None:
-    """``--network`` read as YAML (JSON is YAML); None without it.
+    """``--network`` read as YAML (JSON is YAML,
+    `workbench.model.network_config.config_mapping`); None without it.
 
     Raises
     ------
@@ -163,12 +165,7 @@ def _network(text: str | None) -> dict | None:
     """
     if text is None:
         return None
-    import yaml
-
-    try:
-        given = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise UsageError(f"--network must be a YAML or JSON mapping: {error}") from None
-    if not isinstance(given, dict):
+    given = config_mapping(text)
+    if given is None:
         raise UsageError(f"--network must be a mapping of config keys, got {text!r}")
     return given

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import ClassVar
 
+import yaml
 from torch import nn
 
 #: Activations a network config may name (mlcg's names).
@@ -36,3 +37,13 @@ class NetworkConfig:
         if unknown:
             raise ValueError(f"unknown {cls.label} config keys: {sorted(unknown)}")
         return cls(**data)
+
+
+def config_mapping(text: str | None) -> dict | None:
+    """Config keys written as a YAML mapping (JSON is YAML), as ``--network`` takes them:
+    ``{}`` for None or an empty text, None where the text is not a mapping."""
+    try:
+        given = yaml.safe_load(text) if text else {}
+    except yaml.YAMLError:
+        return None
+    return given if isinstance(given, dict) else None

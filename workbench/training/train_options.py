@@ -11,9 +11,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-import yaml
-
 from workbench.model.architectures import ARCHITECTURES, RESERVED_NAMES, config_from_dict
+from workbench.model.network_config import config_mapping
 from workbench.settings_error import SettingsError
 
 #: Size options that set the network config's field of the same name (where it has one).
@@ -123,12 +122,8 @@ class TrainOptions:
 
     def _network_mapping(self) -> dict | None:
         """``network`` read as YAML (JSON is YAML), ``{}`` without it; None where it is not
-        a mapping."""
-        try:
-            given = yaml.safe_load(self.network) if self.network else {}
-        except yaml.YAMLError:
-            return None
-        return given if isinstance(given, dict) else None
+        a mapping (`workbench.model.network_config.config_mapping`)."""
+        return config_mapping(self.network)
 
     @property
     def cold_temperatures(self) -> tuple[float, ...] | None:
