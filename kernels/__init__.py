@@ -79,6 +79,7 @@ from kernels.segment_reduce import (
     signed_segment_sum,
     signed_segment_sum_reference,
 )
+from kernels.table_read import table_read, table_read_reference
 from kernels.tabulated import (
     FilterTable,
     LengthGradient,
@@ -100,7 +101,7 @@ __all__ = [
     "tabulated_cfconv", "linear", "tanh_linear", "pair_energies", "PAIR_FORMS",
     "PairGraph", "pair_search_csr", "angle_energies", "dihedral_energies", "langevin_drift",
     "langevin_finish", "signed_segment_sum", "PairLayout", "PairFilterRows", "pair_layout",
-    "pair_filter_rows", "rows_fit",
+    "pair_filter_rows", "rows_fit", "table_read",
 ]
 
 
@@ -128,6 +129,7 @@ OPS: dict[str, Op] = {
         Op("painn_message", painn_message, painn_message_reference),
         Op("dp_descriptor", dp_descriptor, dp_descriptor_reference),
         Op("tabulated_cfconv", tabulated_cfconv, tabulated_cfconv_reference),
+        Op("table_read", table_read, table_read_reference),
         Op("pair_layout", pair_layout, pair_layout_reference),
         Op("pair_filter_rows", pair_filter_rows, pair_filter_rows_reference),
         Op("linear", linear, linear_reference),

@@ -96,6 +96,7 @@ from kernels.csr import GraphCSR, valid_edge_mask
 from kernels.pair_filter import PairFilterRows
 
 __all__ = ["FilterTable", "LengthGradient", "build_filter_table", "tabulate_filter",
+           "tabulate_within", "hermite_coefficients", "evaluate_cubics",
            "evaluate_table", "tabulated_cfconv", "tabulated_cfconv_reference"]
 
 
@@ -138,6 +139,40 @@ class FilterTable:
         return self.coeffs01.shape[0]
 
 
+def hermite_coefficients(values, slopes, spacing: float) -> torch.Tensor:
+    """The cubic Hermite interpolant's coefficients per interval, unrounded.
+
+    Parameters
+    ----------
+    values, slopes : Tensor, float [G, F]
+        ``W`` and ``dW/dd`` at the grid points ``g h``.
+    spacing : float
+        ``h``.
+
+    Returns
+    -------
+    Tensor, float64 [G - 1, 4, F]
+        ``[k, m]``: ``c_m`` of interval ``k``, ``W = Σ_m c_m t^m`` with ``t = d/h − k``
+        (``c0 = W_k``, ``c1 = h W'_k``, ``c2 = 3 (W_{k+1} − W_k) − 2 c1 − h W'_{k+1}``,
+        ``c3 = 2 (W_k − W_{k+1}) + c1 + h W'_{k+1}``): values and slopes continuous at the
+        grid points.
+    """
+    v, m = values.detach().double(), slopes.detach().double() * spacing
+    p0, p1, m0, m1 = v[:-1], v[1:], m[:-1], m[1:]
+    return torch.stack([p0, m0, 3.0 * (p1 - p0) - 2.0 * m0 - m1, 2.0 * (p0 - p1) + m0 + m1], 1)
+
+
+def evaluate_cubics(coefficients: torch.Tensor, spacing: float, d) -> torch.Tensor:
+    """``Σ_m c_m t^m`` of `hermite_coefficients` at lengths ``d`` ``[M]`` (``d.dtype``);
+    zero from the grid's end ``(G − 1) h`` on."""
+    intervals = coefficients.shape[0]
+    x = (d / spacing).clamp(max=intervals)
+    k = x.floor().long().clamp(0, intervals - 1)
+    t = (x - k.to(d.dtype))[:, None]
+    c0, c1, c2, c3 = coefficients.to(d.dtype)[k].unbind(1)
+    return torch.where((x < intervals)[:, None], ((c3 * t + c2) * t + c1) * t + c0, 0.0)
+
+
 def build_filter_table(values, slopes, spacing: float, cutoff: float) -> FilterTable:
     """Cubic Hermite table from filter values and exact derivatives at the grid points.
 
@@ -167,12 +202,10 @@ def build_filter_table(values, slopes, spacing: float, cutoff: float) -> FilterT
     if not math.isclose((G - 1) * spacing, cutoff, rel_tol=1e-6):
         raise ValueError(f"grid ({G} points, spacing {spacing}) does not end at cutoff {cutoff}")
     with torch.no_grad():
-        v = values.detach().double()
-        m = slopes.detach().double() * spacing
-        p0, p1, m0, m1 = v[:-1], v[1:], m[:-1], m[1:]
-        coeffs01 = torch.stack([p0, m0], dim=1).float()
-        c2 = 3.0 * (p1 - p0) - 2.0 * m0 - m1
-        c3 = 2.0 * (p0 - p1) + m0 + m1
+        exact = hermite_coefficients(values, slopes, spacing)
+        m1 = slopes.detach().double()[1:] * spacing
+        coeffs01 = exact[:, :2].float()
+        c2, c3 = exact[:, 2], exact[:, 3]
         big = torch.maximum(c2.abs(), c3.abs()).amax(0)
         scale = torch.ldexp(torch.ones_like(big), torch.frexp(big).exponent - 15)
         q2 = (c2 / scale).half()
@@ -204,6 +237,64 @@ def tabulate_filter(fn, num_points: int, cutoff: float, device=None) -> FilterTa
     d = torch.linspace(0.0, cutoff, num_points, dtype=torch.float64, device=device)
     values, slopes = torch.func.jvp(fn, (d,), (torch.ones_like(d),))
     return build_filter_table(values, slopes, cutoff / (num_points - 1), cutoff)
+
+
+def tabulate_within(fn, length: float, tolerance: float, intervals: tuple[int, int],
+                    device=None, groups: list[slice] | None = None,
+                    rounded: bool = True) -> tuple[FilterTable, torch.Tensor, float]:
+    """The coarsest table of ``fn`` on ``[0, length]`` whose error meets ``tolerance``.
+
+    The number of intervals doubles from ``intervals[0]`` until the largest error of the
+    table against ``fn`` at every interval's midpoint, where the Hermite remainder
+    ``t²(1−t)² h⁴ W⁗/24`` peaks, is at most ``tolerance`` of the largest ``|W|`` on the
+    grid, or ``intervals[1]`` is reached.
+
+    Parameters
+    ----------
+    fn : callable
+        As for `tabulate_filter`: float64 distances ``[G]`` to values ``[G, F]``.
+    length : float
+        The table's end (its ``cutoff``).
+    tolerance : float
+        Largest error allowed, relative to the largest ``|W|`` of a column group.
+    intervals : (int, int)
+        The first number of intervals tried and the most tried.
+    device : torch.device, optional
+    groups : list of slice, optional
+        Column groups whose errors are each relative to their own largest ``|W|`` (one per
+        network side by side); None: all columns one group.
+    rounded : bool
+        Judge the stored `FilterTable` (float16 ``c2``, ``c3``: what the kernels read;
+        its values jump by about 2⁻¹² of a column's largest ``c2`` at the grid points);
+        False: the unrounded cubics, continuous with their slopes, for readers that take
+        the float64 coefficients.
+
+    Returns
+    -------
+    table : FilterTable
+    coefficients : Tensor, float64 [G - 1, 4, F]
+        The unrounded cubics (`hermite_coefficients`).
+    error : float
+        The measured midpoint error (the largest over the groups).
+    """
+    count, most = intervals
+    groups = groups or [slice(None)]
+    with torch.no_grad():
+        while True:
+            d = torch.linspace(0.0, length, count + 1, dtype=torch.float64, device=device)
+            values, slopes = torch.func.jvp(fn, (d,), (torch.ones_like(d),))
+            table = build_filter_table(values, slopes, length / count, length)
+            coefficients = hermite_coefficients(values, slopes, table.spacing)
+            mid = (torch.arange(count, dtype=torch.float64, device=device) + 0.5) * table.spacing
+            exact = fn(mid)
+            read = (evaluate_table(table, mid) if rounded
+                    else evaluate_cubics(coefficients, table.spacing, mid))
+            deviation = (read - exact).abs()
+            error = max(float(deviation[:, g].max() / exact[:, g].abs().max().clamp_min(1e-300))
+                        for g in groups)
+            if error <= tolerance or count >= most:
+                return table, coefficients, error
+            count *= 2
 
 
 @triton.jit

@@ -65,7 +65,7 @@ def test_each_architecture_implements_its_own_techniques():
     assert implemented_techniques("painn") == (
         "fused_message_passing", "tabulated_filter", "cuda_graph", "fused_pair_search",
         "fused_integrator")
-    assert implemented_techniques("nequip") == ("fused_update", "cuda_graph",
+    assert implemented_techniques("nequip") == ("fused_update", "tabulated_filter", "cuda_graph",
                                                 "fused_pair_search", "fused_integrator")
     assert implemented_techniques("dp") == ("fused_message_passing", "tabulated_filter",
                                             "cuda_graph", "fused_pair_search",
@@ -85,8 +85,7 @@ def no_schnet_problem(monkeypatch):
     monkeypatch.setattr(workbench.model.fused_schnet, "fused_path_problem", refuse)
 
 
-@pytest.mark.parametrize("architecture",
-                         ["painn", "egnn", pytest.param("nequip", marks=needs_e3nn)])
+@pytest.mark.parametrize("architecture", ["painn", "egnn"])
 def test_a_cpu_runs_other_networks_on_their_reference_path(architecture, no_triton,
                                                            no_schnet_problem):
     net = demo_network(architecture)
@@ -109,6 +108,20 @@ def test_a_cpu_runs_a_deep_potential_on_its_pytorch_tables(no_triton, no_schnet_
     settle_options(exact, CPU, net)
     assert exact == KernelOptions(mlp_precision="bf16")  # its networks in 16-bit, in PyTorch
     assert force_path(net, CPU, exact) == "reference"
+
+
+@needs_e3nn
+def test_a_cpu_runs_a_tensor_product_network_on_its_pytorch_tables(no_triton,
+                                                                     no_schnet_problem):
+    net = demo_network("nequip")
+    options = KernelOptions.all_on("fp16", tabulated_filter=True, cuda_graph=True)
+    notices = settle_options(options, CPU, net)
+    assert options == KernelOptions(tabulated_filter=True)
+    assert force_path(net, CPU, options) == "pytorch-tables"
+    assert "pair_filter" in notices[0] and "no fused kernels" in notices[0]
+    assert notices[1].startswith("tabulated_filter leaves fused_update nothing to run")
+    assert "fused_pair_search" in notices[2] and "fell back" in notices[2]
+    assert "tensor_product_tables: each block's radial weights" in notices[3]
 
 
 @interpreter_only
@@ -146,25 +159,31 @@ def test_painn_keeps_its_message_kernel_and_its_precision(no_schnet_problem):
 @needs_e3nn
 def test_nequip_keeps_its_radial_kernel_and_its_precision(no_schnet_problem):
     """``fused_update`` runs its radial MLPs in the packed linear kernel; its steps are
-    captured (on the OpenEquivariance backend: `test_captured_steps`)."""
+    captured (on the OpenEquivariance backend: `test_captured_steps`); its tables leave
+    ``fused_update`` and its precision nothing to run."""
     from workbench.model.force_paths import bring_needed
 
     net = demo_network("nequip")
-    options = KernelOptions.all_on("fp16", tabulated_filter=True, cuda_graph=True)
+    options = KernelOptions.all_on("fp16", cuda_graph=True)
     notices = settle_options(options, CPU, net)
     assert options == KernelOptions(fused_update=True, fused_pair_search=True,
                                     fused_integrator=True, cuda_graph=True,
                                     mlp_precision="fp16")
     assert notices == [
         "CGTensorProduct has no fused kernels for fused_radial_basis, fused_message_passing, "
-        "csr_aggregation, tabulated_filter, pair_filter: switched off, its "
-        "PyTorch reference path runs."]
+        "csr_aggregation, pair_filter: switched off, its PyTorch reference path runs."]
     assert force_path(net, CPU, options) == "triton"
     graph_only = KernelOptions(cuda_graph=True)
     assert bring_needed(graph_only, torch.device("cuda"), "nequip") == []
     assert force_path(net, CPU, graph_only) == "reference"
     steps_only = KernelOptions(fused_integrator=True, mlp_precision="fp16")
     assert "mlp_precision=fp16" in settle_options(steps_only, CPU, net)[0]
+    tables = KernelOptions(fused_update=True, tabulated_filter=True, mlp_precision="fp16")
+    notices = settle_options(tables, CPU, net)
+    assert tables == KernelOptions(tabulated_filter=True)
+    assert notices == ["tabulated_filter leaves fused_update nothing to run in "
+                       "CGTensorProduct: fused_update, mlp_precision=fp16 switched off."]
+    assert force_path(net, CPU, tables) == "triton"  # the table read kernel
 
 
 @interpreter_only

@@ -157,7 +157,7 @@ def nequip_potential(seed: int = 11) -> Potential:
 
 
 def test_registry_and_potential():
-    assert ARCHITECTURES["nequip"].fused == ("fused_update", "cuda_graph")
+    assert ARCHITECTURES["nequip"].fused == ("fused_update", "tabulated_filter", "cuda_graph")
     assert architecture_of(small_nequip()) == "nequip"
     built = build_network("nequip", TensorProductConfig(**SMALL).to_dict())
     assert isinstance(built, CGTensorProduct) and built.config == TensorProductConfig(**SMALL)
@@ -304,10 +304,10 @@ def test_16bit_radial_mlp_force_error_against_float64_is_bounded(precision, boun
 
 def test_the_captured_paths_read_nothing_on_the_host(monkeypatch):
     """What ``cuda_graph`` captures: the e3nn path and the OpenEquivariance path's layout
-    (with a stand-in for its convolution) run forward and backward on fake tensors, which
-    refuse any data-dependent host read, over a neighbour list's fixed-shape graph. The
-    CSR builders are the engine's Triton kernels (no host reads); here their PyTorch
-    reference, which fake tensors can run."""
+    (with a stand-in for its convolution), with radial MLPs or tables, run forward and
+    backward on fake tensors, which refuse any data-dependent host read, over a neighbour
+    list's fixed-shape graph. The CSR builders are the engine's Triton kernels (no host
+    reads); here their PyTorch reference, which fake tensors can run."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     import kernels
@@ -321,15 +321,21 @@ def test_the_captured_paths_read_nothing_on_the_host(monkeypatch):
     graph, needed = NeighborList(pos.shape[1], model.cutoff).static_graph(pos, 1600)
     assert int(needed) < 1600  # every edge has a slot, some slots are padding
 
-    def energy_and_grad():
+    def energy_and_grad(options=None):
         p = pos.reshape(-1, 3).clone().requires_grad_()
-        energy = model(p, tiny_system().bead_types.repeat(2), graph).sum()
+        energy = model(p, tiny_system().bead_types.repeat(2), graph, options).sum()
         return energy, torch.autograd.grad(energy, p)[0]
 
+    # the tables in PyTorch (the interpreter's kernels cannot read fake tensors; the table
+    # read kernel's captured path: tests/model/test_tensor_product_gpu.py)
+    monkeypatch.setattr(tp, "fused_radial_problem", lambda *args: "fake tensors")
+    tables = KernelOptions(tabulated_filter=True)
+    energy_and_grad(tables)  # the tables are built before capture, as by the warm-up steps
     for backend in ("e3nn", "openequivariance"):
         model.backend = backend
-        with FakeTensorMode(allow_non_fake_inputs=True):
-            energy_and_grad()
+        for options in (None, tables):
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                energy_and_grad(options)
     with pytest.raises(Exception, match="local_scalar_dense"), \
             FakeTensorMode(allow_non_fake_inputs=True):
         int(pos.sum())  # a host read is caught

@@ -5,8 +5,10 @@ with gather and scatter indices. Energies and forces of CLN025 replicas (native 
 of noise) agree to 1e-5 relative, on an exact graph and on a fixed-capacity graph with
 padding slots and candidate edges beyond the cutoff, and the accelerated paths give the
 weights' gradients that training needs. The radial MLPs on tensor cores (``fused_update``,
-FP32 and 16-bit) against the reference, and the paths that ``cuda_graph`` captures (e3nn and
-OpenEquivariance, with and without ``fused_update``) under CUDA's synchronisation check.
+FP32 and 16-bit) against the reference, the radial weights' tables (``tabulated_filter``)
+on every backend, and the paths that ``cuda_graph`` captures (e3nn and OpenEquivariance,
+with radial MLPs in PyTorch, in the packed kernel or tables) under CUDA's synchronisation
+check.
 
 The OpenEquivariance tests pass on an H200 (openequivariance 0.7.0, torch 2.11); the
 cuEquivariance ones have not run on a GPU. On the CPU, cuEquivariance's PyTorch method
@@ -52,9 +54,10 @@ def energy_and_forces(model, pos, types, graph, options=None):
     return energy.detach(), -grad
 
 
+@pytest.mark.parametrize("tables", [False, True], ids=["radial_mlp", "tabulated_filter"])
 @pytest.mark.parametrize("graph_kind", ["exact", "capacity"])
 @pytest.mark.parametrize("backend", sorted(PACKAGES))
-def test_backend_matches_e3nn_in_fp32(backend, graph_kind):
+def test_backend_matches_e3nn_in_fp32(backend, graph_kind, tables):
     pytest.importorskip(PACKAGES[backend])
     assert backend_problem(backend, torch.device("cuda")) is None
     torch.manual_seed(0)
@@ -67,13 +70,17 @@ def test_backend_matches_e3nn_in_fp32(backend, graph_kind):
         graph = NeighborList(n, model.cutoff, skin=1.5, capacity=4 * n * n,
                              exact=False).update(pos)
         assert not bool(graph.valid.all()), "needs padding slots"
-    e_ref, f_ref = energy_and_forces(model, pos, types, graph)
+    options = KernelOptions(tabulated_filter=tables)
+    e_ref, f_ref = energy_and_forces(model, pos, types, graph, options)
     model.backend = backend
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no fallback to e3nn
-        e, f = energy_and_forces(model, pos, types, graph)
+        e, f = energy_and_forces(model, pos, types, graph, options)
     assert relative_error(e, e_ref) < 1e-5
     assert relative_error(f, f_ref) < 1e-5
+    if tables:  # the tables' own error against the radial MLPs (1e-6 of the weights)
+        e_mlp, f_mlp = energy_and_forces(model, pos, types, graph)
+        assert 0 < relative_error(f, f_mlp) < 1e-5
 
 
 @pytest.mark.parametrize("backend", sorted(PACKAGES))
@@ -121,9 +128,9 @@ def test_radial_mlps_on_tensor_cores(precision, bound):
     assert relative_error(e.double(), e_ref.double()) < 10 * bound
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["reference", "fused_update"])
+@pytest.mark.parametrize("radial", ["reference", "fused_update", "tabulated_filter"])
 @pytest.mark.parametrize("backend", ["e3nn", "openequivariance"])
-def test_captured_paths_never_synchronise_with_the_host(backend, fused):
+def test_captured_paths_never_synchronise_with_the_host(backend, radial):
     """What ``cuda_graph`` captures: forward and backward over a fixed-shape graph with
     CUDA's synchronisation check set to raise (after a first evaluation that builds the
     backend, packs the weights and tunes the kernels)."""
@@ -133,7 +140,7 @@ def test_captured_paths_never_synchronise_with_the_host(backend, fused):
     model = CGTensorProduct(TensorProductConfig(cutoff=8.0), backend=backend).cuda()
     pos, types = cln025_batch()
     graph, _ = NeighborList(pos.shape[1], model.cutoff).static_graph(pos, 2 * pos.shape[1]**2)
-    options = KernelOptions(fused_update=fused, cuda_graph=True)
+    options = KernelOptions(cuda_graph=True, **({} if radial == "reference" else {radial: True}))
     e_ref, f_ref = energy_and_forces(model, pos, types, graph, options)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

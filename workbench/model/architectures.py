@@ -66,11 +66,12 @@ ARCHITECTURES: dict[str, Architecture] = {
     "egnn": Architecture("workbench.model.egnn", "EGNNConfig", "CGEGNN",
                          ("fused_message_passing", "cuda_graph")),
     # its convolution backends are a switch of the network (`CGTensorProduct.backend`);
-    # fused_update runs its radial MLPs in the packed linear kernel. Its steps are captured
-    # on the OpenEquivariance backend only (`workbench.runner.UNCAPTURED_TP_BACKENDS`;
-    # docs/tensor-product.md)
+    # fused_update runs its radial MLPs in the packed linear kernel; its radial weights'
+    # tables run in PyTorch on any device (`workbench.model.tensor_product_tables`). Its
+    # steps are captured on the OpenEquivariance backend only
+    # (`workbench.model.tensor_product.UNCAPTURED_TP_BACKENDS`; docs/tensor-product.md)
     "nequip": Architecture("workbench.model.tensor_product", "TensorProductConfig",
-                           "CGTensorProduct", ("fused_update", "cuda_graph")),
+                           "CGTensorProduct", ("fused_update", "tabulated_filter", "cuda_graph")),
     # its tables run in PyTorch on any device (`workbench.model.dp_tables`); its fused
     # descriptor kernel reads them
     "dp": Architecture("workbench.model.deep_potential", "DeepPotentialConfig",

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as nnf
 
-from kernels.tabulated import FilterTable, evaluate_table, tabulate_filter
+from kernels.tabulated import FilterTable, tabulate_within
 from workbench.model.fused_schnet import cached_packing
-from workbench.model.pytorch_tables import cubic_coefficients
+from workbench.model.pytorch_tables import cubic_coefficients, cubic_lookup
 
 __all__ = ["EmbeddingTable", "build_embedding_table", "embedding_table", "tabulated_embedding",
            "TABLE_MIN_DISTANCE", "TABLE_TOLERANCE"]
@@ -124,19 +124,9 @@ def build_embedding_table(model, device: torch.device) -> tuple[FilterTable, flo
         g = exact.embedding((lower + u).repeat(nets), keys).view(nets, u.numel(), width)
         return g.transpose(0, 1).reshape(u.numel(), nets * width)
 
-    length = upper - lower
-    intervals = FIRST_INTERVALS
-    with torch.no_grad():
-        while True:
-            table = tabulate_filter(networks, intervals + 1, length, device=device)
-            mid = (torch.arange(intervals, dtype=torch.float64, device=device) + 0.5)
-            mid = mid * table.spacing
-            values = networks(mid)
-            scale = values.abs().max().clamp_min(1e-300)
-            error = float((evaluate_table(table, mid) - values).abs().max() / scale)
-            if error <= TABLE_TOLERANCE or intervals >= MAX_INTERVALS:
-                return table, lower, error
-            intervals *= 2
+    table, _, error = tabulate_within(networks, upper - lower, TABLE_TOLERANCE,
+                                   (FIRST_INTERVALS, MAX_INTERVALS), device=device)
+    return table, lower, error
 
 
 def embedding_table(model, dtype: torch.dtype, device: torch.device) -> EmbeddingTable:
@@ -172,10 +162,6 @@ def tabulated_embedding(table: EmbeddingTable, x: torch.Tensor,
     torch.Tensor, shape (E, M1), ``x``'s dtype
         Differentiable in ``x`` (the exact derivative of the interpolant).
     """
-    last = table.intervals
-    u = ((x - table.lower) / table.table.spacing).clamp(0.0, last)
-    k = u.detach().floor().long().clamp(max=last - 1)
-    t = (u - k.to(u.dtype))[:, None]
-    weights = torch.cat([torch.ones_like(t), t, t * t, t * t * t], 1)
-    lookup = 4 * (net * last + k)[:, None] + torch.arange(4, device=x.device)
+    lookup, weights = cubic_lookup((x - table.lower) / table.table.spacing, table.intervals,
+                                   net * table.intervals)
     return nnf.embedding_bag(lookup, table.rows, mode="sum", per_sample_weights=weights)

@@ -39,11 +39,17 @@ from workbench.model.options import KernelOptions
 #: run where the Triton kernels cannot (CGSchNet's tables besides its Triton ones;
 #: CGDeepPotential's tables and 16-bit networks).
 PYTORCH_TECHNIQUES = {"schnet": frozenset({"tabulated_filter"}),
-                      "dp": frozenset({"tabulated_filter", "mlp_precision"})}
+                      "dp": frozenset({"tabulated_filter", "mlp_precision"}),
+                      "nequip": frozenset({"tabulated_filter"})}
 
 #: Techniques (and ``mlp_precision``) that run in PyTorch only, whatever the device, by
 #: architecture (the tables on their own put the forces on the ``"pytorch-tables"`` path).
 PYTORCH_ONLY = {"dp": frozenset({"tabulated_filter", "mlp_precision"})}
+
+#: What the ``"pytorch-tables"`` path reads from its tables, by architecture (for notices).
+TABLE_READERS = {"schnet": "workbench.model.pytorch_tables: each block's filter",
+                 "dp": "workbench.model.dp_tables: each embedding network",
+                 "nequip": "workbench.model.tensor_product_tables: each block's radial weights"}
 
 #: Techniques of the MD step around the network, which run whatever network the potential
 #: holds: the graph from the Triton pair search, and the fused Langevin steps.
@@ -53,6 +59,21 @@ STEP_TECHNIQUES = frozenset({"fused_pair_search", "fused_integrator"})
 #: network reads its edge arrays only (`workbench.neighbors.without_empty_slots` applies).
 LAYOUT_TECHNIQUES = ("fused_radial_basis", "fused_message_passing", "csr_aggregation",
                      "tabulated_filter", "pair_filter")
+
+#: Techniques of `LAYOUT_TECHNIQUES` that read the edge arrays only in a network of the
+#: architecture: CGTensorProduct's tables are read per edge slot (`kernels.table_read`), so
+#: its reference convolution keeps doing the work of the edges only (1ENH × 64, H200: 467
+#: against 677 timestep·mol/s for the baseline with every slot of the pair search's graph).
+EDGE_ARRAY_TECHNIQUES = {"nequip": frozenset({"tabulated_filter"})}
+
+
+def walks_layouts(network: nn.Module | None, options: KernelOptions) -> bool:
+    """Whether ``options`` switch on a technique that walks the graph's slots and CSR
+    layouts in ``network`` (`LAYOUT_TECHNIQUES` but its architecture's
+    `EDGE_ARRAY_TECHNIQUES`)."""
+    architecture = None if network is None else architecture_of(network)
+    edges_only = EDGE_ARRAY_TECHNIQUES.get(architecture, frozenset())
+    return any(getattr(options, name) for name in LAYOUT_TECHNIQUES if name not in edges_only)
 
 #: The techniques that keep a network's edge tensors out of memory: captured steps need
 #: one of them (`bring_needed`).
@@ -74,6 +95,12 @@ FUSED_PROBLEMS = {
 #: message kernel (`kernels.painn_message`); without the kernel there is nothing to read
 #: them.
 TECHNIQUE_NEEDS = {"painn": {"tabulated_filter": "fused_message_passing"}}
+
+#: Techniques that leave another with nothing to run, by architecture: asked for together,
+#: the second is switched off with a notice (and ``mlp_precision``, which only its
+#: networks read). CGTensorProduct's ``tabulated_filter`` reads every block's radial
+#: weights from a table: no radial MLP is left for ``fused_update`` to run.
+SUPERSEDES = {"nequip": {"tabulated_filter": "fused_update"}}
 
 NO_TRITON = "Triton kernels need a CUDA GPU (or TRITON_INTERPRET=1 for tests)"
 
@@ -222,9 +249,9 @@ def force_path(network: nn.Module | None, device: torch.device, options: KernelO
 
     A network other than CGSchNet is on the Triton path only with one of its own Triton
     kernels on (CGEGNN's and CGPaiNN's ``fused_message_passing``, CGPaiNN's
-    ``tabulated_filter``, CGDeepPotential's fused
-    descriptor, CGTensorProduct's ``fused_update``); otherwise its PyTorch tables, if on, or
-    its reference path compute the forces whatever the step's techniques.
+    ``tabulated_filter``, CGDeepPotential's fused descriptor, CGTensorProduct's
+    ``fused_update`` and ``tabulated_filter``); otherwise its PyTorch tables, if on, or its
+    reference path compute the forces whatever the step's techniques.
     """
     if options.is_baseline:
         return "reference"
@@ -270,6 +297,15 @@ def settle_options(options: KernelOptions, device: torch.device,
     brought = bring_needed(options, device, architecture)
     if brought:
         notices.append(brought_notice(brought, architecture, options))
+    for name, superseded in SUPERSEDES.get(architecture, {}).items():
+        if getattr(options, name) and getattr(options, superseded):
+            setattr(options, superseded, False)
+            off = [superseded]
+            if options.mlp_precision != "fp32":
+                off.append(f"mlp_precision={options.mlp_precision}")
+                options.mlp_precision = "fp32"
+            notices.append(f"{name} leaves {superseded} nothing to run in "
+                           f"{network_name(architecture)}: {', '.join(off)} switched off.")
     problem = None if options.is_baseline else fused_problem(network, device, options)
     if problem is not None:
         keep = PYTORCH_TECHNIQUES.get(architecture, frozenset())
@@ -286,8 +322,6 @@ def settle_options(options: KernelOptions, device: torch.device,
     if force_path(network, device, options) == "pytorch-tables":
         count = torch.get_num_threads()
         threads = f", {count} thread{'s' * (count != 1)}" if device.type == "cpu" else ""
-        where = ("workbench.model.dp_tables: each embedding network" if architecture == "dp"
-                 else "workbench.model.pytorch_tables: each block's filter")
-        notices.append(f"Tabulated filters in PyTorch ({where} from its cubic Hermite "
-                       f"table{threads}).")
+        notices.append(f"Tabulated filters in PyTorch ({TABLE_READERS[architecture]} "
+                       f"from its cubic Hermite table{threads}).")
     return notices

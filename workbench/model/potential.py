@@ -152,7 +152,7 @@ class Potential(nn.Module):
         """Whether this evaluation reads the graph's edge arrays only (every slot, no CSR
         layouts: a reference path, or CGSchNet's fused path with none of the techniques
         that walk the layouts) in an eager step, where `without_empty_slots` pays."""
-        from workbench.model.force_paths import LAYOUT_TECHNIQUES, force_path
+        from workbench.model.force_paths import force_path, walks_layouts
 
         if pos.is_cuda and torch.cuda.is_current_stream_capturing():
             return False
@@ -160,7 +160,7 @@ class Potential(nn.Module):
             return False  # a backend of its own (OpenEquivariance, deepmd-kit) takes the slots
         options = options or KernelOptions()
         return (force_path(self.network, pos.device, options) != "triton"
-                or not any(getattr(options, name) for name in LAYOUT_TECHNIQUES))
+                or not walks_layouts(self.network, options))
 
     def energy(
         self, pos: torch.Tensor, graph: Graph | None, options: KernelOptions | None = None

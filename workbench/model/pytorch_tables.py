@@ -44,8 +44,8 @@ from torch.autograd.function import once_differentiable
 from kernels.tabulated import FilterTable
 from workbench.neighbors import Graph
 
-__all__ = ["CubicRows", "PairChunk", "TablePairs", "cubic_coefficients", "cubic_rows",
-           "table_pairs", "pair_filters", "pair_cfconv", "table_node_energies"]
+__all__ = ["CubicRows", "PairChunk", "TablePairs", "cubic_coefficients", "cubic_lookup",
+           "cubic_rows", "table_pairs", "pair_filters", "pair_cfconv", "table_node_energies"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,38 @@ def cubic_coefficients(table: FilterTable, dtype: torch.dtype = torch.float32) -
     c0, c1 = table.coeffs01.to(dtype).unbind(1)
     c2, c3 = (table.coeffs23.to(dtype) * table.scale23.to(dtype)).unbind(1)
     return torch.stack([c0, c1, c2, c3], 1)
+
+
+def cubic_lookup(u: torch.Tensor, intervals: int,
+                 first_interval: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where ``embedding_bag`` reads piecewise cubics at grid coordinates ``u``, and how.
+
+    Parameters
+    ----------
+    u : torch.Tensor, shape (M,), float
+        Coordinates in units of the spacing (``d / h``); clamped to ``[0, intervals]``, so a
+        read beyond either end holds the end's value with zero slope. May require grad.
+    intervals : int
+        ``G − 1`` of the table.
+    first_interval : torch.Tensor, shape (M,), int64, optional
+        Row offset of each read's table, in intervals (say, ``n (G − 1)`` for network
+        ``n`` of tables stacked as ``[P, G − 1, 4, F]``).
+
+    Returns
+    -------
+    lookup : torch.Tensor, shape (M, 4), int64
+        Rows ``4 (first_interval + k) + m`` of the coefficient rows (`cubic_coefficients`
+        flattened), ``k`` the interval of ``u``.
+    weights : torch.Tensor, shape (M, 4), ``u``'s dtype
+        ``t^m`` with ``t = u − k``, differentiable in ``u`` (the interpolant's exact
+        derivative).
+    """
+    u = u.clamp(0.0, intervals)
+    k = u.detach().floor().long().clamp(max=intervals - 1)
+    t = (u - k.to(u.dtype))[:, None]
+    weights = torch.cat([torch.ones_like(t), t, t * t, t * t * t], 1)
+    rows = k if first_interval is None else first_interval + k
+    return 4 * rows[:, None] + torch.arange(4, device=u.device), weights
 
 
 def cubic_rows(table: FilterTable, dtype: torch.dtype = torch.float32) -> CubicRows:

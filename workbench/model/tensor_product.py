@@ -58,11 +58,14 @@ activation applied to each layer's input on load, FP32 as three TF32 tensor-core
 with split weights), with ``mlp_precision`` ``"fp16"`` or ``"bf16"`` as channel-wise scaled
 16-bit operands and FP32 accumulation (`kernels.quantize`); the packed weights are cached
 until a parameter or the precision changes (`packed_radial`). The envelope, positions,
-distances, energies and forces stay FP32. The e3nn and OpenEquivariance forward and
-backward passes read nothing on the host, but whole steps are not captured
-(``cuda_graph`` is not offered): at the graph's fixed capacity they were slower than eager
-steps (docs/tensor-product.md). The other techniques have no kernels here: force paths
-switch them off and say so.
+distances, energies and forces stay FP32. ``tabulated_filter`` reads every block's
+radial weights ``R_b(e(d)) · C(d)``, a function of the length alone, from one cubic
+Hermite table instead (`workbench.model.tensor_product_tables`: PyTorch on any device,
+error at most 1e-6 of each block's largest weight; ``fused_update`` has nothing left to run
+beside it and says so). The e3nn and OpenEquivariance forward and backward passes read
+nothing on the host; whole steps (``cuda_graph``) are captured on the OpenEquivariance
+backend only (`UNCAPTURED_TP_BACKENDS`). The other techniques have no kernels here: force
+paths switch them off and say so.
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ from workbench.model.geometry import edge_vectors
 from workbench.model.network_config import ACTIVATIONS, NetworkConfig
 from workbench.model.options import KernelOptions
 from workbench.model.schnet import MLP
+from workbench.model.tensor_product_tables import radial_tables, table_reads, tabulated_weights
 from workbench.neighbors import Graph
 
 #: Backends of the convolution, the reference first.
@@ -219,11 +223,15 @@ def backend_problem(backend: str, device: torch.device | str) -> str | None:
 
 def warn_backend_fallback_once(backend: str, reason: str) -> None:
     """One ``RuntimeWarning`` per backend and reason that the e3nn path runs instead."""
-    message = (f"tensor-product backend {backend!r} unavailable ({reason}); using the e3nn "
+    _warn_once(f"tensor-product backend {backend!r} unavailable ({reason}); using the e3nn "
                "reference path")
+
+
+def _warn_once(message: str) -> None:
+    """One ``RuntimeWarning`` per message and process."""
     if message not in _WARNED:
         _WARNED.add(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 def _activation(irreps, act: nn.Module) -> list:
@@ -320,29 +328,25 @@ class TensorProductBlock(nn.Module):
         messages = self.tp(x.index_select(0, src), sh, weights)
         return messages.new_zeros(x.shape[0], messages.shape[1]).index_add_(0, dst, messages)
 
-    def forward(self, h, sh, rbf, envelope, src, dst, backend="e3nn", layout=None,
-                radial=None):
+    def forward(self, h, sh, weights, src, dst, backend="e3nn", layout=None):
         """Updated node features, shape (N, irreps.dim).
 
         Parameters
         ----------
         h : torch.Tensor, shape (N, irreps_in.dim)
         sh : torch.Tensor, shape (E, irreps_sh.dim)
-        rbf : torch.Tensor, shape (E, K)
-        envelope : torch.Tensor, shape (E,)
-            Zero on padding slots and at or beyond the cutoff. With a ``layout``, ``sh``,
-            ``rbf`` and ``envelope`` are in its order (``layout.perm``).
+        weights : torch.Tensor, shape (E, P)
+            The path weights (`edge_weights`, or read from the tables), zero on padding
+            slots and at or beyond the cutoff. With a ``layout``, ``sh`` and ``weights`` are
+            in its order (``layout.perm``).
         src, dst : torch.Tensor, shape (E,), int64
             Edge endpoints, safe to gather with (unused with a ``layout``).
         backend : str
             A backend of `TP_BACKENDS` that `backend_problem` found runnable.
         layout : ConvLayout, optional
             The destination-sorted edges (OpenEquivariance).
-        radial : list of kernels.PackedLinear, optional
-            This block's packed radial MLP (`edge_weights`).
         """
         x = self.linear_in(h)
-        weights = self.edge_weights(rbf, envelope, radial)
         if backend == "openequivariance":
             m = oeq_convolution(self, x, sh, weights, layout)
         elif backend == "cuequivariance":
@@ -438,15 +442,13 @@ class CGTensorProduct(nn.Module):
         -------
         sh : torch.Tensor, shape (E, (lmax + 1)²)
             Spherical harmonics of the edge directions ``r_dst − r_src``.
-        rbf : torch.Tensor, shape (E, K)
-        envelope : torch.Tensor, shape (E,)
-            ``C(d)``, zero at and beyond the cutoff and on padding slots.
+        d : torch.Tensor, shape (E,)
+            Edge lengths, beyond the cutoff on padding slots.
         src, dst : torch.Tensor, shape (E,), int64
             Indices safe to gather with (padding slots point at node 0).
         """
         diff, src, dst = edge_vectors(pos, graph.src, graph.dst, graph.valid, self.cutoff)
-        d = torch.linalg.vector_norm(diff, dim=-1)
-        return self.spherical_harmonics(diff), self.rbf_layer(d), self.envelope(d), src, dst
+        return self.spherical_harmonics(diff), torch.linalg.vector_norm(diff, dim=-1), src, dst
 
     def forward(
         self,
@@ -468,30 +470,48 @@ class CGTensorProduct(nn.Module):
             slots contribute nothing.
         options : KernelOptions, optional
             ``fused_update`` runs the radial MLPs in the packed linear kernel (operands in
-            ``mlp_precision``) where `fused_radial_problem` finds nothing; ``cuda_graph``
-            is the simulation's. The other techniques (but the MD step's own) have no
-            kernels here: ignored with a one-time warning, as is a 16-bit precision
-            without ``fused_update`` or where the kernel cannot run. The convolution
+            ``mlp_precision``) where `fused_radial_problem` finds nothing;
+            ``tabulated_filter`` reads every block's radial weights from its table instead
+            (`workbench.model.tensor_product_tables`, PyTorch, any device; fused_update then
+            has nothing to run); ``cuda_graph`` is the simulation's. The other
+            techniques (but the MD step's own) have no kernels here: ignored with a
+            one-time warning, as is a 16-bit precision without ``fused_update`` or where
+            the kernel cannot run. The convolution
             backend is ``self.backend``.
 
         Returns
         -------
         torch.Tensor, shape (N,)
         """
-        radial = [None] * len(self.blocks)
+        tables = radial = None
         if options is not None:
-            radial = self._packed_layers(pos, options) or radial
+            radial = self._packed_layers(pos, options)
+            if options.tabulated_filter:
+                tables = radial_tables(self, pos.dtype, pos.device)
         backend = self.backend_for(pos.device)
-        sh, rbf, envelope, src, dst = self.edge_terms(pos, graph)
+        sh, d, src, dst = self.edge_terms(pos, graph)
+        # per edge, once for all blocks: the table reads, or the basis and the envelope
+        if tables is not None:
+            kernel = (pos.dtype == torch.float32
+                      and fused_radial_problem(self, pos.device, options) is None)
+            reads = table_reads(tables, d, kernel)
+        else:
+            rbf, envelope = self.rbf_layer(d), self.envelope(d)
         layout = None
         if backend == "openequivariance":
             layout = conv_layout(self, pos, graph)
-            # the edge terms in the layout's order once for all blocks: K basis columns
-            # gathered instead of every block's P weight columns
-            sh, rbf, envelope = (t.index_select(0, layout.perm) for t in (sh, rbf, envelope))
+            # in the layout's order once for all blocks: a few columns gathered instead of
+            # every block's P weight columns
+            sh = sh.index_select(0, layout.perm)
+            if tables is not None:
+                reads = reads.permuted(layout.perm)
+            else:
+                rbf, envelope = (t.index_select(0, layout.perm) for t in (rbf, envelope))
         h = self.embedding_layer(types).to(pos.dtype)
-        for block, packed in zip(self.blocks, radial, strict=True):
-            h = block(h, sh, rbf, envelope, src, dst, backend, layout, packed)
+        for b, block in enumerate(self.blocks):
+            weights = (tabulated_weights(tables, b, reads) if tables is not None else
+                       block.edge_weights(rbf, envelope, None if radial is None else radial[b]))
+            h = block(h, sh, weights, src, dst, backend, layout)
         return self.output_network(h[:, self._energy_slice]).squeeze(-1)
 
     def _packed_layers(self, pos: torch.Tensor, options: KernelOptions) -> list | None:
@@ -506,7 +526,10 @@ class CGTensorProduct(nn.Module):
             missing.append(f"{options.mlp_precision} without fused_update")
         if missing:
             warn_fallback_once(f"CGTensorProduct has no fused kernels for {', '.join(missing)}")
-        if not options.fused_update:
+        if options.fused_update and options.tabulated_filter:
+            _warn_once("fused_update does nothing beside tabulated_filter: every block's "
+                       "radial weights are read from its table (the radial MLPs do not run)")
+        if not options.fused_update or options.tabulated_filter:
             return None
         problem = fused_radial_problem(self, pos.device, options)
         if problem is None and pos.dtype != torch.float32:
@@ -532,13 +555,16 @@ def _even_scalar_slice(irreps) -> slice:
 
 def fused_radial_problem(model: CGTensorProduct, device: torch.device,
                          options: KernelOptions) -> str | None:
-    """Why the radial MLPs cannot run in the packed linear kernel (``fused_update``) on
-    ``device``, or None if they can (`workbench.model.force_paths.FUSED_PROBLEMS`)."""
+    """Why the radial weights cannot run in their Triton kernels on ``device`` (the MLPs in
+    the packed linear kernel with ``fused_update``, else their tables in the table read
+    kernel), or None if they can (`workbench.model.force_paths.FUSED_PROBLEMS`)."""
     from kernels.fused_update import ACTIVATIONS as FUSED_ACTIVATIONS
     from workbench.model.fused_schnet import kernel_device_problem
 
-    problem = kernel_device_problem(model, device, options, "the packed linear kernel")
-    if problem is None and model.config.activation not in FUSED_ACTIVATIONS:
+    kernel = "the packed linear kernel" if options.fused_update else "the table read kernel"
+    problem = kernel_device_problem(model, device, options, kernel)
+    if problem is None and options.fused_update and (
+            model.config.activation not in FUSED_ACTIVATIONS):
         problem = (f"the packed linear kernel applies {', '.join(FUSED_ACTIVATIONS)}, not "
                    f"{model.config.activation}")
     return problem
