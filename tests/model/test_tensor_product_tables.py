@@ -174,13 +174,14 @@ def test_fused_update_beside_the_tables_says_it_has_nothing_to_run():
 
 
 @interpreter_only
-def test_the_tables_leave_the_padding_slots_out_of_the_e3nn_convolution(monkeypatch):
-    """The table read kernel reads the edge arrays only: a potential gives the network the
-    graph without its empty slots (the reference convolution then does the work of the
-    edges only), as on the reference path; a CGSchNet-style layout technique would not."""
+def test_the_tables_get_the_exact_edges_as_the_reference_path(monkeypatch):
+    """The table read kernel reads the edge arrays only: an eager step's neighbour list
+    gives the exact edges, and a potential gives the network a graph without its empty
+    slots (the convolution then does the work of the edges only), as on the reference
+    path; the layout and candidate techniques of other networks would not."""
     from test_tensor_product import nequip_potential
 
-    from workbench.model.force_paths import force_path, walks_layouts
+    from workbench.model.force_paths import force_path, reads_candidates, walks_layouts
 
     potential = nequip_potential()
     pos = perturbed_positions(replicas=2, sigma=0.3, seed=8, dtype=torch.float32)
@@ -194,5 +195,8 @@ def test_the_tables_leave_the_padding_slots_out_of_the_e3nn_convolution(monkeypa
     assert force_path(potential.network, pos.device, TABLES) == "triton"
     assert not walks_layouts(potential.network, TABLES)
     assert walks_layouts(potential.network, KernelOptions(fused_message_passing=True))
+    # an eager step's neighbour list: the exact edges, not the candidates within the skin
+    assert not reads_candidates(potential.network, TABLES)
+    assert reads_candidates(None, TABLES)  # (CGSchNet's tables drop them on the device)
     potential.energy(pos, graph, TABLES)
     assert seen[-1].valid is None and seen[-1].src.shape[0] == int(graph.valid.sum())

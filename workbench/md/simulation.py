@@ -31,6 +31,7 @@ from workbench.md.captured_steps import (
     captured_steps_problem,
 )
 from workbench.md.integrators import Integrator, LangevinIntegrator, maxwell_boltzmann
+from workbench.model.force_paths import reads_candidates
 from workbench.model.fused_schnet import warn_fallback_once
 from workbench.model.options import KernelOptions
 from workbench.model.potential import Potential
@@ -228,7 +229,7 @@ class Simulation:
         # Paths that materialise edge tensors get the exact edge list (as CGSchNet users run
         # it); the fused per-edge kernels get the static candidate arrays and drop edges
         # beyond the cutoff on the device, without a host synchronisation.
-        exact = not (self.options.fused_message_passing or self.options.tabulated_filter)
+        exact = not reads_candidates(self.potential.network, self.options)
         try:
             return self.neighbor_list.update(pos, exact=exact)
         except NeighborListOverflow as overflow:

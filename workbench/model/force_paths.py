@@ -60,20 +60,39 @@ STEP_TECHNIQUES = frozenset({"fused_pair_search", "fused_integrator"})
 LAYOUT_TECHNIQUES = ("fused_radial_basis", "fused_message_passing", "csr_aggregation",
                      "tabulated_filter", "pair_filter")
 
-#: Techniques of `LAYOUT_TECHNIQUES` that read the edge arrays only in a network of the
-#: architecture: CGTensorProduct's tables are read per edge slot (`kernels.table_read`), so
-#: its reference convolution keeps doing the work of the edges only (1ENH × 64, H200: 467
-#: against 677 timestep·mol/s for the baseline with every slot of the pair search's graph).
+#: The techniques whose kernels drop candidate edges beyond the cutoff on the device: an
+#: eager step gives them the neighbour list's static candidate arrays (no host
+#: synchronisation); other paths get the exact edge list.
+CANDIDATE_TECHNIQUES = ("fused_message_passing", "tabulated_filter")
+
+#: Techniques of `LAYOUT_TECHNIQUES` and `CANDIDATE_TECHNIQUES` that read the edge arrays
+#: only in a network of the architecture and materialise edge tensors: CGTensorProduct's
+#: tables are read per edge (`kernels.table_read`) into its convolution's ``[E, P]``
+#: weights, so it gets the exact edge list without empty slots, as its reference path
+#: (1ENH × 64, H200, one run: 511 against 679 timestep·mol/s for e3nn's reference convolution over
+#: the candidate list, about 1.5 times the edges).
 EDGE_ARRAY_TECHNIQUES = {"nequip": frozenset({"tabulated_filter"})}
+
+
+def _switched_on(network: nn.Module | None, options: KernelOptions, names) -> bool:
+    """Whether ``options`` switch on one of ``names`` but the network's
+    `EDGE_ARRAY_TECHNIQUES`."""
+    architecture = None if network is None else architecture_of(network)
+    edges_only = EDGE_ARRAY_TECHNIQUES.get(architecture, frozenset())
+    return any(getattr(options, name) for name in names if name not in edges_only)
+
+
+def reads_candidates(network: nn.Module | None, options: KernelOptions) -> bool:
+    """Whether the network's kernels take the neighbour list's candidate edges in an eager
+    step (`CANDIDATE_TECHNIQUES` but its architecture's `EDGE_ARRAY_TECHNIQUES`)."""
+    return _switched_on(network, options, CANDIDATE_TECHNIQUES)
 
 
 def walks_layouts(network: nn.Module | None, options: KernelOptions) -> bool:
     """Whether ``options`` switch on a technique that walks the graph's slots and CSR
     layouts in ``network`` (`LAYOUT_TECHNIQUES` but its architecture's
     `EDGE_ARRAY_TECHNIQUES`)."""
-    architecture = None if network is None else architecture_of(network)
-    edges_only = EDGE_ARRAY_TECHNIQUES.get(architecture, frozenset())
-    return any(getattr(options, name) for name in LAYOUT_TECHNIQUES if name not in edges_only)
+    return _switched_on(network, options, LAYOUT_TECHNIQUES)
 
 #: The techniques that keep a network's edge tensors out of memory: captured steps need
 #: one of them (`bring_needed`).
