@@ -28,9 +28,10 @@ Kernel arguments (both kernels):
 * ``c_ptr``: ``[G − 1, 4, F]`` float32 coefficients.
 * ``w_ptr`` (forward): ``[E, F]`` float32 output. ``gw_ptr`` (backward): ``[E, F]``
   float32 ``dL/dW``, contiguous; ``gd_ptr``: ``[E]`` float32 output ``dL/dd``.
-* ``num_edges``: ``E``. ``inv_h``: ``1 / h``. ``intervals``: ``G − 1`` (as a float: the
-  length coordinate ``x`` is compared with it). ``F``: the number of columns, the
-  autotuning key with ``BLOCK_F``'s choice.
+* ``num_edges``: ``E`` (not specialised on: edge counts change every few steps, and a
+  new divisibility class would compile the kernel again).
+* ``inv_h``: ``1 / h``. ``intervals``: ``G − 1`` (as a float: the length coordinate ``x``
+  is compared with it). ``F``: the number of columns, the autotuning key.
 * ``BLOCK_E``, ``BLOCK_F``: tile sizes (autotuned on a GPU; one configuration under the
   interpreter).
 
@@ -66,7 +67,7 @@ def _interval(d_ptr, e, emask, inv_h, intervals):
 
 
 @autotune(_configs(), ["F"])
-@triton.jit
+@triton.jit(do_not_specialize=["num_edges"])
 def _read_fwd_kernel(d_ptr, c_ptr, w_ptr, num_edges, inv_h, intervals, F,
                      BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr):
     e = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -86,7 +87,7 @@ def _read_fwd_kernel(d_ptr, c_ptr, w_ptr, num_edges, inv_h, intervals, F,
 
 
 @autotune(_configs(), ["F"])
-@triton.jit
+@triton.jit(do_not_specialize=["num_edges"])
 def _read_bwd_kernel(d_ptr, c_ptr, gw_ptr, gd_ptr, num_edges, inv_h, intervals, F,
                      BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr):
     e = tl.program_id(0) * BLOCK_E + tl.arange(0, BLOCK_E)

@@ -98,7 +98,7 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 #: The long validation run's kernels of the tensor-product network: OpenEquivariance's
 #: convolution (``--tp-backend openequivariance``, the backend whose steps are captured)
 #: with the radial MLPs in 16 bits.
-NEQUIP_LONG_RUN_KERNELS = LONG_RUN_KERNELS.replace("fused_message_passing", "fused_update")
+NEQUIP_LONG_RUN_KERNELS = "tabulated_filter+cuda_graph+fused_pair_search+fused_integrator"
 
 
 def recipe_network(architecture: str, long_run: str = LONG_RUN_KERNELS) -> torch.nn.Module:
@@ -177,9 +177,10 @@ def test_a_mapping_in_a_recipe_is_the_option_written_as_json(tmp_path):
 
 @pytest.mark.parametrize("kernels", ["fused_update", NEQUIP_LONG_RUN_KERNELS])
 def test_the_nequip_recipe_fits_one_gpu_call_the_size_budget_and_the_fused_kernel(kernels):
-    """recipes/cln025-nequip.yaml: radial MLPs that the packed linear kernel runs, one
-    multiplicity for every irrep (cuEquivariance's CUDA kernel), the long run on
-    OpenEquivariance's convolution, and a file of at most 0.2 MB with the priors."""
+    """recipes/cln025-nequip.yaml: radial MLPs that the packed linear kernel runs and radial
+    tables that the table read kernel runs, one multiplicity for every irrep
+    (cuEquivariance's CUDA kernel), the long run on OpenEquivariance's convolution, and a
+    file of at most 0.2 MB with the priors."""
     from workbench.model.options import KernelOptions
     from workbench.model.tensor_product import fused_radial_problem
 

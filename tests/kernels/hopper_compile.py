@@ -1,5 +1,6 @@
 """Compile the fused-filter, pair-filter, EGNN edge, PaiNN message, Deep Potential descriptor,
-tabulated, edge-length, pair-search, position-gradient and packed-linear kernels for sm_90.
+tabulated, table read, edge-length, pair-search, position-gradient and packed-linear kernels
+for sm_90.
 
 Run as a script in a process without ``TRITON_INTERPRET`` (under the interpreter the
 kernels are Python functions and cannot be compiled): ``python hopper_compile.py`` prints
@@ -36,6 +37,7 @@ from kernels.pair_filter import (
 )
 from kernels.pair_search import _count_kernel, _fill_kernel
 from kernels.segment_reduce import _pos_grad_kernel
+from kernels.table_read import _read_bwd_kernel, _read_fwd_kernel
 
 TABLE = {"c01_ptr": "*fp32", "c23_ptr": "*fp16", "scale_ptr": "*fp32", "ptr_ptr": "*i32",
          "perm_ptr": "*i32", "num_nodes": "i32", "num_intervals": "i32", "inv_h": "fp32",
@@ -161,6 +163,16 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
         {"dst_perm_ptr": "*i32", "src_perm_ptr": "*i32", "live_ptr": "*i32", "rank_ptr": "*i32",
          "row_ptr": "*i32", "edges_ptr": "*i32", "E": "i32", "capacity": "i32"},
         [dict(REPRESENTATIVES=r, BLOCK=1024) for r in (True, False)]),
+    "table read forward": (
+        _read_fwd_kernel,
+        {"d_ptr": "*fp32", "c_ptr": "*fp32", "w_ptr": "*fp32", "num_edges": "i32",
+         "inv_h": "fp32", "intervals": "fp32", "F": "i32"},
+        [{"BLOCK_E": 64, "BLOCK_F": 32}]),
+    "table read backward": (
+        _read_bwd_kernel,
+        {"d_ptr": "*fp32", "c_ptr": "*fp32", "gw_ptr": "*fp32", "gd_ptr": "*fp32",
+         "num_edges": "i32", "inv_h": "fp32", "intervals": "fp32", "F": "i32"},
+        [{"BLOCK_E": 64, "BLOCK_F": 32}]),
     "edge lengths": (
         _distance_kernel,
         {"pos_ptr": "*fp32", "src_ptr": "*i64", "ptr_ptr": "*i32", "perm_ptr": "*i32",

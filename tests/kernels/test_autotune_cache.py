@@ -36,6 +36,7 @@ from kernels import (
 )
 from kernels.egnn_edge import egnn_edge, pack_edge_mlp
 from kernels.painn_message import pack_painn_filter, painn_message
+from kernels.table_read import table_read
 from kernels.tabulated import tabulate_filter
 
 Autotuner = pytest.importorskip("triton.runtime.autotuner").Autotuner
@@ -120,6 +121,10 @@ def test_every_autotuned_launch_has_a_key_the_disk_cache_can_write(device, launc
                                 type_one_side=False, num_neighbors=8.0, lower=0.0, width=16)
     a = dp_descriptor(pos, types, sym["src"], sym["dst"], sym["csr"], table, descriptor)
     torch.autograd.grad(a.sum(), pos)
+    # a table read per edge (a NequIP network's radial weights), forward and backward
+    lengths = dist.detach().clone().requires_grad_()
+    coefficients = torch.randn(12, 4, 24, device=device)
+    torch.autograd.grad(table_read(lengths, coefficients, 0.5).sum(), lengths)
 
     assert set(launched_keys) == _autotuned_kernels()
     for name, (values, missing) in launched_keys.items():

@@ -396,7 +396,8 @@ class OEQStandIn(OEQPlain):
 def test_accelerated_paths_give_the_reference_through_the_whole_model(backend, monkeypatch):
     """The wiring around the libraries' operations on the CPU: OpenEquivariance's inputs
     from the engine's CSR layout (exact graph, candidate edges beyond the cutoff, padding
-    slots) into a stand-in of its fused convolution; cuEquivariance's own PyTorch method."""
+    slots) into a stand-in of its fused convolution; cuEquivariance's own PyTorch method;
+    with the radial MLPs and with the radial tables."""
     if backend == "cuequivariance":
         pytest.importorskip("cuequivariance_torch")
         accelerated = tp._accelerated
@@ -414,13 +415,18 @@ def test_accelerated_paths_give_the_reference_through_the_whole_model(backend, m
               NeighborList(n, model.cutoff, skin=1.5).update(pos, exact=False),
               NeighborList(n, model.cutoff, skin=1.5, capacity=8000).update(pos)]
     assert not bool(graphs[2].valid.all()), "needs padding slots"
+    # the radial MLPs, and the radial tables (their reads permuted into the CSR layout with
+    # the spherical harmonics for OpenEquivariance)
+    radial = [None, KernelOptions(tabulated_filter=True)]
     for graph in graphs:
-        model.backend = "e3nn"
-        e_ref, f_ref = energy_and_forces(model, pos, graph)
-        model.backend = backend
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", RuntimeWarning)
-            e, f = energy_and_forces(model, pos, graph)
-        assert relative_error(e, e_ref) < 1e-6 and relative_error(f, f_ref) < 1e-6
+        for options in radial:
+            model.backend = "e3nn"
+            e_ref, f_ref = energy_and_forces(model, pos, graph, options)
+            model.backend = backend
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)
+                e, f = energy_and_forces(model, pos, graph, options)
+            assert relative_error(e, e_ref) < 1e-6 and relative_error(f, f_ref) < 1e-6
     if backend == "openequivariance":
-        assert [s.calls for s in stand_ins.values()] == [len(graphs)] * len(model.blocks)
+        calls = len(graphs) * len(radial)
+        assert [s.calls for s in stand_ins.values()] == [calls] * len(model.blocks)

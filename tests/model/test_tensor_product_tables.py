@@ -1,8 +1,9 @@
 """Tabulated radial weights of CGTensorProduct (workbench.model.tensor_product_tables): the
 tables' error against the exact networks block by block, padding and the cutoff, forces
 against the exact network and against finite differences of the tabulated model, the
-tables through the accelerated backends' wiring and on captured paths, rebuilding when the
-weights change, and the switch's notices."""
+table read kernel through the whole model, the exact edges it is given, rebuilding when the
+weights change, and the switch's notices (the tables through the accelerated backends'
+wiring and on captured paths: test_tensor_product.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from helpers import (  # noqa: E402
     perturbed_positions,
     relative_error,
 )
-from test_tensor_product import OEQStandIn, small_nequip  # noqa: E402
+from test_tensor_product import small_nequip  # noqa: E402
 
 from workbench.model import tensor_product as tp  # noqa: E402
 from workbench.model.options import KernelOptions  # noqa: E402
@@ -139,24 +140,6 @@ def test_tables_are_kept_until_a_weight_changes():
     rebuilt = radial_tables(model, torch.float64, CPU)
     assert rebuilt is not tables
     assert not torch.equal(rebuilt.coefficients[0], tables.coefficients[0])
-
-
-def test_the_openequivariance_wiring_reads_the_tables_in_its_edge_order(monkeypatch):
-    """The table reads are permuted into the CSR layout with the spherical harmonics: the
-    stand-in of the fused convolution gives the e3nn path's energies and forces, padding
-    slots included."""
-    stand_ins = {}
-    monkeypatch.setattr(tp, "_accelerated", lambda block, name, x:
-                        stand_ins.setdefault(id(block), OEQStandIn(block)))
-    monkeypatch.setattr(tp, "backend_problem", lambda name, device: None)
-    model = small_nequip(seed=5)
-    pos = perturbed_positions(replicas=2, sigma=0.3, seed=5)
-    graph = NeighborList(pos.shape[1], model.cutoff, skin=1.5, capacity=8000).update(pos)
-    e_ref, f_ref = energy_and_forces(model, pos, graph, TABLES)
-    model.backend = "openequivariance"
-    e, f = energy_and_forces(model, pos, graph, TABLES)
-    assert relative_error(e, e_ref) < 1e-10 and relative_error(f, f_ref) < 1e-10
-    assert [s.calls for s in stand_ins.values()] == [1] * len(model.blocks)
 
 
 def test_fused_update_beside_the_tables_says_it_has_nothing_to_run():

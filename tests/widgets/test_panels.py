@@ -270,11 +270,13 @@ def test_the_kernels_panel_offers_what_the_network_implements():
     panel.all_on.click()  # only what PaiNN implements
     assert panel.options == KernelOptions(fused_message_passing=True, fused_pair_search=True,
                                           fused_integrator=True, mlp_precision="fp16")
-    panel.set_architecture("nequip")  # its radial MLPs; its backends are a switch of its own
-    assert shown_toggles(panel) == {"fused_update", "cuda_graph", "fused_pair_search",
-                                    "fused_integrator"}
+    panel.set_architecture("nequip")  # its radial MLPs and their tables; its backends are a
+    # switch of its own
+    assert shown_toggles(panel) == {"fused_update", "tabulated_filter", "cuda_graph",
+                                    "fused_pair_search", "fused_integrator"}
     assert not panel.precision.disabled
-    assert "CGTensorProduct: its fused kernels are fused_update;" in panel.absent_note.value
+    assert ("CGTensorProduct: its fused kernels are fused_update, tabulated_filter;"
+            in panel.absent_note.value)
     assert "not captured as CUDA graphs" not in panel.absent_note.value
     panel.set_architecture("schnet")
     assert shown_toggles(panel) == set(KernelOptions.techniques())
