@@ -60,12 +60,13 @@ with split weights), with ``mlp_precision`` ``"fp16"`` or ``"bf16"`` as channel-
 until a parameter or the precision changes (`packed_radial`). The envelope, positions,
 distances, energies and forces stay FP32. ``tabulated_filter`` reads every block's
 radial weights ``R_b(e(d)) · C(d)``, a function of the length alone, from one cubic
-Hermite table instead (`workbench.model.tensor_product_tables`: PyTorch on any device,
-error at most 1e-6 of each block's largest weight; ``fused_update`` has nothing left to run
-beside it and says so). The e3nn and OpenEquivariance forward and backward passes read
-nothing on the host; whole steps (``cuda_graph``) are captured on the OpenEquivariance
-backend only (`UNCAPTURED_TP_BACKENDS`). The other techniques have no kernels here: force
-paths switch them off and say so.
+Hermite table instead (`workbench.model.tensor_product_tables`: read per edge by
+`kernels.table_read` where Triton runs, in PyTorch elsewhere; error at most 1e-6 of each
+block's largest weight; ``fused_update`` has nothing left to run beside it and says so).
+The e3nn and OpenEquivariance forward and backward passes read nothing on the host; whole
+steps (``cuda_graph``) are captured on the OpenEquivariance backend only
+(`UNCAPTURED_TP_BACKENDS`). The other techniques have no kernels here: force paths switch
+them off and say so.
 """
 
 from __future__ import annotations
@@ -472,12 +473,13 @@ class CGTensorProduct(nn.Module):
             ``fused_update`` runs the radial MLPs in the packed linear kernel (operands in
             ``mlp_precision``) where `fused_radial_problem` finds nothing;
             ``tabulated_filter`` reads every block's radial weights from its table instead
-            (`workbench.model.tensor_product_tables`, PyTorch, any device; fused_update then
-            has nothing to run); ``cuda_graph`` is the simulation's. The other
-            techniques (but the MD step's own) have no kernels here: ignored with a
-            one-time warning, as is a 16-bit precision without ``fused_update`` or where
-            the kernel cannot run. The convolution
-            backend is ``self.backend``.
+            (`workbench.model.tensor_product_tables`: `kernels.table_read` where
+            `fused_radial_problem` finds nothing and the positions are float32, PyTorch
+            elsewhere; fused_update then has nothing to run); ``cuda_graph`` is the
+            simulation's. The other techniques (but the MD step's own) have no kernels
+            here: ignored with a one-time warning, as is a 16-bit precision without
+            ``fused_update`` or where the kernel cannot run. The convolution backend is
+            ``self.backend``.
 
         Returns
         -------
