@@ -162,15 +162,18 @@ def hermite_coefficients(values, slopes, spacing: float) -> torch.Tensor:
     return torch.stack([p0, m0, 3.0 * (p1 - p0) - 2.0 * m0 - m1, 2.0 * (p0 - p1) + m0 + m1], 1)
 
 
-def evaluate_cubics(coefficients: torch.Tensor, spacing: float, d) -> torch.Tensor:
-    """``Σ_m c_m t^m`` of `hermite_coefficients` at lengths ``d`` ``[M]`` (``d.dtype``);
-    zero from the grid's end ``(G − 1) h`` on."""
+def evaluate_cubics(coefficients: torch.Tensor, spacing: float, d,
+                    end: float | None = None) -> torch.Tensor:
+    """``Σ_m c_m t^m`` of cubics laid out as `hermite_coefficients` (``[G − 1, 4, F]``) at
+    lengths ``d`` ``[M]``, in ``d.dtype`` (autograd gives ``W'``); zero for ``d >= end``
+    (default: the grid's end ``(G − 1) h``)."""
     intervals = coefficients.shape[0]
+    end = intervals * spacing if end is None else end
     x = (d / spacing).clamp(max=intervals)
-    k = x.floor().long().clamp(0, intervals - 1)
+    k = x.detach().floor().long().clamp(0, intervals - 1)
     t = (x - k.to(d.dtype))[:, None]
     c0, c1, c2, c3 = coefficients.to(d.dtype)[k].unbind(1)
-    return torch.where((x < intervals)[:, None], ((c3 * t + c2) * t + c1) * t + c0, 0.0)
+    return torch.where((d < end)[:, None], ((c3 * t + c2) * t + c1) * t + c0, 0.0)
 
 
 def build_filter_table(values, slopes, spacing: float, cutoff: float) -> FilterTable:
@@ -766,13 +769,9 @@ def evaluate_table(table: FilterTable, d):
     -------
     Tensor, [M, F] in ``d.dtype``; zero for ``d >= table.cutoff``.
     """
-    x = (d / table.spacing).clamp(max=table.num_intervals)
-    k = x.detach().floor().long().clamp(0, table.num_intervals - 1)
-    t = (x - k.to(d.dtype))[:, None]
-    c0, c1 = table.coeffs01.to(d.dtype)[k].unbind(1)
-    c2, c3 = (table.coeffs23.to(d.dtype)[k] * table.scale23.to(d.dtype)).unbind(1)
-    w = ((c3 * t + c2) * t + c1) * t + c0
-    return torch.where((d < table.cutoff)[:, None], w, 0.0)
+    stored = torch.cat([table.coeffs01.to(d.dtype),
+                        table.coeffs23.to(d.dtype) * table.scale23.to(d.dtype)], 1)
+    return evaluate_cubics(stored, table.spacing, d, end=table.cutoff)
 
 
 def tabulated_cfconv_reference(dist, xs, src, dst, csr: GraphCSR,
