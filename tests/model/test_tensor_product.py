@@ -13,6 +13,7 @@ import torch
 pytest.importorskip("e3nn")
 
 from helpers import (  # noqa: E402
+    INTERPRET,
     assert_padding_and_far_edges_add_nothing,
     assert_smooth_at_the_cutoff,
     energy_and_forces,
@@ -411,9 +412,12 @@ def test_accelerated_paths_give_the_reference_through_the_whole_model(backend, m
     model = small_nequip(seed=12)
     pos = perturbed_positions(replicas=2, sigma=0.3, seed=8)
     n = pos.shape[1]
+    searched, needed = NeighborList(n, model.cutoff).searched_graph(pos.float(), 1400)
+    assert int(needed) < 1400  # every edge has a slot, some slots are padding
     graphs = [exact_graph(pos, model.cutoff),
               NeighborList(n, model.cutoff, skin=1.5).update(pos, exact=False),
-              NeighborList(n, model.cutoff, skin=1.5, capacity=8000).update(pos)]
+              NeighborList(n, model.cutoff, skin=1.5, capacity=8000).update(pos),
+              searched]
     assert not bool(graphs[2].valid.all()), "needs padding slots"
     # the radial MLPs, and the radial tables (their reads permuted into the CSR layout with
     # the spherical harmonics for OpenEquivariance)
@@ -430,3 +434,46 @@ def test_accelerated_paths_give_the_reference_through_the_whole_model(backend, m
     if backend == "openequivariance":
         calls = len(graphs) * len(radial)
         assert [s.calls for s in stand_ins.values()] == [calls] * len(model.blocks)
+
+
+def test_the_conv_layout_spreads_the_padding_over_short_pad_rows():
+    """OpenEquivariance's deterministic kernels add up a row's partial sums serially: the
+    padding slots go to pad nodes ``N, N + 1, …``, ``PAD_ROW_EDGES`` to each, in the
+    destination order and, through ``sender_perm``, in the source order; real edges keep
+    their rows; a searched graph (already destination-sorted) is used without a permutation."""
+    model = small_nequip(seed=12, dtype=torch.float32)
+    pos = perturbed_positions(replicas=2, sigma=0.3, seed=8, dtype=torch.float32)
+    n_total = pos.shape[0] * pos.shape[1]
+    nl = NeighborList(pos.shape[1], model.cutoff, skin=1.5, capacity=8000)
+    graphs = {"candidates": nl.update(pos)}
+    if INTERPRET:  # Triton's interpreter: the pair search runs
+        graphs["searched"] = NeighborList(pos.shape[1], model.cutoff).searched_graph(pos, 2000)[0]
+    flat = pos.reshape(-1, 3)
+    for name, graph in graphs.items():
+        layout = tp.conv_layout(model, flat, graph)
+        edges = graph.src.numel()
+        assert (layout.perm is None) == (name == "searched")
+        assert layout.num_nodes == n_total and layout.pad_nodes == -(-edges // tp.PAD_ROW_EDGES)
+        real = layout.rows < n_total
+        padding = int((~real).sum())
+        assert padding > 2 * tp.PAD_ROW_EDGES, "needs padding for several pad rows"
+        assert bool((layout.rows[1:] >= layout.rows[:-1]).all())
+        by_source = layout.cols[layout.sender_perm]
+        assert bool((by_source[1:] >= by_source[:-1]).all())
+        assert torch.equal(torch.sort(layout.sender_perm).values, torch.arange(edges))
+        assert torch.equal(real, layout.cols < n_total)  # padding at pad nodes at both ends
+        for ends in (layout.rows, layout.cols):
+            per_node = torch.bincount(ends, minlength=n_total + layout.pad_nodes)
+            assert int(per_node[n_total:].max()) == tp.PAD_ROW_EDGES
+            assert ends.max() < n_total + layout.pad_nodes
+        # the real edges are the graph's edges within the cutoff, each once
+        perm = torch.arange(edges) if layout.perm is None else layout.perm
+        src, dst = graph.src[perm], graph.dst[perm]
+        ends = (src < n_total) & (dst < n_total)
+        d = (flat[dst.clamp(max=n_total - 1)] - flat[src.clamp(max=n_total - 1)]).norm(dim=-1)
+        inside = ends & (d < model.cutoff)
+        if graph.valid is not None:
+            inside &= graph.valid[perm]
+        assert torch.equal(real, inside)
+        assert torch.equal(layout.rows[real], dst[real])
+        assert torch.equal(layout.cols[real], src[real])

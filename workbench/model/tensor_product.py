@@ -502,6 +502,7 @@ class CGTensorProduct(nn.Module):
         layout = None
         if backend == "openequivariance":
             layout = conv_layout(self, pos, graph)
+        if layout is not None and layout.perm is not None:
             # in the layout's order once for all blocks: a few columns gathered instead of
             # every block's P weight columns
             sh = sh.index_select(0, layout.perm)
@@ -598,42 +599,69 @@ def packed_radial(model: CGTensorProduct, precision: str):
 # -- accelerated backends ------------------------------------------------------------------
 
 
+#: Padding slots per zero pad node in `ConvLayout`. OpenEquivariance's deterministic
+#: kernels give each warp an equal share of the sorted edges and add up, one after the
+#: other, the partial sums of a row that spans several warps: all padding on one pad row
+#: made that row a fifth of the edges (a capture's headroom) and its fixup serial. A row of
+#: this many edges spans at most two warps wherever a warp's share (E over a few warps per
+#: SM) is longer; the pad nodes cost ``E / 128`` zero rows of node features.
+PAD_ROW_EDGES = 128
+
+
 @dataclass
 class ConvLayout:
     """The edges in destination-sorted (CSR) order for OpenEquivariance's deterministic
-    convolution; edges that are padding or at or beyond the cutoff point at node N.
+    convolution; edges that are padding or at or beyond the cutoff point at zero pad nodes
+    ``N, N + 1, …``, ``PAD_ROW_EDGES`` edges to each, in both orders.
 
     Attributes
     ----------
-    perm : torch.Tensor, shape (E,), int64
-        Edge ids in destination order (the engine's ``GraphCSR.dst_perm``).
+    perm : torch.Tensor or None, shape (E,), int64
+        Edge ids in destination order (the engine's ``GraphCSR.dst_perm``); None where the
+        graph's own order is that order (a searched graph).
     rows, cols : torch.Tensor, shape (E,), int64
         Destinations (sorted) and sources of the permuted edges.
     sender_perm : torch.Tensor, shape (E,), int64
-        Positions in the destination order of the edges in source order (the transpose).
+        Positions in the destination order of the edges in source order (the transpose):
+        ``cols[sender_perm]`` is sorted.
     num_nodes : int
-        N; rows and columns index ``N + 1`` nodes, the last one a zero pad.
+        N, the real nodes.
+    pad_nodes : int
+        Zero rows appended to the node features, ``ceil(E / PAD_ROW_EDGES)``: rows and
+        columns index ``N + pad_nodes`` nodes.
     """
 
-    perm: torch.Tensor
+    perm: torch.Tensor | None
     rows: torch.Tensor
     cols: torch.Tensor
     sender_perm: torch.Tensor
     num_nodes: int
+    pad_nodes: int
 
 
 def conv_layout(model: CGTensorProduct, pos: torch.Tensor, graph: Graph) -> ConvLayout:
     """The destination-sorted edge layout of ``graph`` from the engine's CSR builders
     (`workbench.model.fused_schnet.real_edge_graph`: a searched graph's own layouts, a
-    neighbour list's from a prefix sum, no host synchronisation)."""
+    neighbour list's from a prefix sum, no host synchronisation). Both CSR orders put the
+    padding last, so that its slots, the same ones in both, are spread over the pad nodes
+    by position."""
     from workbench.model.fused_schnet import real_edge_graph
 
-    src, dst, csr, _ = real_edge_graph(model, pos.detach(), graph)
-    perm = csr.dst_perm.long()
-    position = torch.empty_like(perm).scatter_(0, perm, torch.arange(perm.numel(),
-                                                                     device=perm.device))
-    return ConvLayout(perm, dst[perm], src[perm], position[csr.src_perm.long()],
-                      graph.num_nodes)
+    src, dst, csr, searched = real_edge_graph(model, pos.detach(), graph)
+    n = graph.num_nodes
+    slot = torch.arange(src.numel(), device=src.device)
+    if searched:  # already in destination order
+        perm, rows, cols, position = None, dst, src, slot
+    else:
+        perm = csr.dst_perm.long()
+        rows, cols = dst[perm], src[perm]
+        position = torch.empty_like(perm).scatter_(0, perm, slot)
+    sender = position[csr.src_perm.long()]
+    padding = rows == n
+    pad_row = n + torch.div(slot, PAD_ROW_EDGES, rounding_mode="floor")
+    return ConvLayout(perm, torch.where(padding, pad_row, rows),
+                      torch.where(padding, pad_row, cols), torch.where(padding, slot, sender),
+                      n, max(-(-src.numel() // PAD_ROW_EDGES), 1))
 
 
 def oeq_convolution(block: TensorProductBlock, x, sh, weights, layout: ConvLayout):
@@ -642,7 +670,7 @@ def oeq_convolution(block: TensorProductBlock, x, sh, weights, layout: ConvLayou
     already in its order; the same weights as e3nn's (a "uvu" problem whose second input
     has multiplicity one keeps e3nn's weight order)."""
     conv = _accelerated(block, "openequivariance", x)
-    padded = torch.cat([x, x.new_zeros(1, x.shape[1])])
+    padded = torch.cat([x, x.new_zeros(layout.pad_nodes, x.shape[1])])
     out = conv.forward(padded, sh, weights, layout.rows, layout.cols, layout.sender_perm)
     return out[: layout.num_nodes]
 
