@@ -6,6 +6,7 @@ launch."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -14,7 +15,12 @@ from helpers import interpreter_only, prior_potential, schnet_potential, tiny_sy
 
 from workbench.benchmark import launches_per_step
 from workbench.md import LangevinIntegrator, NeighborSettings, Simulation
-from workbench.md.captured_steps import CapturedSteps, captured_steps_problem
+from workbench.md.captured_steps import (
+    HEADROOM,
+    SEARCHED_HEADROOM,
+    CapturedSteps,
+    captured_steps_problem,
+)
 from workbench.model import fused_schnet
 from workbench.model.deep_potential import CGDeepPotential, DeepPotentialConfig
 from workbench.model.egnn import CGEGNN, EGNNConfig
@@ -121,6 +127,9 @@ def test_searched_graph_overflow_redoes_the_chunk(potential):
     eager_steps(eager, 2)
     assert eager._search_slots > 20
     steps = CapturedSteps(captured)
+    # the pair search's slots are shared by the replicas: less headroom than per replica
+    needed = captured.neighbor_list.slots_needed(captured.positions)
+    assert steps.slots == math.ceil(SEARCHED_HEADROOM * needed) + 1
     steps.slots = 20
     steps.advance(2)
     assert steps.slots > 20 and steps.captures == 2
@@ -152,6 +161,8 @@ def test_overflow_redoes_the_chunk_with_more_slots(potential):
     eager, captured = make_sim(potential), make_sim(potential)
     eager_steps(eager, 3)
     steps = CapturedSteps(captured)
+    needed = captured.neighbor_list.slots_needed(captured.positions)
+    assert steps.slots == math.ceil(HEADROOM * needed) + 1
     steps.slots = 20  # far too few: edges would be lost
     steps.advance(3)
     assert steps.slots > 20 and steps.captures == 2

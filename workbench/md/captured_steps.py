@@ -44,8 +44,13 @@ from workbench.neighbors import Graph
 
 #: Eager runs of the step before capture (Triton compilation and autotuning, lazy caches).
 WARMUP_STEPS = 2
-#: Capacity over the largest per-replica edge count seen.
+#: Capacity over the largest per-replica edge count seen (a neighbour list's static graph:
+#: one replica's count moves by several per cent within a chunk).
 HEADROOM = 1.25
+#: Capacity over the replicas' mean edge count seen (the pair search's graph, whose slots
+#: are shared by all replicas: their total moves little). Every slot costs a captured step
+#: about as much as an edge (decision 0026).
+SEARCHED_HEADROOM = 1.1
 
 
 class DynamicState(NamedTuple):
@@ -118,7 +123,7 @@ class CapturedSteps:
     def __init__(self, sim):
         self.sim = sim
         nl = sim.neighbor_list
-        self.slots = math.ceil(HEADROOM * nl.slots_needed(sim.positions)) + 1 if nl else 0
+        self.slots = math.ceil(self._headroom() * nl.slots_needed(sim.positions)) + 1 if nl else 0
         self.cuda_graph: torch.cuda.CUDAGraph | None = None
         self._replay = None
         self.captures = 0
@@ -128,6 +133,9 @@ class CapturedSteps:
         device = sim.device
         self._next_step = torch.zeros((), dtype=torch.long, device=device)
         self._needed = torch.zeros((), dtype=torch.long, device=device)
+
+    def _headroom(self) -> float:
+        return SEARCHED_HEADROOM if self.sim.searches_pairs() else HEADROOM
 
     # -- the captured step ----------------------------------------------------------
     def _evaluate(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -219,7 +227,7 @@ class CapturedSteps:
                 break
             # Edges were lost in this chunk: undo it, grow, capture again, redo.
             sim.generator.set_state(rng)
-            self.slots = math.ceil(HEADROOM * needed) + 1
+            self.slots = math.ceil(self._headroom() * needed) + 1
         sim._set_state(DynamicState(*(t.clone() for t in self._buffers)))
         sim.step_count += steps
         if self._graph is not None:
