@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import gzip
 import json
 import re
 import shlex
@@ -275,6 +276,14 @@ def markdown(result: dict, top: int = 12) -> str:
                 f"{_fmt(row['frac_compute'], percent=True)} | "
                 f"{_fmt(row['frac_dram'], percent=True)} | {bound or '–'} |")
     return "\n".join(lines)
+
+
+def read_result(path: str | Path) -> dict:
+    """A saved result: the ``--out`` JSON, or the same gzipped (``.json.gz``: how results
+    are kept in the repository, a tenth of the size)."""
+    path = Path(path)
+    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return json.loads(data)
 
 
 def render(result: dict, doc: str) -> str:
@@ -637,7 +646,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="only the device kernels per step and the autotuners' choices")
     parser.add_argument("--render", metavar="JSON", default=None,
-                        help="write this result into the roofline section of --doc")
+                        help="write this result (.json or .json.gz) into the roofline "
+                             "section of --doc")
     parser.add_argument("--doc", default=str(DOC))
     parser.add_argument("--driver", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -652,7 +662,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out = args.out or "roofline.json"
     if args.render:
         doc = Path(args.doc)
-        doc.write_text(render(json.loads(Path(args.render).read_text()), doc.read_text()))
+        doc.write_text(render(read_result(args.render), doc.read_text()))
         print(f"roofline section of {doc} written from {args.render}")
         return
     command = "python -m benchmarks.roofline " + shlex.join(argv if argv is not None

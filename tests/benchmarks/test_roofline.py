@@ -3,6 +3,7 @@ report, FLOPs by type, the roofline arithmetic, phases, and the documentation se
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -212,9 +213,11 @@ def test_render_refuses_a_document_without_markers():
         roofline.render(_result(), f"{roofline.END}\n{roofline.START}\n")
 
 
-def test_render_command_writes_the_doc(tmp_path):
-    result, doc = tmp_path / "r.json", tmp_path / "kernels.md"
-    result.write_text(json.dumps(_result()))
+@pytest.mark.parametrize("name", ["r.json", "r.json.gz"])
+def test_render_command_writes_the_doc(tmp_path, name):
+    result, doc = tmp_path / name, tmp_path / "kernels.md"
+    text = json.dumps(_result()).encode()
+    result.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
     doc.write_text(f"x\n{roofline.START}\n{roofline.END}\n")
     roofline.main(["--render", str(result), "--doc", str(doc)])
     assert "_cfconv_bwd_kernel" in doc.read_text()
