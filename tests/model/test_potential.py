@@ -166,3 +166,10 @@ def test_reference_networks_see_only_the_slots_that_hold_edges(monkeypatch):
     assert seen[-1] is padded
     pot.energy(pos, padded, KernelOptions(fused_update=True, fused_pair_search=True))
     assert seen[-1].valid is None
+    # a backend of the network's own: OpenEquivariance and deepmd-kit take every slot,
+    # cuEquivariance gathers by the edge arrays as e3nn does
+    for backend, compacted in [("openequivariance", False), ("deepmd", False),
+                               ("cuequivariance", True), ("e3nn", True)]:
+        monkeypatch.setattr(pot.network, "backend", backend, raising=False)
+        pot.energy(pos, padded, KernelOptions(fused_update=True))
+        assert (seen[-1].valid is None) == compacted, backend

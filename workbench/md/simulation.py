@@ -25,7 +25,7 @@ import torch
 from workbench.analysis import fraction_native_contacts, rmsd
 from workbench.files import atomic_save
 from workbench.md.captured_steps import (
-    HEADROOM,
+    SEARCHED_HEADROOM,
     CapturedSteps,
     DynamicState,
     captured_steps_problem,
@@ -213,11 +213,11 @@ class Simulation:
         """An eager step's searched graph; its capacity grows (one host check per step)."""
         nl = self.neighbor_list
         if not self._search_slots:
-            self._search_slots = math.ceil(HEADROOM * nl.slots_needed(pos)) + 1
+            self._search_slots = math.ceil(SEARCHED_HEADROOM * nl.slots_needed(pos)) + 1
         graph, needed = nl.searched_graph(pos, self._search_slots)
         needed = int(needed)
         if needed > self._search_slots:
-            self._search_slots = math.ceil(HEADROOM * needed) + 1
+            self._search_slots = math.ceil(SEARCHED_HEADROOM * needed) + 1
             graph, _ = nl.searched_graph(pos, self._search_slots)
         return graph
 
