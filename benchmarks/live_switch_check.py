@@ -1,12 +1,17 @@
-"""Switch kernels in a running GPU simulation as the Kernels panel does, keep what the live
-throughput plot receives, and redraw that plot from the record.
+"""Switch kernels, or a network's backend, in a running GPU simulation as the Kernels panel
+does, keep what the live throughput plot receives, and redraw that plot from the record.
 
     python -m benchmarks.live_switch_check OUT.json [protein] [replicas] [seconds/phase] [device]
+    python -m benchmarks.live_switch_check --backends e3nn,openequivariance OUT.json [protein]
+        [replicas] [seconds/phase] [device]
     python -m benchmarks.live_switch_check --plot OUT.json docs/live-switch.html [PNG]
 
 The run (until stopped, headless :class:`~widgets.controller.SimulationController`) starts on
-the PyTorch reference path, switches to the fastest path, then back. The JSON holds the
-controller's throughput rows and kernel events (what :class:`~widgets.panels.LivePlots`
+the PyTorch reference path, switches to the fastest path, then back. With ``--backends`` it
+runs the protein's shipped NequIP model (`workbench run --arch nequip`'s default) with the
+kernels of its long run (`BACKEND_KERNELS`) on the first backend and switches the
+convolution backend to each next one, as the Kernels panel's selector does. The JSON holds
+the controller's throughput rows and kernel events (what :class:`~widgets.panels.LivePlots`
 draws); the median throughput of each phase is printed.
 
 ``--plot`` redraws the figure :class:`~widgets.panels.LivePlots` shows (same panel, fed the
@@ -31,36 +36,50 @@ from workbench.model.options import KernelOptions
 from workbench.runner import RunSettings
 from workbench.units import ns_per_day
 
+#: The kernels of a NequIP run whose backend is switched: those of the shipped model's long
+#: run (captured on OpenEquivariance; eager, with a notice, on the other backends).
+BACKEND_KERNELS = "tabulated_filter+cuda_graph+fused_pair_search+fused_integrator"
 
-def record(argv: list[str]) -> None:
+
+def record(argv: list[str], backends: list[str] | None = None) -> None:
     """Run the switches and write the record (arguments: OUT.json [protein] [replicas]
-    [seconds/phase] [device])."""
+    [seconds/phase] [device]; ``backends``: switch a NequIP network's backend through these
+    instead of the kernels)."""
     out = argv[0]
-    protein = argv[1] if len(argv) > 1 else "1enh"
+    protein = argv[1] if len(argv) > 1 else ("cln025" if backends else "1enh")
     replicas = int(argv[2]) if len(argv) > 2 else 64
     seconds = float(argv[3]) if len(argv) > 3 else 12.0
     device = argv[4] if len(argv) > 4 else "cuda"
-    phases = [
-        ("baseline", KernelOptions.baseline()),
-        ("tables+graph", KernelOptions.parse("tables+graph")),
-        ("baseline", KernelOptions.baseline()),
-    ]
-    settings = RunSettings(protein=protein, replicas=replicas, device=device, save_interval=500,
-                           options=phases[0][1])
+    if backends:
+        phases = [(backend, backend) for backend in backends]
+        settings = RunSettings(protein=protein, replicas=replicas, device=device,
+                               save_interval=500, architecture="nequip", tp_backend=backends[0],
+                               options=KernelOptions.parse(BACKEND_KERNELS))
+    else:
+        phases = [
+            ("baseline", KernelOptions.baseline()),
+            ("tables+graph", KernelOptions.parse("tables+graph")),
+            ("baseline", KernelOptions.baseline()),
+        ]
+        settings = RunSettings(protein=protein, replicas=replicas, device=device,
+                               save_interval=500, options=phases[0][1])
     controller = SimulationController(settings, until_stopped=True)
     controller.start()
     while controller.snapshot().step == 0 and controller.state == RunState.RUNNING:
         time.sleep(0.2)
-    for _, options in phases[1:]:
+    for _, change in phases[1:]:
         time.sleep(seconds)
-        controller.set_options(options)
+        if backends:
+            controller.set_backend(change)
+        else:
+            controller.set_options(change)
     time.sleep(seconds)
     controller.stop()
     controller.wait(60)
     snap = controller.snapshot()
     rows = {k: [float(x) for x in v] for k, v in snap.throughput.items()}
-    events = [{"step": e.step, "wall_s": e.wall_s, "label": e.label, "message": e.message}
-              for e in snap.events]
+    events = [{"step": e.step, "wall_s": e.wall_s, "label": e.label, "message": e.message,
+               "backend": e.backend} for e in snap.events]
     # phases end at the switches (not at the engine's notes about them, nor the start)
     switches = [e["step"] for e in events if e["message"] is None and e["step"] > 0]
     bounds = [0, *switches, float("inf")]
@@ -87,10 +106,13 @@ def plot(argv: list[str]) -> None:
     record = json.loads(Path(argv[0]).read_text())
     html = Path(argv[1])
     events = tuple(
-        KernelEvent(e["step"], e["wall_s"], *[KernelOptions.parse(e["label"])] * 2)
+        KernelEvent(e["step"], e["wall_s"], *[KernelOptions.parse(e["label"])] * 2, None,
+                    e.get("backend"))
         for e in record["events"]
         if e["message"] is None  # switches only, not the engine's notes about them
     )
+    what = ("the convolution backend switched" if len({e.backend for e in events}) > 1
+            else "a kernel switched on and off")
     throughput = {k: np.asarray(v) for k, v in record["throughput"].items()}
     mean = float(np.average(throughput["timestep_mol_per_s"], weights=throughput["seconds"]))
     snapshot = Snapshot(
@@ -102,7 +124,7 @@ def plot(argv: list[str]) -> None:
     panel._draw_throughput(snapshot)
     figure = panel.throughput_figure
     figure.update_layout(title_text=f"{record['protein'].upper()} × {record['replicas']} on "
-                         f"{record['gpu']}: a kernel switched on and off in a running simulation")
+                         f"{record['gpu']}: {what} in a running simulation")
     figure.write_html(html, include_plotlyjs="cdn" if len(argv) < 3 else True)
     if len(argv) > 2:
         from playwright.sync_api import sync_playwright
@@ -119,5 +141,7 @@ def plot(argv: list[str]) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--plot"]:
         plot(sys.argv[2:])
+    elif sys.argv[1:2] == ["--backends"]:
+        record(sys.argv[3:], sys.argv[2].split(","))
     else:
         record(sys.argv[1:])
