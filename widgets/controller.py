@@ -156,6 +156,8 @@ class SimulationController(BackgroundWork):
         self._notices: list[str] = []
         self._kernel_messages: list[str] = []
         self._pending_options: KernelOptions | None = None
+        # the switches last asked for: a change of backend fits them to the new backend
+        self._wanted_options = replace(self.settings.options)
         self._pending_backend: str | None = None
         self._watch_warnings = False
         self._events: list[KernelEvent] = []
@@ -211,6 +213,7 @@ class SimulationController(BackgroundWork):
         """Request kernel switches; a running simulation takes them at its next chunk."""
         options = replace(options)
         with self._lock:
+            self._wanted_options = replace(options)
             if self._sim is None:
                 self.settings.options = options
             else:
@@ -354,6 +357,11 @@ class SimulationController(BackgroundWork):
             requested, self._pending_options = self._pending_options, None
         if requested is None or requested == sim.options:
             return
+        self._switch(sim, requested, *self._fitted(sim, requested))
+
+    @staticmethod
+    def _fitted(sim, requested: KernelOptions) -> tuple[KernelOptions, str | None]:
+        """``requested`` as ``sim`` runs it here, on its network's backend, and why not all."""
         applied, message = usable_options(requested, sim.device, sim.potential.architecture)
         backends = network_backends(sim.potential)
         if backends is not None:  # what the network's backend does not run stays off
@@ -363,7 +371,7 @@ class SimulationController(BackgroundWork):
         if off:
             applied = replace(applied, **dict.fromkeys(off, False))
             message = " ".join([m for m in (message,) if m] + list(off.values()))
-        self._switch(sim, requested, applied, message)
+        return applied, message
 
     def _apply_pending_backend(self, sim) -> None:
         with self._lock:
@@ -373,10 +381,11 @@ class SimulationController(BackgroundWork):
             return
         applied, message = usable_backend(requested, sim.device, sim.potential, current)
         before = sim.options
-        if applied != current:
+        if applied != current:  # the switches last asked for, as the new backend runs them
             sim.potential.network.backend = applied
-            sim.options, message = backend_options(network_backends(sim.potential), applied,
-                                                   before, current)
+            with self._lock:
+                wanted = self._wanted_options
+            sim.options, message = self._fitted(sim, wanted)
         with self._lock:
             wall = self._clock() - self._started_at
             self._events.append(KernelEvent(sim.step_count, wall, before, sim.options,

@@ -220,7 +220,7 @@ def usable_backend(
 
 
 def backend_options(
-    backends: NetworkBackends, backend: str, options: KernelOptions, before: str | None = None
+    backends: NetworkBackends, backend: str, options: KernelOptions
 ) -> tuple[KernelOptions, str | None]:
     """The kernel switches ``options`` as a network with ``backends`` runs them on
     ``backend``, and what the user should know about them.
@@ -232,21 +232,15 @@ def backend_options(
         The backend the network runs now.
     options : KernelOptions
         The switches asked for (not changed).
-    before : str, optional
-        The backend a running simulation leaves for ``backend``.
 
     Returns
     -------
     (KernelOptions, str or None)
         ``options`` itself, or a copy without what another package's model does not run
-        (`NetworkBackends.settle_options`), with the notice; leaving such a backend for
-        the engine's, the switches stay as they are and the message says so.
+        (`NetworkBackends.settle_options`), with the notice.
     """
     fitted = replace(options)
     notice = backends.settle_options(backend, fitted)
-    if notice is None and before in backends.packages and backend not in backends.packages:
-        notice = (f"{backends.subject} {backend!r}: the kernel switches stay as they are; "
-                  "switch the engine's techniques back on in the Kernels panel.")
     return (options if fitted == options else fitted), notice
 
 

@@ -15,11 +15,12 @@ pytest.importorskip("ipywidgets")
 pytest.importorskip("plotly")
 
 from widgets.controller import SimulationController  # noqa: E402
+from widgets.kernel_switches import backend_options  # noqa: E402
 from widgets.panels.kernels import KernelsPanel  # noqa: E402
 from widgets.panels.live_plots import LivePlots, _switch_label  # noqa: E402
 from widgets.snapshot import RunState  # noqa: E402
 from workbench.model.options import KernelOptions  # noqa: E402
-from workbench.runner import PreparedRun, RunSettings  # noqa: E402
+from workbench.runner import NETWORK_BACKENDS, PreparedRun, RunSettings  # noqa: E402
 
 
 def wait_for(predicate, timeout=20.0):
@@ -103,6 +104,37 @@ def test_a_backend_change_is_applied_between_chunks_and_marked_on_the_plot(fake_
     panel.refresh()
     assert "in use: <code>openequivariance</code>" in panel.backend_status.value
     assert "⚠" not in panel.backend_status.value
+
+
+def test_a_backend_change_fits_the_switches_last_asked_for_to_the_new_backend(
+        fake_nequip, backends_run, monkeypatch):
+    """A run asked for captured steps starts on e3nn without them (its steps are not
+    captured); switched to OpenEquivariance it captures them, and back on e3nn they are off
+    again with the reason."""
+    monkeypatch.setattr("widgets.controller.usable_options",  # as on a GPU
+                        lambda options, device, architecture: (options, None))
+    prepare, sim = fake_nequip
+    asked = KernelOptions(tabulated_filter=True, cuda_graph=True)
+
+    def prepare_as_the_runner(settings):  # prepare_run settles the options for the backend
+        prepared = prepare(settings)
+        sim.options, _ = backend_options(NETWORK_BACKENDS["nequip"], "e3nn", settings.options)
+        return prepared
+
+    controller = SimulationController(nequip_settings(options=asked), until_stopped=True,
+                                      prepare=prepare_as_the_runner, chunk_seconds=0.01)
+    controller.start()
+    wait_for(lambda: sim.step_count > 3)
+    assert controller.snapshot().options == KernelOptions(tabulated_filter=True)
+    for backend, options in [("openequivariance", asked),
+                             ("e3nn", KernelOptions(tabulated_filter=True))]:
+        controller.set_backend(backend)
+        wait_for(lambda b=backend: controller.snapshot().backend == b)
+        event = controller.snapshot().events[-1]
+        assert (event.backend, event.applied, sim.options) == (backend, options, options)
+    assert "cuda_graph is switched off" in event.message
+    controller.stop()
+    controller.wait(5)
 
 
 def test_a_backend_request_before_the_build_is_the_runs_backend(fake_nequip):
@@ -287,10 +319,8 @@ def test_a_deep_potential_switches_to_deepmd_kit_and_back_live():
     assert snapshot.error is None and snapshot.backend == "engine"
     back = snapshot.events[-1]
     assert (back.requested_backend, back.backend) == ("engine", "engine")
-    assert back.applied == snapshot.options == KernelOptions()  # left as they are
-    assert back.message == ("Deep Potential backend 'engine': the kernel switches stay as "
-                            "they are; switch the engine's techniques back on in the Kernels "
-                            "panel.")
+    # the switches last asked for (the tables, asked while deepmd-kit ran) as the engine runs them
+    assert back.applied == snapshot.options == tables and back.message is None
     plots.refresh()
     texts = [a.text for a in plots.throughput_figure.layout.annotations]
     for label in ("backend engine→deepmd", "backend deepmd→engine"):
