@@ -41,6 +41,14 @@ from workbench.units import ns_per_day
 BACKEND_KERNELS = "tabulated_filter+cuda_graph+fused_pair_search+fused_integrator"
 
 
+def switches(events: list[dict]) -> list[dict]:
+    """The recorded events after the start that changed the switches or the backend (not
+    the engine's notes about them, nor refused requests)."""
+    return [event for before, event in zip(events, events[1:], strict=False)
+            if event["step"] > 0 and (event["label"], event.get("backend"))
+            != (before["label"], before.get("backend"))]
+
+
 def record(argv: list[str], backends: list[str] | None = None) -> None:
     """Run the switches and write the record (arguments: OUT.json [protein] [replicas]
     [seconds/phase] [device]; ``backends``: switch a NequIP network's backend through these
@@ -80,9 +88,7 @@ def record(argv: list[str], backends: list[str] | None = None) -> None:
     rows = {k: [float(x) for x in v] for k, v in snap.throughput.items()}
     events = [{"step": e.step, "wall_s": e.wall_s, "label": e.label, "message": e.message,
                "backend": e.backend} for e in snap.events]
-    # phases end at the switches (not at the engine's notes about them, nor the start)
-    switches = [e["step"] for e in events if e["message"] is None and e["step"] > 0]
-    bounds = [0, *switches, float("inf")]
+    bounds = [0, *(e["step"] for e in switches(events)), float("inf")]
     medians = []
     for k in range(len(bounds) - 1):
         rates = [r for s, r in zip(rows["step"], rows["timestep_mol_per_s"], strict=True)
@@ -108,8 +114,7 @@ def plot(argv: list[str]) -> None:
     events = tuple(
         KernelEvent(e["step"], e["wall_s"], *[KernelOptions.parse(e["label"])] * 2, None,
                     e.get("backend"))
-        for e in record["events"]
-        if e["message"] is None  # switches only, not the engine's notes about them
+        for e in [record["events"][0], *switches(record["events"])]
     )
     what = ("the convolution backend switched" if len({e.backend for e in events}) > 1
             else "a kernel switched on and off")
