@@ -152,7 +152,7 @@ def test_a_record_names_its_network_and_claims_no_fused_path_it_lacks(architectu
 # the interpreter would add 45 s here
 @pytest.mark.parametrize("architecture", ["egnn"])
 def test_where_triton_runs_a_record_keeps_what_the_network_implements(architecture):
-    case = BenchCase("cln025", 2, "all", KernelOptions.parse("all"), architecture=architecture)
+    case = BenchCase("cln025", 1, "all", KernelOptions.parse("all"), architecture=architecture)
     record = run_case(case, device="cpu", steps=1, warmup=0, repeats=1)
     assert record["force_path"] == "triton"
     kept = ("fused_message_passing", "fused_pair_search", "fused_integrator")

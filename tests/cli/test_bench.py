@@ -56,10 +56,10 @@ def test_a_bench_stopped_part_way_keeps_the_cases_it_finished(tmp_path, monkeypa
     out = tmp_path / "b"
     with pytest.raises(KeyboardInterrupt):
         main(["bench", "--proteins", "cln025", "--replicas", "2", "--configs",
-              "baseline,tabulated_filter,fused_update", "--steps", "1", "--warmup", "0",
+              "baseline,fused_integrator,fused_update", "--steps", "1", "--warmup", "0",
               "--repeats", "1", "--device", "cpu", "--out", str(out)])
     payload = json.loads((out / "bench.json").read_text())
-    assert [r["label"] for r in payload["records"]] == ["baseline", "tabulated_filter"]
+    assert [r["label"] for r in payload["records"]] == ["baseline", "fused_integrator"]
     assert payload["unfinished"] == 1
     assert "**Not finished**: 1 case(s) of the command had not run" in (
         out / "bench.md").read_text()
