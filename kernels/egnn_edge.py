@@ -89,7 +89,7 @@ from kernels._triton import (
     torch_to_tl_dtype,
     triton,
 )
-from kernels.cfconv import PRECISIONS, _cfg, _load_weight, _num_sms
+from kernels.cfconv import PRECISIONS, _load_weight
 from kernels.csr import GraphCSR, valid_edge_mask
 from kernels.quantize import DTYPES
 from kernels.radial_basis import (
@@ -224,22 +224,13 @@ def _edge_tile(pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, g
     return d, c, dc, dbasis, z1, z2, t2, dact1, dact2
 
 
-# One node per program, or a persistent grid (a few programs per SM walking the nodes with
-# the weights loaded once, as cfconv's); small edge tiles keep the two GEMMs' accumulators
-# in registers (docs/kernels.md). The interpreter walks with two programs, so that the CPU
-# tests cover the walk.
-_CONFIGS = pick_configs(
-    [_cfg(16, 4, PERSISTENT=0), _cfg(32, 4, PERSISTENT=0), _cfg(32, 8, PERSISTENT=0),
-     _cfg(16, 4, PERSISTENT=2), _cfg(16, 4, PERSISTENT=4), _cfg(32, 4, PERSISTENT=2)],
-    _cfg(16, 4, PERSISTENT=2),
-)
+def _cfg(e, w):
+    return triton.Config({"BLOCK_E": e}, num_warps=w, num_stages=1)
 
 
-def _grid(num_nodes: int, device: torch.device):
-    """The launch grid of both kernels: a program per node, or ``PERSISTENT`` per SM."""
-    sms = _num_sms(device.index or 0)
-    return lambda meta: (min(num_nodes, sms * meta["PERSISTENT"]) if meta["PERSISTENT"]
-                         else num_nodes,)
+# One node per program; small edge tiles keep the two GEMMs' accumulators in registers (as
+# for cfconv, docs/kernels.md).
+_CONFIGS = pick_configs([_cfg(16, 4), _cfg(32, 4), _cfg(32, 8)], _cfg(16, 4))
 
 
 @autotune(_CONFIGS, ["num_nodes", "F", "KP", "PREC", "ACT", "STORE"])
@@ -250,10 +241,9 @@ def _edge_fwd_kernel(pos_ptr, xa_ptr, xb_ptr, src_ptr, ptr_ptr, perm_ptr, wr_ptr
                      EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                      ENV_IN_BASIS: tl.constexpr, ACT: tl.constexpr, STORE: tl.constexpr,
                      F: tl.constexpr, KP: tl.constexpr, DT: tl.constexpr, PREC: tl.constexpr,
-                     BLOCK_E: tl.constexpr, PERSISTENT: tl.constexpr):
-    """``out[i] = sum_{p in segment i} m_{perm[p]}`` for the destination nodes ``i`` of this
-    program: its id, or, with ``PERSISTENT`` programs per SM (the grid's size, `_grid`),
-    every ``num_programs``-th node from it.
+                     BLOCK_E: tl.constexpr):
+    """``out[i] = sum_{p in segment i} m_{perm[p]}`` for the destination node ``i`` of this
+    program (one program per node).
 
     Arguments: ``pos_ptr`` positions ``[P, 3]``; ``xa_ptr``, ``xb_ptr`` the node parts
     ``[P', F]``; ``src_ptr`` the edges' sources ``[E]``; ``ptr_ptr``, ``perm_ptr`` the
@@ -272,30 +262,29 @@ def _edge_fwd_kernel(pos_ptr, xa_ptr, xb_ptr, src_ptr, ptr_ptr, perm_ptr, wr_ptr
     w2t = _load_weight(w2t_ptr, f, f, F, 1, DT, PREC)
     wd = tl.load(wd_ptr + f)
     b2 = tl.load(b2_ptr + f)
-    step = tl.num_programs(0) if PERSISTENT else num_nodes
-    for node in range(tl.program_id(0), num_nodes, step):
-        start = tl.load(ptr_ptr + node)
-        end = tl.load(ptr_ptr + node + 1)
-        row = (tl.zeros([], tl.int64) + node) * F
-        xa = tl.load(xa_ptr + row + f)[None, :]  # the destination's row, once
-        owner = tl.full([BLOCK_E], node, tl.int64)
-        acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
-        for p0 in range(start, end, BLOCK_E):
-            p = p0 + tl.arange(0, BLOCK_E)
-            pmask = p < end
-            e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
-            j = tl.load(src_ptr + e, mask=pmask, other=0).to(tl.int64)
-            xb = tl.load(xb_ptr + j[:, None] * F + f[None, :], mask=pmask[:, None], other=0.0)
-            _, c, _, _, z1, z2, t2, _, _ = _edge_tile(
-                pos_ptr, xa, xb, owner, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr,
-                K, alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL,
-                ENV_LOWER, ENV_IN_BASIS, ACT, KP, DT, PREC)
-            acc += t2 * c[:, None]
-            if STORE:
-                z_row = z_ptr + e[:, None] * (2 * F) + f[None, :]
-                tl.store(z_row, z1.to(z_ptr.dtype.element_ty), mask=pmask[:, None])
-                tl.store(z_row + F, z2.to(z_ptr.dtype.element_ty), mask=pmask[:, None])
-        tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
+    node = tl.program_id(0)
+    start = tl.load(ptr_ptr + node)
+    end = tl.load(ptr_ptr + node + 1)
+    row = node.to(tl.int64) * F
+    xa = tl.load(xa_ptr + row + f)[None, :]  # the destination's row, once
+    owner = tl.full([BLOCK_E], node, tl.int64)
+    acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
+    for p0 in range(start, end, BLOCK_E):
+        p = p0 + tl.arange(0, BLOCK_E)
+        pmask = p < end
+        e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
+        j = tl.load(src_ptr + e, mask=pmask, other=0).to(tl.int64)
+        xb = tl.load(xb_ptr + j[:, None] * F + f[None, :], mask=pmask[:, None], other=0.0)
+        _, c, _, _, z1, z2, t2, _, _ = _edge_tile(
+            pos_ptr, xa, xb, owner, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
+            alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
+            ENV_IN_BASIS, ACT, KP, DT, PREC)
+        acc += t2 * c[:, None]
+        if STORE:
+            z_row = z_ptr + e[:, None] * (2 * F) + f[None, :]
+            tl.store(z_row, z1.to(z_ptr.dtype.element_ty), mask=pmask[:, None])
+            tl.store(z_row + F, z2.to(z_ptr.dtype.element_ty), mask=pmask[:, None])
+    tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
 
 
 @autotune(_CONFIGS, ["num_nodes", "F", "KP", "PREC", "ACT", "BY_DST", "STORED"])
@@ -306,10 +295,8 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
                      env_upper, env_lower, EXP_NORMAL: tl.constexpr, ENV_LOWER: tl.constexpr,
                      ENV_IN_BASIS: tl.constexpr, ACT: tl.constexpr, BY_DST: tl.constexpr,
                      STORED: tl.constexpr, F: tl.constexpr, KP: tl.constexpr,
-                     DT: tl.constexpr, PREC: tl.constexpr, BLOCK_E: tl.constexpr,
-                     PERSISTENT: tl.constexpr):
-    """``out[n] = sum_{p in segment n} dL/dz1_{perm[p]}`` for this program's nodes ``n``
-    (as `_edge_fwd_kernel`'s).
+                     DT: tl.constexpr, PREC: tl.constexpr, BLOCK_E: tl.constexpr):
+    """``out[n] = sum_{p in segment n} dL/dz1_{perm[p]}`` for this program's node ``n``.
 
     ``BY_DST``: the segments are the destination layout's (``n`` is every edge's ``i``;
     ``out`` is ``grad_xa``) and ``g[e] = dL/dd_e`` is written for every visited edge; else
@@ -332,63 +319,60 @@ def _edge_bwd_kernel(pos_ptr, xa_ptr, xb_ptr, gu_ptr, src_ptr, dst_ptr, ptr_ptr,
     w2 = _load_weight(w2_ptr, f, f, F, 1, DT, PREC)
     wd = tl.load(wd_ptr + f)
     b2 = tl.load(b2_ptr + f)
-    step = tl.num_programs(0) if PERSISTENT else num_nodes
-    for node in range(tl.program_id(0), num_nodes, step):
-        start = tl.load(ptr_ptr + node)
-        end = tl.load(ptr_ptr + node + 1)
-        row = (tl.zeros([], tl.int64) + node) * F
-        owner = tl.full([BLOCK_E], node, tl.int64)
-        if BY_DST:  # the destination's rows, once
-            xa = tl.load(xa_ptr + row + f)[None, :]
-            gu = tl.load(gu_ptr + row + f)[None, :]
+    node = tl.program_id(0)
+    start = tl.load(ptr_ptr + node)
+    end = tl.load(ptr_ptr + node + 1)
+    row = node.to(tl.int64) * F
+    owner = tl.full([BLOCK_E], node, tl.int64)
+    if BY_DST:  # the destination's rows, once
+        xa = tl.load(xa_ptr + row + f)[None, :]
+        gu = tl.load(gu_ptr + row + f)[None, :]
+    else:
+        xb = tl.load(xb_ptr + row + f)[None, :]
+    acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
+    for p0 in range(start, end, BLOCK_E):
+        p = p0 + tl.arange(0, BLOCK_E)
+        pmask = p < end
+        rows = pmask[:, None]
+        e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
+        if BY_DST:
+            i = owner
+            j = tl.load(src_ptr + e, mask=pmask, other=0).to(tl.int64)
         else:
-            xb = tl.load(xb_ptr + row + f)[None, :]
-        acc = tl.zeros([BLOCK_E, F], dtype=tl.float32)
-        for p0 in range(start, end, BLOCK_E):
-            p = p0 + tl.arange(0, BLOCK_E)
-            pmask = p < end
-            rows = pmask[:, None]
-            e = tl.load(perm_ptr + p, mask=pmask, other=0).to(tl.int64)
+            i = tl.load(dst_ptr + e, mask=pmask, other=0).to(tl.int64)
+            j = owner
+            xa = tl.load(xa_ptr + i[:, None] * F + f[None, :], mask=rows, other=0.0)
+            gu = tl.load(gu_ptr + i[:, None] * F + f[None, :], mask=rows, other=0.0)
+        if STORED:  # the MLP's pre-activations as the forward made them; radial terms anew
+            z_row = z_ptr + e[:, None] * (2 * F) + f[None, :]
+            _, dact1 = activation_f32(tl.load(z_row, mask=rows, other=0.0).to(tl.float32), ACT)
+            t2, dact2 = activation_f32(tl.load(z_row + F, mask=rows, other=0.0).to(tl.float32),
+                                       ACT)
+            d, c, dc, _, dbasis = _edge_geometry(
+                pos_ptr, i, j, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a, env_b,
+                env_upper, env_lower, EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS, KP)
+        else:
             if BY_DST:
-                i = owner
-                j = tl.load(src_ptr + e, mask=pmask, other=0).to(tl.int64)
-            else:
-                i = tl.load(dst_ptr + e, mask=pmask, other=0).to(tl.int64)
-                j = owner
-                xa = tl.load(xa_ptr + i[:, None] * F + f[None, :], mask=rows, other=0.0)
-                gu = tl.load(gu_ptr + i[:, None] * F + f[None, :], mask=rows, other=0.0)
-            if STORED:  # the MLP's pre-activations as the forward made them; radial anew
-                z_row = z_ptr + e[:, None] * (2 * F) + f[None, :]
-                z1 = tl.load(z_row, mask=rows, other=0.0).to(tl.float32)
-                z2 = tl.load(z_row + F, mask=rows, other=0.0).to(tl.float32)
-                _, dact1 = activation_f32(z1, ACT)
-                t2, dact2 = activation_f32(z2, ACT)
-                d, c, dc, _, dbasis = _edge_geometry(
-                    pos_ptr, i, j, pmask, mu_ptr, gamma_ptr, K, alpha, basis_lower, env_a,
-                    env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER, ENV_IN_BASIS, KP)
-            else:
-                if BY_DST:
-                    xb = tl.load(xb_ptr + j[:, None] * F + f[None, :], mask=rows, other=0.0)
-                d, c, dc, dbasis, _, _, t2, dact1, dact2 = _edge_tile(
-                    pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr,
-                    K, alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL,
-                    ENV_LOWER, ENV_IN_BASIS, ACT, KP, DT, PREC)
-            gz2 = gu * c[:, None] * dact2
-            if DT != tl.float32:  # noqa: SIM300 - 16-bit: rows in the best-resolved range
-                rmax = tl.max(tl.abs(gz2), axis=1)
-                rmax = tl.where(rmax > 0, rmax, 1.0)
-                gz1 = mma(gz2 / rmax[:, None], w2, DT, PREC) * (rmax[:, None] * dact1)
-            else:
-                gz1 = mma(gz2, w2, DT, PREC) * dact1
-            acc += gz1
-            if BY_DST:
-                dz1 = ((2.0 * d * inv_rc2)[:, None] * wd[None, :]
-                       + mma(dbasis, wr, DT, PREC))
-                g = tl.sum(gu * t2, axis=1) * dc + tl.sum(gz1 * dz1, axis=1)
-                tl.store(g_ptr + e, g, mask=pmask)
-            if STORED:
-                tl.store(gz1_ptr + e[:, None] * F + f[None, :], gz1, mask=rows)
-        tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
+                xb = tl.load(xb_ptr + j[:, None] * F + f[None, :], mask=rows, other=0.0)
+            d, c, dc, dbasis, _, _, t2, dact1, dact2 = _edge_tile(
+                pos_ptr, xa, xb, i, j, pmask, wr, wd, w2t, b2, inv_rc2, mu_ptr, gamma_ptr, K,
+                alpha, basis_lower, env_a, env_b, env_upper, env_lower, EXP_NORMAL, ENV_LOWER,
+                ENV_IN_BASIS, ACT, KP, DT, PREC)
+        gz2 = gu * c[:, None] * dact2
+        if DT != tl.float32:  # noqa: SIM300 - 16-bit: rows in the best-resolved range
+            rmax = tl.max(tl.abs(gz2), axis=1)
+            rmax = tl.where(rmax > 0, rmax, 1.0)
+            gz1 = mma(gz2 / rmax[:, None], w2, DT, PREC) * (rmax[:, None] * dact1)
+        else:
+            gz1 = mma(gz2, w2, DT, PREC) * dact1
+        acc += gz1
+        if BY_DST:
+            dz1 = (2.0 * d * inv_rc2)[:, None] * wd[None, :] + mma(dbasis, wr, DT, PREC)
+            g = tl.sum(gu * t2, axis=1) * dc + tl.sum(gz1 * dz1, axis=1)
+            tl.store(g_ptr + e, g, mask=pmask)
+        if STORED:
+            tl.store(gz1_ptr + e[:, None] * F + f[None, :], gz1, mask=rows)
+    tl.store(out_ptr + row + f, tl.sum(acc, axis=0))
 
 
 def _kernel_args(params: EdgeMLPParams, spec: RadialSpec, precision: str, activation: str,
@@ -424,9 +408,8 @@ class _EGNNEdge(torch.autograd.Function):
         z = torch.empty(src.numel() if store else 0, 2, F, dtype=params.dtype,
                         device=xa.device)
         if n:
-            _edge_fwd_kernel[_grid(n, xa.device)](
-                pos, xa, xb, src, csr.dst_ptr, csr.dst_perm, out_ptr=out,
-                z_ptr=z if store else out, num_nodes=n, STORE=store, **args)
+            _edge_fwd_kernel[(n,)](pos, xa, xb, src, csr.dst_ptr, csr.dst_perm, out_ptr=out,
+                                   z_ptr=z if store else out, num_nodes=n, STORE=store, **args)
         ctx.save_for_backward(pos, xa, xb, src, dst, z, *csr)
         ctx.args, ctx.w2, ctx.stored = args, params.w2, store
         return out
@@ -442,18 +425,17 @@ class _EGNNEdge(torch.autograd.Function):
         grad_xb = torch.zeros_like(xb)
         if n and ctx.stored:  # one pass: grad_xb is the source layout's sums of dL/dz1
             gz1 = torch.empty(src.numel(), xa.shape[1], dtype=torch.float32, device=xa.device)
-            _edge_bwd_kernel[_grid(n, xa.device)](
-                pos, xa, xb, gu, src, dst, csr.dst_ptr, csr.dst_perm, w2_ptr=ctx.w2, z_ptr=z,
-                g_ptr=g, gz1_ptr=gz1, out_ptr=grad_xa, num_nodes=n, BY_DST=True, STORED=True,
-                **ctx.args)
+            _edge_bwd_kernel[(n,)](pos, xa, xb, gu, src, dst, csr.dst_ptr, csr.dst_perm,
+                                   w2_ptr=ctx.w2, z_ptr=z, g_ptr=g, gz1_ptr=gz1,
+                                   out_ptr=grad_xa, num_nodes=n, BY_DST=True, STORED=True,
+                                   **ctx.args)
             grad_xb[:n] = segment_sum(gz1, csr.src_ptr, csr.src_perm)
         elif n:  # two passes, each evaluating the edge MLP anew
             for by_dst, ptr, perm, out in ((True, csr.dst_ptr, csr.dst_perm, grad_xa),
                                            (False, csr.src_ptr, csr.src_perm, grad_xb)):
-                _edge_bwd_kernel[_grid(n, xa.device)](
-                    pos, xa, xb, gu, src, dst, ptr, perm, w2_ptr=ctx.w2, z_ptr=g, g_ptr=g,
-                    gz1_ptr=g, out_ptr=out, num_nodes=n, BY_DST=by_dst, STORED=False,
-                    **ctx.args)
+                _edge_bwd_kernel[(n,)](pos, xa, xb, gu, src, dst, ptr, perm, w2_ptr=ctx.w2,
+                                       z_ptr=g, g_ptr=g, gz1_ptr=g, out_ptr=out, num_nodes=n,
+                                       BY_DST=by_dst, STORED=False, **ctx.args)
         grad_pos = edge_grad_to_positions(g, pos, src, dst, csr)
         return grad_pos, grad_xa, grad_xb, *(None,) * 8
 

@@ -74,8 +74,9 @@ from kernels._triton import (
     torch_to_tl_dtype,
     triton,
 )
-from kernels.cfconv import PRECISIONS, _cfg, _load_weight
+from kernels.cfconv import PRECISIONS, _load_weight
 from kernels.csr import GraphCSR, valid_edge_mask
+from kernels.egnn_edge import _cfg
 from kernels.quantize import DTYPES
 from kernels.radial_basis import (
     RadialSpec,

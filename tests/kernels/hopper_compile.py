@@ -55,7 +55,7 @@ EGNN = dict(RADIAL, xa_ptr="*fp32", xb_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i3
             perm_ptr="*i32", wr_ptr="*fp32", wd_ptr="*fp32", w2t_ptr="*fp32", b2_ptr="*fp32",
             out_ptr="*fp32", z_ptr="*fp32", num_nodes="i32", inv_rc2="fp32")
 EGNN_VARIANT = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=True, ACT="silu", F=64,
-                    KP=32, DT=tl.float32, PREC="tf32x3", BLOCK_E=16, PERSISTENT=2)
+                    KP=32, DT=tl.float32, PREC="tf32x3", BLOCK_E=16)
 EGNN_16 = dict(EGNN, wr_ptr="*fp16", w2t_ptr="*fp16")
 PAINN = dict(RADIAL, x_ptr="*fp32", vec_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i32",
              perm_ptr="*i32", w_ptr="*fp32", b_ptr="*fp32", c01_ptr="*fp32", c23_ptr="*fp32",

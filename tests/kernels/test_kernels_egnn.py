@@ -153,26 +153,3 @@ def test_egnn_edge_argument_checks(device):
     with torch.no_grad():
         pack_edge_mlp(Wr, wd, W2, b2.clone().requires_grad_())  # fine: nothing is recorded
     assert get_op("egnn_edge", use_triton=False) is egnn_edge_reference
-
-
-@pytest.mark.parametrize("persistent", [0, 1, 3])
-def test_egnn_edge_grid_variants_cover_every_node(device, persistent, monkeypatch):
-    """One program per node, or a persistent grid of ``PERSISTENT`` programs per SM each
-    walking every ``num_programs``-th node (a single program walks them all): the same
-    values and gradients, forward and both backward variants."""
-    import triton
-
-    from kernels.egnn_edge import _edge_bwd_kernel, _edge_fwd_kernel
-
-    config = triton.Config({"BLOCK_E": 16, "PERSISTENT": persistent}, num_warps=4,
-                           num_stages=1)
-    for kernel in (_edge_fwd_kernel, _edge_bwd_kernel):
-        monkeypatch.setattr(kernel, "configs", [config])
-    g, spec, xa, xb, gu = _setup(device, "gauss_env")
-    params = pack_edge_mlp(*edge_weights(device=device))
-    ref = _run(egnn_edge_reference, g, g["pos"].double(), xa.double(), xb.double(), params,
-               spec, gu)
-    for saved in SAVED:
-        got = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu, saved=saved)
-        for name, a, b in zip(("u", "grad_pos", "grad_xa", "grad_xb"), got, ref, strict=True):
-            assert rel_err(a, b) < 1e-5, (name, saved)
