@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from benchmarks.bench_egnn import rel_rms, timed
-from kernels import egnn_edge
+from kernels import edge_distances, egnn_edge
 from kernels.egnn_edge import SAVED
 from workbench.files import atomic_write_json
 from workbench.model.egnn import CGEGNN, EGNNConfig, packed_edges
@@ -88,7 +88,8 @@ def run_block(block: dict, precision: str, saved: str, backward: bool = True):
     model = block["model"]
     packed = packed_edges(model, precision)
     pos, xa, xb = (block[k].detach().requires_grad_() for k in ("pos", "xa", "xb"))
-    u = egnn_edge(pos, xa, xb, block["src"], block["dst"], block["csr"], packed.layers[0],
+    dist = edge_distances(pos, block["src"], block["dst"], block["csr"])
+    u = egnn_edge(dist, xa, xb, block["src"], block["dst"], block["csr"], packed.layers[0],
                   packed.spec, activation=model.config.activation, saved=saved)
     if not backward:
         return (u,)

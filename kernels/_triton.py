@@ -53,7 +53,8 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 __all__ = ["HAS_TRITON", "INTERPRET", "triton", "tl", "triton_available", "pick_configs",
            "autotune",
-           "torch_to_tl_dtype", "check_no_grad", "next_pow2", "sqrt_rounded", "tanh_f32",
+           "torch_to_tl_dtype", "check_no_grad", "next_pow2", "sqrt_rounded", "exp_f32", "rcp_f32",
+           "tanh_f32",
            "activation_f32", "cos_sin",
            "tf32_round", "mma"]
 
@@ -170,17 +171,51 @@ def cos_sin(x):
     return cos, sin
 
 
+# On a GPU, `exp_f32` and `rcp_f32` are single special-function instructions; the
+# interpreter (which runs no PTX) takes the arithmetic they approximate
+FAST_MATH = tl.constexpr(not INTERPRET) if HAS_TRITON else not INTERPRET
+
+
+@triton.jit
+def exp_f32(x):
+    """``exp(x)`` in FP32 to about 2 ulp: ``ex2.approx.ftz`` of ``x log2(e)`` on a GPU (results
+    below 2^-126 flush to 0, +-inf and NaN as ``exp``'s), ``tl.exp`` under the interpreter.
+
+    Two instructions where ``tl.exp`` takes five (its range checks keep results below 2^-126);
+    every caller here either sums the values or adds 1 to them, where such results are lost
+    in rounding anyway."""
+    if FAST_MATH:
+        y = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f",
+                                      [x * 1.4426950408889634], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+    else:
+        y = tl.exp(x)
+    return y
+
+
+@triton.jit
+def rcp_f32(x):
+    """``1 / x`` in FP32 to about 1 ulp: ``rcp.approx.ftz`` on a GPU (one instruction; ``1 / inf
+    = 0``), a division under the interpreter."""
+    if FAST_MATH:
+        y = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [x],
+                                      dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        y = 1.0 / x
+    return y
+
+
 @triton.jit
 def tanh_f32(x):
     """tanh through exp, exact to ~1e-7 absolute and safe at +-inf (no libdevice needed)."""
-    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+    return 1.0 - 2.0 * rcp_f32(exp_f32(2.0 * x) + 1.0)
 
 
 @triton.jit
 def activation_f32(z, ACT: tl.constexpr):
     """``act(z)`` and ``act'(z)`` in FP32 for ``ACT`` ``"silu"`` or ``"tanh"``."""
     if ACT == "silu":
-        sig = 1.0 / (1.0 + tl.exp(-z))
+        sig = rcp_f32(1.0 + exp_f32(-z))
         y = z * sig
         dy = sig * (1.0 + z * (1.0 - sig))
     else:

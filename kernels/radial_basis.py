@@ -27,6 +27,7 @@ from kernels._triton import (
     autotune,
     check_no_grad,
     cos_sin,
+    exp_f32,
     next_pow2,
     pick_configs,
     tl,
@@ -163,7 +164,7 @@ def radial_features(d, c, dc, mu_ptr, gamma_ptr, K, alpha, basis_lower,
         t = d
         dt = tl.full(d.shape, 1.0, tl.float32)
     diff = t[:, None] - mu[None, :]
-    phi = tl.where(kmask[None, :], tl.exp(gamma[None, :] * diff * diff), 0.0)
+    phi = tl.where(kmask[None, :], exp_f32(gamma[None, :] * diff * diff), 0.0)
     dphi = 2.0 * gamma[None, :] * diff * phi * dt[:, None]
     if ENV_IN_BASIS:
         return phi * c[:, None], dphi * c[:, None] + phi * dc[:, None]

@@ -29,6 +29,8 @@ from kernels.csr import GraphCSR, edge_segment_ids, valid_edge_mask
 __all__ = [
     "segment_sum",
     "segment_sum_reference",
+    "scaled_segment_sum",
+    "scaled_segment_sum_reference",
     "signed_segment_sum",
     "signed_segment_sum_reference",
     "edge_grad_to_positions",
@@ -39,8 +41,12 @@ __all__ = [
 
 
 @triton.jit
-def _segment_sum_kernel(m_ptr, ptr_ptr, perm_ptr, out_ptr, F,
-                        BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, SIGNED: tl.constexpr):
+def _segment_sum_kernel(m_ptr, ptr_ptr, perm_ptr, out_ptr, F, scale_ptr,
+                        BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr, SIGNED: tl.constexpr,
+                        SCALED: tl.constexpr):
+    """``out[n] = sum_e m[e]`` over the entries of segment ``n`` (``SIGNED``: entry ``-1 - e``
+    subtracts row ``e``; ``SCALED``: row ``e`` is multiplied by ``scale_ptr[e]`` first, else
+    ``scale_ptr`` is not read), summed in FP32."""
     node = tl.program_id(0)
     f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
     fmask = f < F
@@ -58,6 +64,8 @@ def _segment_sum_kernel(m_ptr, ptr_ptr, perm_ptr, out_ptr, F,
                        mask=pmask[:, None] & fmask[None, :], other=0.0).to(tl.float32)
         if SIGNED:
             tile = tl.where(negative[:, None], -tile, tile)
+        if SCALED:
+            tile *= tl.load(scale_ptr + e, mask=pmask, other=0.0)[:, None]
         acc += tl.sum(tile, axis=0)
     tl.store(out_ptr + node.to(tl.int64) * F + f, acc.to(out_ptr.dtype.element_ty), mask=fmask)
 
@@ -98,7 +106,7 @@ class _SegmentSum(torch.autograd.Function):
         ctx.num_edges = m.shape[0]
         out = torch.empty(ptr.numel() - 1, m.shape[1], dtype=m.dtype, device=m.device)
         return _segment_launch(_segment_sum_kernel, m.contiguous(), ptr, perm, out,
-                               SIGNED=False)
+                               scale_ptr=m, SIGNED=False, SCALED=False)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -147,7 +155,39 @@ def signed_segment_sum(m, ptr, perm):
     Tensor, [N, F] in ``m.dtype`` (summed in FP32, in ``perm`` order).
     """
     out = torch.empty(ptr.numel() - 1, m.shape[1], dtype=m.dtype, device=m.device)
-    return _segment_launch(_segment_sum_kernel, m.contiguous(), ptr, perm, out, SIGNED=True)
+    return _segment_launch(_segment_sum_kernel, m.contiguous(), ptr, perm, out, scale_ptr=m,
+                           SIGNED=True, SCALED=False)
+
+
+def scaled_segment_sum(m, scale, ptr, perm):
+    """`segment_sum` of rows stored with a scale each: ``out[n] = sum_e scale[e] m[e]``
+    (Triton, deterministic; not differentiable). Rows of a wide range of magnitudes can so
+    be kept in 16 bits, each divided by its own scale.
+
+    Parameters
+    ----------
+    m : Tensor, float [E, F]
+        Scaled rows (any float dtype, e.g. float16).
+    scale : Tensor, float32 [E]
+        Each row's scale.
+    ptr : Tensor, int32 [N + 1]
+    perm : Tensor, int32 [E]
+        As `segment_sum`'s.
+
+    Returns
+    -------
+    Tensor, float32 [N, F]
+        Summed in FP32, in ``perm`` order.
+    """
+    out = torch.empty(ptr.numel() - 1, m.shape[1], dtype=torch.float32, device=m.device)
+    return _segment_launch(_segment_sum_kernel, m.contiguous(), ptr, perm, out,
+                           scale_ptr=scale.float().contiguous(), SIGNED=False, SCALED=True)
+
+
+def scaled_segment_sum_reference(m, scale, ptr, perm):
+    """PyTorch reference of `scaled_segment_sum` (in float64 when ``scale`` is)."""
+    dtype = torch.promote_types(scale.dtype, torch.float32)
+    return segment_sum_reference(m.to(dtype) * scale.to(dtype)[:, None], ptr, perm)
 
 
 def signed_segment_sum_reference(m, ptr, perm):

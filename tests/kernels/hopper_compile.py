@@ -51,10 +51,11 @@ FILTER = {"w1_ptr": "*fp16", "s1_ptr": "*fp32", "b1_ptr": "*fp32", "s2_ptr": "*f
           "xs_ptr": "*fp32", "feat_ptr": "*fp32", "own_ptr": "*fp32"}
 ENVELOPE = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=False, ENV_ON_FILTER=True,
                 F=128, KP=64, DT=tl.float16, PREC="tf32")
-EGNN = dict(RADIAL, xa_ptr="*fp32", xb_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i32",
-            perm_ptr="*i32", wr_ptr="*fp32", wd_ptr="*fp32", w2t_ptr="*fp32", b2_ptr="*fp32",
-            out_ptr="*fp32", z_ptr="*fp32", num_nodes="i32", inv_rc2="fp32")
-EGNN_VARIANT = dict(EXP_NORMAL=False, ENV_LOWER=False, ENV_IN_BASIS=True, ACT="silu", F=64,
+EGNN = dict(RADIAL, dist_ptr="*fp32", c_ptr="*fp32", dc_ptr="*fp32", xa_ptr="*fp32",
+            xb_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i32", perm_ptr="*i32", wr_ptr="*fp32",
+            wd_ptr="*fp32", w2t_ptr="*fp32", b2_ptr="*fp32", out_ptr="*fp32", z_ptr="*fp32",
+            num_nodes="i32", inv_rc2="fp32")
+EGNN_VARIANT = dict(EXP_NORMAL=False, ENV_IN_BASIS=True, ACT="silu", F=64, SORTED=True,
                     KP=32, DT=tl.float32, PREC="tf32x3", BLOCK_E=16)
 EGNN_16 = dict(EGNN, wr_ptr="*fp16", w2t_ptr="*fp16")
 PAINN = dict(RADIAL, x_ptr="*fp32", vec_ptr="*fp32", src_ptr="*i64", ptr_ptr="*i32",
@@ -91,7 +92,7 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "EGNN edge backward": (
         _edge_bwd_kernel,
         dict(EGNN, gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp32", g_ptr="*fp32",
-             gz1_ptr="*fp32"),
+             gz1_ptr="*fp32", gs_ptr="*fp32"),
         [dict(EGNN_VARIANT, BY_DST=by_dst, STORED=stored)
          for by_dst, stored in ((True, False), (False, False), (True, True))]),
     "EGNN edge forward, fp16 operands": (
@@ -100,7 +101,7 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "EGNN edge backward, fp16 operands": (
         _edge_bwd_kernel,
         dict(EGNN_16, z_ptr="*fp16", gu_ptr="*fp32", dst_ptr="*i64", w2_ptr="*fp16",
-             g_ptr="*fp32", gz1_ptr="*fp32"),
+             g_ptr="*fp32", gz1_ptr="*fp16", gs_ptr="*fp32"),
         [dict(EGNN_VARIANT, DT=tl.float16, BY_DST=True, STORED=stored)
          for stored in (False, True)]),
     "PaiNN message forward": (_message_fwd_kernel, PAINN, [PAINN_VARIANT]),

@@ -113,7 +113,7 @@ def test_every_autotuned_launch_has_a_key_the_disk_cache_can_write(device, launc
     # the EGNN edge block, forward and backward
     params = pack_edge_mlp(A1, torch.zeros(16, device=device), A2, b2)
     xa = torch.randn(sym["num_nodes"] + 1, 16, device=device, requires_grad=True)
-    u = egnn_edge(pos, xa, xs, sym["src"], sym["dst"], sym["csr"], params, spec)
+    u = egnn_edge(dist, xa, xs, sym["src"], sym["dst"], sym["csr"], params, spec)
     torch.autograd.grad(u.sum(), xa)
     # the Deep Potential descriptor, forward and backward (table: 1 type, M1 = 16)
     types = torch.zeros(sym["num_nodes"] + 1, dtype=torch.long, device=device)

@@ -8,7 +8,8 @@ import torch
 from kernels_testlib import central_differences, make_graph, radial_specs, rel_err, within_cutoff
 
 from kernels import RadialSpec, egnn_edge, get_op, pack_edge_mlp
-from kernels.egnn_edge import SAVED, egnn_edge_reference
+from kernels.edge_distances import edge_distances, edge_distances_reference
+from kernels.egnn_edge import SAVED, edge_envelopes, egnn_edge_reference
 
 
 def edge_weights(K=8, F=16, seed=1, device="cpu"):
@@ -29,12 +30,20 @@ def _setup(device, spec_name, F=16, seed=0, **graph_kw):
     return g, spec, xa, xb, gu
 
 
+def _lengths(op, g, pos):
+    """The edge lengths ``op`` takes: the fused op's from `edge_distances`, the reference's
+    from its reference (autograd, any dtype)."""
+    lengths = edge_distances if op is egnn_edge else edge_distances_reference
+    return lengths(pos, g["src"], g["dst"], g["csr"])
+
+
 def _run(op, g, pos, xa, xb, params, spec, gu, precision="ieee", activation="silu",
-         saved="none"):
-    """``u`` and the gradients of ``<u, gu>`` w.r.t. ``pos``, ``xa``, ``xb``."""
+         saved="none", **kw):
+    """``u`` and the gradients of ``<u, gu>`` w.r.t. ``pos`` (through the edge lengths),
+    ``xa``, ``xb``."""
     pos, xa, xb = (t.clone().requires_grad_() for t in (pos, xa, xb))
-    u = op(pos, xa, xb, g["src"], g["dst"], g["csr"], params, spec, precision, activation,
-           saved)
+    u = op(_lengths(op, g, pos), xa, xb, g["src"], g["dst"], g["csr"], params, spec,
+           precision, activation, saved, **kw)
     grads = torch.autograd.grad((u * gu.to(u.dtype)).sum(), (pos, xa, xb))
     return (u.detach(), *grads)
 
@@ -60,7 +69,7 @@ def test_egnn_edge_fp32_matches_reference(device, spec_name, precision, activati
 def test_egnn_edge_16bit_operands_match_reference(device, dtype, bound, saved):
     """16-bit GEMM operands against the float64 reference of the same rounded weights: the
     error is the rounding of the activations (fp16 ~1e-4, bf16 ~3e-3 measured)."""
-    g, spec, xa, xb, gu = _setup(device, "gauss_env", seed=2)
+    g, spec, xa, xb, gu = _setup(device, "gauss_env", seed=2, shuffle=True)  # a permutation
     params = pack_edge_mlp(*edge_weights(seed=3, device=device), dtype=dtype)
     assert params.w2.dtype != torch.float32
     got = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu, saved=saved)
@@ -80,7 +89,8 @@ def test_egnn_edge_position_gradient_finite_differences(device, saved):
     xa64, xb64, gu64 = xa.double(), xb.double(), gu.double()
 
     def energy(p):
-        u = egnn_edge_reference(p, xa64, xb64, g["src"], g["dst"], g["csr"], params, spec)
+        u = egnn_edge_reference(_lengths(egnn_edge_reference, g, p), xa64, xb64, g["src"],
+                                g["dst"], g["csr"], params, spec)
         return float((u * gu64).sum())
 
     assert rel_err(gp, central_differences(energy, g["pos"].double())) < 1e-5
@@ -126,9 +136,43 @@ def test_egnn_edge_stored_activations_agree_with_recomputing(device, precision, 
                                  stored[1:], bounds, strict=True):
         assert rel_err(b, a) < bound, name
     with torch.no_grad():
-        u = egnn_edge(g["pos"], xa, xb, g["src"], g["dst"], g["csr"], params, spec,
-                      precision, saved="activations")
+        u = egnn_edge(_lengths(egnn_edge, g, g["pos"]), xa, xb, g["src"], g["dst"], g["csr"],
+                      params, spec, precision, saved="activations")
     assert torch.equal(u, recomputed[0])
+
+
+@pytest.mark.parametrize("saved", SAVED)
+def test_egnn_edge_sorted_layout_gives_the_same_values(device, saved):
+    """A destination layout whose permutation is the identity over its segments (a searched
+    graph's; here the real edges come sorted by destination, padding after them): with
+    ``sorted_edges`` the kernels skip reading it and give the same values (to the order of
+    the sums: on a GPU the autotuner may tile the two variants differently), and the
+    envelope passed in is the one computed otherwise."""
+    g, spec, xa, xb, gu = _setup(device, "gauss_env", seed=3)
+    ptr, perm = g["csr"].dst_ptr, g["csr"].dst_perm
+    assert torch.equal(perm[: int(ptr[-1])].long(), torch.arange(int(ptr[-1]), device=device))
+    params = pack_edge_mlp(*edge_weights(seed=4, device=device))
+    envelope = edge_envelopes(_lengths(egnn_edge, g, g["pos"]), spec)
+    plain = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu, saved=saved)
+    fast = _run(egnn_edge, g, g["pos"], xa, xb, params, spec, gu, saved=saved,
+                sorted_edges=True, envelope=envelope)
+    for a, b in zip(plain, fast, strict=True):
+        assert rel_err(b, a) < 1e-6
+
+
+def test_edge_envelopes_rows_start_16_byte_aligned(device):
+    """For any edge count, so that a rebuilt neighbour list never changes the alignment the
+    edge kernels were compiled and autotuned for; values as the reference's envelope."""
+    spec = radial_specs(device=device)["gauss_env"]
+    for E in (5, 6, 7, 8):
+        dist = torch.linspace(0.5, spec.cutoff_upper + 1.0, E, device=device)
+        env = edge_envelopes(dist, spec)
+        assert env.shape == (2, E) and all(row.data_ptr() % 16 == 0 for row in env)
+        d = dist.double().requires_grad_()
+        c = torch.where(d < spec.cutoff_upper,
+                        0.5 * (torch.cos(torch.pi * d / spec.cutoff_upper) + 1.0), 0.0)
+        (dc,) = torch.autograd.grad(c.sum(), d)
+        assert rel_err(env[0], c.detach()) < 1e-6 and rel_err(env[1], dc) < 1e-5
 
 
 def test_egnn_edge_argument_checks(device):
@@ -137,7 +181,7 @@ def test_egnn_edge_argument_checks(device):
     with pytest.raises(ValueError, match="power of two"):
         pack_edge_mlp(Wr[:12], wd[:12], W2[:12, :12], b2[:12])
     params = pack_edge_mlp(Wr, wd, W2, b2)
-    args = (g["pos"], xa, xb, g["src"], g["dst"], g["csr"], params)
+    args = (_lengths(egnn_edge, g, g["pos"]), xa, xb, g["src"], g["dst"], g["csr"], params)
     with pytest.raises(ValueError, match="K=8"):
         egnn_edge(*args, radial_specs(K=16, device=device)["gauss"])
     with pytest.raises(ValueError, match="activation"):

@@ -295,18 +295,24 @@ class CGEGNN(nn.Module):
     ) -> torch.Tensor:
         """`forward` with each edge block in `kernels.egnn_edge` (GEMM operands in
         ``precision``: ``"fp32"``, ``"fp16"`` or ``"bf16"``)."""
-        from kernels import egnn_edge
+        from kernels import edge_distances, egnn_edge
+        from kernels.egnn_edge import edge_envelopes
 
         packed = packed_edges(self, precision)
-        src, dst, csr, _ = real_edge_graph(self, pos, graph)
+        src, dst, csr, searched = real_edge_graph(self, pos, graph)
+        # lengths and envelope once for every layer; the layers' dE/dd add up in autograd
+        # and one position-gradient pass turns the sum into forces
+        dist = edge_distances(pos, src, dst, csr)
+        envelope = edge_envelopes(dist, packed.spec)
         hidden = self.config.hidden
         h = self.embedding_layer(types)
         for layer, params in zip(self.layers, packed.layers, strict=True):
             w1 = layer.edge_lin1.weight
             xa = nn.functional.linear(h, w1[:, :hidden], layer.edge_lin1.bias)
             xb = nn.functional.linear(h, w1[:, hidden : 2 * hidden])
-            m = egnn_edge(pos, xa, xb, src, dst, csr, params, packed.spec,
-                          activation=self.config.activation, saved=self.edge_saved)
+            m = egnn_edge(dist, xa, xb, src, dst, csr, params, packed.spec,
+                          activation=self.config.activation, saved=self.edge_saved,
+                          sorted_edges=searched, envelope=envelope)
             h = layer.update(h, m)
         return self.output_network(h).squeeze(-1)
 
