@@ -44,8 +44,10 @@ The reference path materialises edge tensors (``index_add_`` aggregation). With
 ``KernelOptions.fused_message_passing`` the edge block runs as one Triton kernel per layer
 (`kernels.egnn_edge`; FP32 operands as three-TF32 products, or float16 / bfloat16 operands
 with ``mlp_precision``; FP32 sums), the first edge layer split into per-node products
-``xa = h Wi^T + b1`` and ``xb = h Wj^T``. The fused op returns
-gradients for positions and features only (forces); training uses the reference path.
+``xa = h Wi^T + b1`` and ``xb = h Wj^T``, the edge lengths and envelope made once per step
+for every layer (`kernels.edge_distances`, `kernels.egnn_edge.edge_envelopes`). The fused op
+returns gradients for positions and features only (forces); training uses the reference
+path.
 `CGEGNN.edge_saved` chooses its backward: from the pre-activations the forward stored (the
 default) or with the edge MLP evaluated anew, which keeps nothing per edge.
 """
@@ -190,11 +192,12 @@ class CGEGNN(nn.Module):
     edge_saved : str
         What the fused edge kernel keeps per edge for its backward (`kernels.egnn_edge.SAVED`,
         ``saved`` of `kernels.egnn_edge`): ``"activations"`` (the class default: the
-        pre-activations, 8 F bytes per edge and layer, about 0.9 GB per layer at 1ENH × 64;
-        one backward pass) or ``"none"`` (the backward evaluates the edge MLP anew, twice;
-        nothing kept). One layer's forward and backward at 1ENH × 64 on an H200
-        (``python -m benchmarks.bench_egnn_backward``): 2.58 against 3.93 ms with FP32
-        operands, 1.88 against 2.31 ms with fp16 ones. Set ``"none"`` on an instance where
+        pre-activations, 8 F bytes per edge and layer with FP32 operands, 4 F with 16-bit
+        ones, about 0.6 or 0.3 GB per layer at 1ENH × 64; one backward pass) or ``"none"``
+        (the backward evaluates the edge MLP anew, twice; nothing kept). One layer's
+        forward and backward at 1ENH × 64 on an H100 (``python -m
+        benchmarks.bench_egnn_backward``): 2.71 against 4.02 ms with FP32 operands, 1.96
+        against 2.03 ms with fp16 ones. Set ``"none"`` on an instance where
         memory is short. The reference path ignores it.
     """
 
