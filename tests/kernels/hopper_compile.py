@@ -1,6 +1,6 @@
-"""Compile the fused-filter, pair-filter, EGNN edge, PaiNN message, Deep Potential descriptor,
-tabulated, table read, edge-length, pair-search, position-gradient and packed-linear kernels
-for sm_90.
+"""Compile the fused-filter, pair-filter, EGNN edge and envelope, segment-sum, PaiNN message,
+Deep Potential descriptor, tabulated, table read, edge-length, pair-search, position-gradient
+and packed-linear kernels for sm_90.
 
 Run as a script in a process without ``TRITON_INTERPRET`` (under the interpreter the
 kernels are Python functions and cannot be compiled): ``python hopper_compile.py`` prints
@@ -27,7 +27,7 @@ from kernels import tabulated
 from kernels.cfconv import _conv_kernel, _length_grad_kernel
 from kernels.dp_descriptor import _descriptor_bwd_kernel, _descriptor_fwd_kernel
 from kernels.edge_distances import _distance_kernel
-from kernels.egnn_edge import _edge_bwd_kernel, _edge_fwd_kernel
+from kernels.egnn_edge import _edge_bwd_kernel, _edge_fwd_kernel, _envelope_kernel
 from kernels.fused_update import _linear_kernel
 from kernels.painn_message import _message_bwd_kernel, _message_fwd_kernel
 from kernels.pair_filter import (
@@ -36,7 +36,7 @@ from kernels.pair_filter import (
     _pair_row_kernel,
 )
 from kernels.pair_search import _count_kernel, _fill_kernel
-from kernels.segment_reduce import _pos_grad_kernel
+from kernels.segment_reduce import _pos_grad_kernel, _segment_sum_kernel
 from kernels.table_read import _read_bwd_kernel, _read_fwd_kernel
 
 TABLE = {"c01_ptr": "*fp32", "c23_ptr": "*fp16", "scale_ptr": "*fp32", "ptr_ptr": "*i32",
@@ -74,6 +74,8 @@ DP = {"pos_ptr": "*fp32", "types_ptr": "*i64", "src_ptr": "*i64", "ptr_ptr": "*i
       "num_types": "i32", "cutoff_smooth": "fp32", "cutoff": "fp32", "lower": "fp32",
       "inv_h": "fp32", "num_intervals": "i32", "inv_nc": "fp32"}
 DP_PAIRS = dict(F=25 * 25 * 64, M1=64, ONE_SIDE=False, BLOCK_E=16)  # the default model's
+SEGMENTS = {"ptr_ptr": "*i32", "perm_ptr": "*i32", "out_ptr": "*fp32", "F": "i32",
+            "scale_ptr": "*fp32"}
 KERNELS = {  # name: (kernel, argument types, constexpr variants)
     "fused filter convolution": (
         _conv_kernel,
@@ -104,6 +106,16 @@ KERNELS = {  # name: (kernel, argument types, constexpr variants)
              g_ptr="*fp32", gz1_ptr="*fp16", gs_ptr="*fp32"),
         [dict(EGNN_VARIANT, DT=tl.float16, BY_DST=True, STORED=stored)
          for stored in (False, True)]),
+    "EGNN envelope": (
+        _envelope_kernel,
+        {"dist_ptr": "*fp32", "out_ptr": "*fp32", "E": "i32", "row_stride": "i32",
+         "env_a": "fp32", "env_b": "fp32", "env_upper": "fp32", "env_lower": "fp32"},
+        [{"ENV_LOWER": False, "BLOCK": 1024}]),
+    "segment sums": (_segment_sum_kernel, dict(SEGMENTS, m_ptr="*fp32"),
+                     [dict(BLOCK_E=32, BLOCK_F=64, SIGNED=False, SCALED=False)]),
+    # 16-bit rows with a scale each (the EGNN stored backward's dL/dz1)
+    "segment sums of scaled rows": (_segment_sum_kernel, dict(SEGMENTS, m_ptr="*fp16"),
+                                    [dict(BLOCK_E=32, BLOCK_F=64, SIGNED=False, SCALED=True)]),
     "PaiNN message forward": (_message_fwd_kernel, PAINN, [PAINN_VARIANT]),
     "PaiNN message backward": (_message_bwd_kernel, PAINN_BWD, [PAINN_VARIANT]),
     "PaiNN message forward, fp16 operands": (
