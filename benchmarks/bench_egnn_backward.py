@@ -9,7 +9,9 @@ launch and a segment sum), each with FP32 operands (three TF32 products) and fp1
 (``--operands``). The block is the first layer of a randomly initialised default CGEGNN
 (``--width`` sets its H and F, ``--cutoff`` its graph radius), ``xa`` and ``xb`` made from
 the bead types' embeddings, on the exact graph of the native structure plus 0.3 Å of noise,
-built as `benchmarks.bench_egnn` builds it.
+built as `benchmarks.bench_egnn` builds it. Each timing includes what a model does once per
+step for all its layers: the lengths (`kernels.edge_distances`, forward and position
+gradient) and the envelope (`kernels.egnn_edge.edge_envelopes`).
 
 Per variant: the forward alone (inputs requiring grad, so the stored variant stores), the
 forward and the backward to ``pos``, ``xa``, ``xb`` (CUDA events, median of ``--repeats``
